@@ -1,0 +1,163 @@
+"""The engine adapter: each engine's dialect (endpoints, field names, metric names, launch
+arguments) lives in its adapter and nowhere else. The rest of DayOne asks the adapter.
+
+PROTOCOL.md section 2.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import httpx
+
+
+@dataclass(frozen=True)
+class CacheCounters:
+    """Prometheus counter names whose deltas give the prefix-cache hit rate (both in tokens)."""
+
+    queries: str
+    hits: str
+
+
+@dataclass(frozen=True)
+class HitRate:
+    queries_delta: float | None
+    hits_delta: float | None
+
+    @property
+    def rate(self) -> float | None:
+        if not self.queries_delta or self.hits_delta is None:
+            return None
+        return self.hits_delta / self.queries_delta
+
+
+@dataclass(frozen=True)
+class Readiness:
+    ready: bool
+    stage: str  # "liveness" | "models" | "generate" | "ready"
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StartupPattern:
+    finding: str
+    severity: str  # info | warning | error
+    regex: re.Pattern[str]
+
+
+def _pattern(finding: str, severity: str, regex: str) -> StartupPattern:
+    return StartupPattern(finding, severity, re.compile(regex, re.IGNORECASE))
+
+
+# Patterns every engine's startup log is scanned for; adapters add their own.
+COMMON_STARTUP_PATTERNS: tuple[StartupPattern, ...] = (
+    _pattern("out_of_memory", "error", r"out of memory|CUDA error: out of memory|OutOfMemoryError"),
+    _pattern("cuda_graph_capture", "info", r"captur\w* cuda graph|cuda graph captur"),
+    _pattern("autotune_jit", "info", r"autotun|\bJIT\b|compiling kernel|torch\.compile"),
+    _pattern("fallback_backend", "warning", r"fall(?:s|ing)? ?back|fallback"),
+    _pattern("missing_tuned_config", "warning", r"(?:no|missing|not found).{0,40}(?:tun(?:ed|ing)) config|using default .{0,30}config"),
+)
+
+
+class EngineAdapter:
+    """One engine dialect. Subclasses set the class attributes and override what differs."""
+
+    dialect: ClassVar[str] = "openai"
+    default_port: ClassVar[int] = 8000
+    liveness_path: ClassVar[str] = "/health"
+    models_path: ClassVar[str] = "/v1/models"
+    metrics_path: ClassVar[str | None] = "/metrics"
+    tokenize_path: ClassVar[str | None] = None
+    # (method, path) of the prefix-cache clear endpoint, or None where the engine has none.
+    cache_clear: ClassVar[tuple[str, str] | None] = None
+    cache_counters: ClassVar[CacheCounters | None] = None
+    # Fields of a message/delta that may carry reasoning text, read in this order.
+    reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
+    startup_patterns: ClassVar[tuple[StartupPattern, ...]] = ()
+
+    # ---- request shaping -------------------------------------------------------------
+    def exact_output_fields(self, output_tokens: int) -> dict[str, Any]:
+        """Request fields that force exactly `output_tokens` tokens where the engine allows it."""
+        return {"max_tokens": output_tokens, "ignore_eos": True, "min_tokens": output_tokens}
+
+    def cached_tokens(self, usage: dict[str, Any] | None) -> int | None:
+        """Cached prompt tokens reported in `usage`, if the engine reports them."""
+        if not usage:
+            return None
+        details = usage.get("prompt_tokens_details") or {}
+        value = details.get("cached_tokens")
+        return int(value) if value is not None else None
+
+    def reasoning_text(self, message: dict[str, Any]) -> str:
+        """Reasoning text of a message or delta, from whichever dialect field carries it."""
+        for name in self.reasoning_fields:
+            value = message.get(name)
+            if value:
+                return str(value)
+        return ""
+
+    # ---- cache --------------------------------------------------------------------------
+    def hit_rate(self, before: dict[str, float], after: dict[str, float]) -> HitRate:
+        """Hit rate over a window from counter deltas (never from a last-value gauge).
+
+        `before`/`after` map metric names (as in the Prometheus exposition, summed over labels)
+        to values, as `tasks.evidence.metrics.scrape` returns them.
+        """
+        if self.cache_counters is None:
+            return HitRate(None, None)
+        q, h = self.cache_counters.queries, self.cache_counters.hits
+        if q not in before or q not in after or h not in before or h not in after:
+            return HitRate(None, None)
+        return HitRate(after[q] - before[q], after[h] - before[h])
+
+    def clear_cache(self, client: httpx.Client, base_url: str) -> tuple[bool, str]:
+        """Empty the prefix cache. Returns (done, detail)."""
+        if self.cache_clear is None:
+            return False, f"{self.dialect} has no cache-clear endpoint"
+        method, path = self.cache_clear
+        r = client.request(method, base_url.rstrip("/") + path)
+        return r.status_code < 300, f"{method} {path} -> {r.status_code}"
+
+    # ---- readiness ------------------------------------------------------------------------
+    async def probe_ready(self, client: httpx.AsyncClient, base_url: str, model: str) -> Readiness:
+        """Liveness, then the model list, then a 1-token generation: ready only when all pass."""
+        base = base_url.rstrip("/")
+        try:
+            r = await client.get(base + self.liveness_path)
+            if r.status_code != 200:
+                return Readiness(False, "liveness", f"{self.liveness_path} -> {r.status_code}")
+            r = await client.get(base + self.models_path)
+            if r.status_code != 200:
+                return Readiness(False, "models", f"{self.models_path} -> {r.status_code}")
+            ids = [m.get("id") for m in r.json().get("data", [])]
+            if model not in ids:
+                return Readiness(False, "models", f"model {model!r} not listed (have {ids})")
+            r = await client.post(
+                base + "/v1/completions",
+                json={"model": model, "prompt": "Hello", "max_tokens": 1},
+            )
+            if r.status_code != 200:
+                return Readiness(False, "generate", f"1-token generation -> {r.status_code}")
+        except (httpx.HTTPError, ValueError) as exc:
+            return Readiness(False, "liveness", f"{type(exc).__name__}: {exc}")
+        return Readiness(True, "ready", "health, model list and a 1-token generation passed")
+
+    # ---- deployment -------------------------------------------------------------------------
+    def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
+        """The engine's container command line (Kubernetes target)."""
+        raise NotImplementedError(f"{self.dialect}: no container command")
+
+    def launch_env(self, engine: Any) -> dict[str, str]:
+        return dict(engine.env)
+
+    def scan_startup_log(self, text: str) -> list[dict[str, str]]:
+        """Findings in a startup log: one per (pattern, line)."""
+        found = []
+        for line in text.splitlines():
+            for p in self.startup_patterns + COMMON_STARTUP_PATTERNS:
+                if p.regex.search(line):
+                    found.append({"finding": p.finding, "severity": p.severity, "line": line.strip()[:500]})
+                    break
+        return found

@@ -1,0 +1,42 @@
+"""vLLM's dialect (PROTOCOL.md section 2)."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from tasks.engines.base import CacheCounters, EngineAdapter, StartupPattern, _pattern
+
+
+class VLLMAdapter(EngineAdapter):
+    dialect: ClassVar[str] = "vllm"
+    default_port: ClassVar[int] = 8000
+    liveness_path: ClassVar[str] = "/health"  # can pass before the model serves: probe_ready also generates
+    tokenize_path: ClassVar[str | None] = "/tokenize"
+    # Only served with VLLM_SERVER_DEV_MODE=1 (set by launch_env).
+    cache_clear: ClassVar[tuple[str, str] | None] = ("POST", "/reset_prefix_cache")
+    cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
+        queries="vllm:prefix_cache_queries_total", hits="vllm:prefix_cache_hits_total"
+    )
+    # `reasoning` since ~0.11; the old `reasoning_content` was removed in 2026: read both.
+    reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning", "reasoning_content")
+    startup_patterns: ClassVar[tuple[StartupPattern, ...]] = (
+        _pattern("missing_tuned_config", "warning", r"Using default MoE config"),
+        _pattern("fallback_backend", "warning", r"no .{0,30}backend.{0,60}(?:fall|using)"),
+    )
+
+    def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
+        cmd = [
+            "vllm", "serve", model.path or model.name,
+            "--served-model-name", model.name,
+            "--revision", model.revision,
+            "--host", "0.0.0.0",
+            "--port", str(port),
+            "--tensor-parallel-size", str(engine.tp),
+            "--max-model-len", str(model.context_limit_tokens),
+            "--enable-prefix-caching",
+            "--enable-prompt-tokens-details",
+        ]
+        return cmd + list(engine.args)
+
+    def launch_env(self, engine: Any) -> dict[str, str]:
+        return {"VLLM_SERVER_DEV_MODE": "1", **engine.env}  # enables /reset_prefix_cache

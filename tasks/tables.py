@@ -1,0 +1,240 @@
+"""Result table schemas: defined once, used by the writers, the expectation suites and the tests.
+
+PROTOCOL.md section 6. Every row carries run_id, engine, image_digest, scenario and round.
+Times are seconds as floats. List columns (itl_s, tokens_per_event) are JSON text in CSV.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pandas as pd
+
+PERCENTILES = ("p50", "p90", "p95", "p99", "max", "mean")
+LATENCIES = ("ttft", "tpot", "itl", "e2e")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: str  # str | int | float | bool | list | json
+    nullable: bool = True
+    values: tuple[str, ...] = ()  # allowed values, when a closed set
+    min_value: float | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...] = field(default=())  # unique together
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+def _common() -> tuple[Column, ...]:
+    return (
+        Column("run_id", "str", nullable=False),
+        Column("engine", "str", nullable=False),
+        Column("image_digest", "str", description="Pinned platform digest, or the local engine's identity hash."),
+        Column("scenario", "str", nullable=False),
+        Column("round", "int", nullable=False, min_value=0),
+    )
+
+
+def _secs(name: str, nullable: bool = True, description: str = "") -> Column:
+    return Column(name, "float", nullable=nullable, min_value=0.0, description=description)
+
+
+REQUESTS = Table(
+    "requests",
+    _common()
+    + (
+        Column("concurrency", "int", nullable=False, min_value=1),
+        Column("rate_rps", "float", description="Poisson arrival rate (rate scenario only)."),
+        Column("request_id", "str", nullable=False),
+        Column("first_encounter", "bool", nullable=False),
+        Column("send_ts", "float", nullable=False, description="Unix time the request was written."),
+        _secs("first_event_s", description="Send to the first streamed event of any kind."),
+        _secs("ttft_s", description="Send to the first event carrying visible output."),
+        _secs("e2e_s"),
+        _secs("tpot_s"),
+        Column("itl_s", "list", description="Gaps between consecutive output events."),
+        Column("tokens_per_event", "list"),
+        Column("prompt_tokens", "int", min_value=0),
+        Column("completion_tokens", "int", min_value=0),
+        Column("expected_prompt_tokens", "int", min_value=0),
+        Column("expected_completion_tokens", "int", min_value=0),
+        Column("length_deviation", "bool", description="usage differs from the requested lengths."),
+        Column("status", "str", nullable=False, values=("ok", "error", "timeout")),
+        Column("http_status", "int"),
+        Column("error", "str"),
+    ),
+    key=("run_id", "engine", "scenario", "concurrency", "round", "request_id"),
+)
+
+ROUNDS = Table(
+    "rounds",
+    _common()
+    + (
+        Column("concurrency", "int", nullable=False, min_value=1),
+        Column("rate_rps", "float"),
+        Column("first_encounter", "bool", nullable=False),
+        Column("warmup", "bool", description="True for warmup rounds (kept, never headline)."),
+        Column("requests_ok", "int", nullable=False, min_value=0),
+        Column("requests_failed", "int", nullable=False, min_value=0),
+        Column("error_rate", "float", nullable=False, min_value=0.0),
+        Column("status", "str", nullable=False, values=("ok", "failed")),
+        _secs("duration_s"),
+        Column("request_tps", "float", min_value=0.0),
+        Column("output_tps", "float", min_value=0.0),
+        *(_secs(f"{lat}_{p}_s") for lat in LATENCIES for p in PERCENTILES),
+        Column("goodput_rps", "float", min_value=0.0),
+        Column("length_deviations", "int", min_value=0),
+    ),
+    key=("run_id", "engine", "scenario", "concurrency", "rate_rps", "round"),
+)
+
+CHECKS = Table(
+    "checks",
+    _common()
+    + (
+        Column("check", "str", nullable=False),
+        Column("outcome", "str", nullable=False, values=("pass", "fail", "not_applicable")),
+        Column("evidence", "json", nullable=False, description="status, field seen, short excerpt."),
+    ),
+    key=("run_id", "engine", "scenario", "check"),
+)
+
+NEEDLES = Table(
+    "needles",
+    _common()
+    + (
+        Column("target_tokens", "int", nullable=False, min_value=1),
+        Column("prompt_tokens", "int", min_value=0),
+        Column("depth", "float", nullable=False, min_value=0.0),
+        Column("attempt", "int", nullable=False, min_value=1),
+        Column("first_encounter", "bool"),
+        _secs("ttft_s"),
+        _secs("e2e_s"),
+        Column("expected", "str", nullable=False),
+        Column("answer", "str"),
+        Column("passed", "bool", nullable=False),
+        Column("status", "str", nullable=False, values=("ok", "error", "timeout")),
+        Column("error", "str"),
+    ),
+    key=("run_id", "engine", "scenario", "target_tokens", "depth", "attempt"),
+)
+
+CACHE_TRIALS = Table(
+    "cache_trials",
+    _common()
+    + (
+        Column("trial", "int", nullable=False, min_value=0, description="0 = cold."),
+        _secs("ttft_s"),
+        _secs("e2e_s"),
+        Column("prompt_tokens", "int", min_value=0),
+        Column("cached_tokens", "int", min_value=0, description="usage's cached tokens, where reported."),
+        Column("server_queries_delta", "float", min_value=0.0),
+        Column("server_hits_delta", "float", min_value=0.0),
+        Column("status", "str", nullable=False, values=("ok", "error", "timeout")),
+        Column("error", "str"),
+    ),
+    key=("run_id", "engine", "trial"),
+)
+
+SERVER_METRICS = Table(
+    "server_metrics",
+    _common()
+    + (
+        Column("scrape_ts", "float", nullable=False),
+        Column("phase", "str", nullable=False, description="When the scrape was taken, e.g. before_trial_0."),
+        Column("metric", "str", nullable=False),
+        Column("labels", "json"),
+        Column("value", "float"),
+    ),
+)
+
+STARTUP_FINDINGS = Table(
+    "startup_findings",
+    _common()
+    + (
+        Column("finding", "str", nullable=False),
+        Column("severity", "str", nullable=False, values=("info", "warning", "error")),
+        Column("line", "str", nullable=False),
+    ),
+)
+
+REGRESSIONS = Table(
+    "regressions",
+    _common()
+    + (
+        Column("concurrency", "int"),
+        Column("metric", "str", nullable=False),
+        Column("baseline_run_id", "str"),
+        Column("baseline_value", "float"),
+        Column("value", "float"),
+        Column("change", "float"),
+        Column("threshold", "float"),
+        Column("regressed", "bool", nullable=False),
+    ),
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS)
+}
+
+_PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}
+
+
+def to_frame(table: Table | str, rows: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """Rows -> a frame with exactly the table's columns, in order, with nullable dtypes.
+
+    Unknown keys are an error: a writer that invents a column must add it to the schema first.
+    """
+    t = TABLES[table] if isinstance(table, str) else table
+    rows = list(rows)
+    names = set(t.column_names)
+    for r in rows:
+        extra = set(r) - names
+        if extra:
+            raise KeyError(f"{t.name}: columns not in the schema: {sorted(extra)}")
+    frame = pd.DataFrame(rows, columns=t.column_names)
+    for c in t.columns:
+        if c.dtype in _PANDAS:
+            frame[c.name] = frame[c.name].astype(_PANDAS[c.dtype])
+        elif c.dtype == "json":
+            frame[c.name] = frame[c.name].map(
+                lambda v: v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
+            ).astype("string")
+        else:  # list: keep Python lists (Parquet list column); CSV writer serialises them
+            frame[c.name] = frame[c.name].map(lambda v: None if v is None else [float(x) for x in v])
+    return frame
+
+
+def to_csv_bytes(frame: pd.DataFrame) -> bytes:
+    out = frame.copy()
+    for col in out.columns:
+        if out[col].dtype == object:
+            out[col] = out[col].map(lambda v: json.dumps(v) if isinstance(v, list) else v)
+    return out.to_csv(index=False, lineterminator="\n").encode()
+
+
+def to_parquet_bytes(frame: pd.DataFrame) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    frame.to_parquet(buf, index=False, engine="pyarrow")
+    return buf.getvalue()

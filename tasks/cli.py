@@ -29,11 +29,11 @@ COMMANDS: dict[str, str] = {
 def build_parser(argv: list[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dayone", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    wanted = argv[0] if argv and argv[0] in COMMANDS else None
+    wanted = COMMANDS.get(argv[0]) if argv else None
     seen = set()
     for name, module in COMMANDS.items():
-        if wanted and name != wanted:
-            sub.add_parser(name)  # listed, not loaded
+        if wanted and module != wanted:
+            sub.add_parser(name, help=f"(run `dayone {name} -h`)")  # listed, not loaded
             continue
         if module in seen:
             continue

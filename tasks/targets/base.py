@@ -1,0 +1,75 @@
+"""Where engines run. A target deploys an engine, tells when it serves, and tears it down.
+
+The DAG sees the same lifecycle for every target: pin -> deploy -> wait ready -> ... -> teardown.
+A Deployment is plain JSON, saved in the run directory so any later task (or a retry) finds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from tasks.config import EngineSpec, RunConfig
+from tasks.engines import Readiness
+from tasks.staging import RunDir
+
+
+class DeployError(RuntimeError):
+    """An engine could not be deployed or will never become ready; the message says why."""
+
+
+@dataclass
+class Deployment:
+    engine: str
+    base_url: str
+    image_digest: str  # platform digest (kubernetes) or a hash of the local identity
+    identity: dict[str, Any] = field(default_factory=dict)  # goes to the manifest, desensitized
+    handle: dict[str, Any] = field(default_factory=dict)  # target-specific: pid, port / namespace, names
+
+    def save(self, run_dir: RunDir) -> None:
+        run_dir.write_json(f"deployments/{self.engine}.json", asdict(self))
+
+    @classmethod
+    def load(cls, run_dir: RunDir, engine: str) -> Deployment | None:
+        doc = run_dir.read_json(f"deployments/{engine}.json")
+        return cls(**doc) if doc else None
+
+
+def identity_digest(identity: dict[str, Any]) -> str:
+    """A stable digest for an engine with no image (a local process): same identity, same digest."""
+    blob = json.dumps(identity, sort_keys=True).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+class Target(Protocol):
+    name: str
+
+    def pin(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
+        """The engine's identity before anything starts: digests, or command line and version."""
+
+    def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any]) -> Deployment:
+        ...
+
+    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+        ...
+
+    def restart_count(self, deployment: Deployment) -> int | None:
+        ...
+
+    def startup_log(self, deployment: Deployment) -> str:
+        ...
+
+    def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> None:
+        """Remove what deploy made; idempotent, and safe when deploy never ran."""
+
+
+def target_for(config: RunConfig) -> Target:
+    if config.target == "local":
+        from tasks.targets.local import LocalTarget
+
+        return LocalTarget()
+    from tasks.targets.kubernetes import KubernetesTarget
+
+    return KubernetesTarget()

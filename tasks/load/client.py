@@ -1,0 +1,364 @@
+"""The load client: streams one request and times it (PROTOCOL.md section 3).
+
+aiohttp on uvloop: measured on one core against a precise server, its send path and event
+delivery stay near a millisecond where httpx's send path alone took 1.2-1.6 ms. Control-plane
+calls (tokenize, cache clear, metrics) use httpx elsewhere.
+
+Timing, all from one monotonic clock (perf_counter), anchored to Unix time once per request:
+- send: just before the request is written (the body is serialised beforehand);
+- first event: the first SSE data event of any kind (a role-only chunk counts here);
+- TTFT: the first event carrying visible output (text, content, reasoning or a tool-call delta);
+- ITL: gaps between consecutive output events, with tokens per event where they can be known;
+- E2E: send to the last output event (the trailing usage-only event is excluded).
+Each event is stamped with the time the bytes that completed it were read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from tasks.engines.base import EngineAdapter
+from tasks.load.stats import tpot
+
+
+class StreamError(Exception):
+    """The stream broke the SSE/OpenAI protocol: malformed data, an error object, or cut short."""
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request, planned and serialised before the clock starts."""
+
+    request_id: str
+    path: str  # e.g. /v1/completions
+    payload: bytes  # JSON body, serialised ahead of time so encoding is not timed
+    expected_prompt_tokens: int | None = None
+    expected_completion_tokens: int | None = None
+
+
+@dataclass
+class StreamParser:
+    """Turns the bytes of an OpenAI-style SSE stream into timed events. Pure: no I/O.
+
+    `feed(data, t)` takes each read and the perf_counter time it was read at.
+    """
+
+    adapter: EngineAdapter
+    first_event_t: float | None = None
+    output_t: list[float] = field(default_factory=list)
+    # completion_tokens seen on each output event (continuous usage), None where absent
+    output_usage_tokens: list[int | None] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    done: bool = False
+    events: int = 0
+    _buf: bytes = b""
+
+    def feed(self, data: bytes, t: float) -> None:
+        buf = self._buf + data
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        while True:
+            end = buf.find(b"\n\n")
+            if end < 0:
+                break
+            block, buf = buf[:end], buf[end + 2 :]
+            self._event(block, t)
+        self._buf = buf
+
+    def finish(self) -> None:
+        """Called at end of stream: a stream that never sent [DONE] was cut short."""
+        if self._buf.strip():
+            self._event(self._buf.strip(b"\n"), None)
+            self._buf = b""
+        if not self.done:
+            raise StreamError(f"stream ended before [DONE] after {self.events} events")
+
+    def _event(self, block: bytes, t: float | None) -> None:
+        data_lines = []
+        for line in block.split(b"\n"):
+            if line.startswith(b"data:"):
+                data_lines.append(line[5:].lstrip(b" "))
+            elif line and not line.startswith(b":") and b":" not in line:
+                raise StreamError(f"malformed SSE line: {line[:200]!r}")
+        if not data_lines:
+            return  # a comment or keep-alive
+        data = b"\n".join(data_lines)
+        if t is None:
+            raise StreamError(f"stream ended inside an event: {data[:200]!r}")
+        self.events += 1
+        if self.first_event_t is None:
+            self.first_event_t = t
+        if self.done:
+            raise StreamError(f"data after [DONE]: {data[:200]!r}")
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            raise StreamError(f"malformed JSON in stream event: {data[:200]!r}") from None
+        if not isinstance(chunk, dict):
+            raise StreamError(f"stream event is not a JSON object: {data[:200]!r}")
+        if chunk.get("error") is not None and not chunk.get("choices"):
+            raise StreamError(f"error event in stream: {json.dumps(chunk['error'])[:500]}")
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self.usage = usage
+        if self._has_output(chunk.get("choices") or ()):
+            self.output_t.append(t)
+            tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+            self.output_usage_tokens.append(tokens)
+
+    def _has_output(self, choices: Sequence[Any]) -> bool:
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if choice.get("text"):
+                return True
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                if delta.get("content") or delta.get("tool_calls") or self.adapter.reasoning_text(delta):
+                    return True
+        return False
+
+    def tokens_per_event(self, completion_tokens: int | None) -> list[int] | None:
+        """Tokens carried by each output event, or None when the stream does not tell.
+
+        Known when every output event carried a running usage count (vLLM's continuous usage),
+        or when the completion-token count equals the number of output events (one token each).
+        """
+        n = len(self.output_t)
+        if n and all(x is not None for x in self.output_usage_tokens):
+            counts, prev = [], 0
+            for x in self.output_usage_tokens:
+                counts.append(int(x) - prev)  # type: ignore[arg-type]
+                prev = int(x)  # type: ignore[arg-type]
+            return counts
+        if completion_tokens is not None and completion_tokens == n:
+            return [1] * n
+        return None
+
+
+@dataclass
+class RequestResult:
+    request_id: str
+    send_ts: float  # Unix time the request was written
+    status: str = "ok"  # ok | error | timeout
+    error: str | None = None
+    http_status: int | None = None
+    first_event_s: float | None = None
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    tpot_s: float | None = None
+    itl_s: list[float] | None = None
+    tokens_per_event: list[int] | None = None
+    output_event_s: list[float] = field(default_factory=list)  # each output event, from send
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    usage_present: bool = False
+    expected_prompt_tokens: int | None = None
+    expected_completion_tokens: int | None = None
+    length_deviation: bool | None = None
+
+    def row_fields(self) -> dict[str, Any]:
+        """The requests-table columns this result fills (the caller adds the row keys)."""
+        return {
+            "request_id": self.request_id,
+            "send_ts": self.send_ts,
+            "first_event_s": self.first_event_s,
+            "ttft_s": self.ttft_s,
+            "e2e_s": self.e2e_s,
+            "tpot_s": self.tpot_s,
+            "itl_s": self.itl_s,
+            "tokens_per_event": self.tokens_per_event,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "expected_prompt_tokens": self.expected_prompt_tokens,
+            "expected_completion_tokens": self.expected_completion_tokens,
+            "length_deviation": self.length_deviation,
+            "status": self.status,
+            "http_status": self.http_status,
+            "error": self.error,
+        }
+
+
+def build_result(spec: RequestSpec, send_ts: float, t_send: float, parser: StreamParser) -> RequestResult:
+    """Timing and lengths of a finished stream (perf_counter times relative to `t_send`)."""
+    r = RequestResult(
+        request_id=spec.request_id,
+        send_ts=send_ts,
+        expected_prompt_tokens=spec.expected_prompt_tokens,
+        expected_completion_tokens=spec.expected_completion_tokens,
+    )
+    if parser.first_event_t is not None:
+        r.first_event_s = parser.first_event_t - t_send
+    r.output_event_s = [t - t_send for t in parser.output_t]
+    if r.output_event_s:
+        r.ttft_s = r.output_event_s[0]
+        r.e2e_s = r.output_event_s[-1]
+        r.itl_s = [b - a for a, b in zip(r.output_event_s, r.output_event_s[1:])]
+    usage = parser.usage or {}
+    r.usage_present = "completion_tokens" in usage
+    r.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
+    r.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+    r.tokens_per_event = parser.tokens_per_event(r.completion_tokens)
+    r.tpot_s = tpot(r.e2e_s, r.ttft_s, r.completion_tokens)
+    r.length_deviation = length_deviation(
+        spec.expected_prompt_tokens, r.prompt_tokens, spec.expected_completion_tokens, r.completion_tokens
+    )
+    if not r.output_event_s:
+        r.status, r.error = "error", "stream carried no visible output"
+    return r
+
+
+def length_deviation(
+    expected_prompt: int | None, prompt: int | None, expected_completion: int | None, completion: int | None
+) -> bool | None:
+    """True when usage reports other lengths than requested; None when usage does not say."""
+    checks = [(e, a) for e, a in ((expected_prompt, prompt), (expected_completion, completion)) if e is not None]
+    if not checks:
+        return False
+    if any(a is None for _, a in checks):
+        return None
+    return any(e != a for e, a in checks)
+
+
+def _int_or_none(v: Any) -> int | None:
+    try:
+        return None if v is None else int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+async def send_request(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    spec: RequestSpec,
+    adapter: EngineAdapter,
+    timeout_s: float,
+) -> RequestResult:
+    """Send one streaming request and time it. Never raises for request failures: a failure is a
+    result with status error/timeout and the error text."""
+    url = base_url.rstrip("/") + spec.path
+    headers = {"Content-Type": "application/json", "X-Request-Id": spec.request_id}
+    parser = StreamParser(adapter)
+    clock = time.perf_counter
+    http_status = None
+    send_ts = time.time()
+    t_send = clock()
+    try:
+        async with asyncio.timeout(timeout_s):
+            async with session.post(url, data=spec.payload, headers=headers) as resp:
+                http_status = resp.status
+                if resp.status != 200:
+                    body = (await resp.read())[:500].decode("utf-8", "replace")
+                    return _failed(spec, send_ts, t_send, parser, "error", f"HTTP {resp.status}: {body}", http_status)
+                content = resp.content
+                feed = parser.feed
+                while True:
+                    data = await content.readany()
+                    if not data:
+                        break
+                    feed(data, clock())
+                parser.finish()
+    except TimeoutError:
+        msg = f"no complete response within {timeout_s:g} s ({len(parser.output_t)} output events received)"
+        return _failed(spec, send_ts, t_send, parser, "timeout", msg, http_status)
+    except StreamError as exc:
+        return _failed(spec, send_ts, t_send, parser, "error", str(exc), http_status)
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        return _failed(spec, send_ts, t_send, parser, "error", f"{type(exc).__name__}: {exc}", http_status)
+    result = build_result(spec, send_ts, t_send, parser)
+    result.http_status = http_status
+    return result
+
+
+def _failed(
+    spec: RequestSpec, send_ts: float, t_send: float, parser: StreamParser, status: str, error: str, http_status: int | None
+) -> RequestResult:
+    r = build_result(spec, send_ts, t_send, parser)  # keep what was timed before the failure
+    r.status, r.error, r.http_status = status, error, http_status
+    r.length_deviation = None  # lengths of a failed request are not a finding
+    return r
+
+
+def new_session(concurrency: int) -> aiohttp.ClientSession:
+    """One session per round set: keep-alive connections, one per request in flight."""
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=False)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+
+
+OnResult = Callable[[RequestResult], Any]
+
+
+async def run_closed_loop(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    specs: Sequence[RequestSpec],
+    concurrency: int,
+    adapter: EngineAdapter,
+    timeout_s: float,
+    on_result: OnResult | None = None,
+) -> list[RequestResult]:
+    """Exactly `concurrency` requests in flight until every spec has been sent and answered."""
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    results: list[RequestResult | None] = [None] * len(specs)
+    next_index = 0
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < len(specs):
+            i = next_index
+            next_index += 1
+            r = await send_request(session, base_url, specs[i], adapter, timeout_s)
+            results[i] = r
+            if on_result is not None:
+                on_result(r)
+
+    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(specs)))))
+    return [r for r in results if r is not None]
+
+
+async def run_open_loop(
+    session: aiohttp.ClientSession,
+    base_url: str,
+    specs: Sequence[RequestSpec],
+    arrivals_s: Sequence[float],
+    adapter: EngineAdapter,
+    timeout_s: float,
+    on_result: OnResult | None = None,
+) -> list[RequestResult]:
+    """Send spec i at `arrivals_s[i]` seconds after the start, whatever is still in flight."""
+    if len(arrivals_s) != len(specs):
+        raise ValueError("one arrival time per request is needed")
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+
+    async def one(spec: RequestSpec, at: float) -> RequestResult:
+        delay = start + at - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        r = await send_request(session, base_url, spec, adapter, timeout_s)
+        if on_result is not None:
+            on_result(r)
+        return r
+
+    return list(await asyncio.gather(*(one(s, a) for s, a in zip(specs, arrivals_s))))
+
+
+def run_async(coro: Awaitable[Any]) -> Any:
+    """Run a coroutine on uvloop (the asyncio default loop where uvloop is missing)."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(coro)  # type: ignore[arg-type]
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(coro)  # type: ignore[arg-type]

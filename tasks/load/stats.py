@@ -1,0 +1,175 @@
+"""Load statistics as pure functions over lists (PROTOCOL.md sections 3 and 5).
+
+The scenarios, the report and the regression comparison all use these, so a figure is computed
+one way everywhere. Percentiles use linear interpolation between closest ranks (numpy's default,
+"linear"): p-th percentile of sorted x at position (n - 1) * p / 100.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from tasks.tables import LATENCIES, PERCENTILES
+
+SPREAD_THRESHOLD = 0.25  # a spread (max - min) above 25% of the median is flagged
+_QUANTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
+
+
+def _clean(values: Iterable[float | None]) -> list[float]:
+    out = []
+    for v in values:
+        if v is None:
+            continue
+        f = float(v)
+        if not math.isnan(f):
+            out.append(f)
+    return out
+
+
+def percentile(values: Iterable[float | None], p: float) -> float | None:
+    """The p-th percentile (0..100) by linear interpolation; None for no values (None/NaN skipped)."""
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile p={p} is outside 0..100")
+    xs = sorted(_clean(values))
+    if not xs:
+        return None
+    pos = (len(xs) - 1) * p / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def summarize(values: Iterable[float | None]) -> dict[str, float | None]:
+    """p50, p90, p95, p99, max and mean of the values (all None when there are none)."""
+    xs = _clean(values)
+    out: dict[str, float | None] = {name: percentile(xs, q) for name, q in _QUANTILES.items()}
+    out["max"] = max(xs) if xs else None
+    out["mean"] = sum(xs) / len(xs) if xs else None
+    return {name: out[name] for name in PERCENTILES}
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    """Median over rounds: the headline figure (the middle round of three)."""
+    return percentile(values, 50.0)
+
+
+def spread_flag(values: Iterable[float | None], threshold: float = SPREAD_THRESHOLD) -> bool:
+    """True when the spread (max - min) of the round values is above `threshold` x their median."""
+    xs = _clean(values)
+    if len(xs) < 2:
+        return False
+    mid = median(xs)
+    return (max(xs) - min(xs)) > threshold * abs(mid) if mid else max(xs) != min(xs)
+
+
+def tpot(e2e_s: float | None, ttft_s: float | None, output_tokens: int | None) -> float | None:
+    """(E2E - TTFT) / (output_tokens - 1), defined only for more than one output token."""
+    if e2e_s is None or ttft_s is None or output_tokens is None or output_tokens <= 1:
+        return None
+    return (e2e_s - ttft_s) / (output_tokens - 1)
+
+
+def _slo_limits(slo: Any) -> dict[str, float]:
+    """SLO limits {ttft_s, tpot_s, e2e_s} from a config SLO model, a dict, or None (no limits)."""
+    if slo is None:
+        return {}
+    get = slo.get if isinstance(slo, Mapping) else (lambda k: getattr(slo, k, None))
+    return {k: float(get(k)) for k in ("ttft_s", "tpot_s", "e2e_s") if get(k) is not None}
+
+
+def meets_slo(request: Mapping[str, Any], slo: Any) -> bool:
+    """An ok request that meets every SLO given. A limit on a figure the request lacks is not met."""
+    if request.get("status") != "ok":
+        return False
+    for key, limit in _slo_limits(slo).items():
+        value = request.get(key)
+        if value is None or value > limit:
+            return False
+    return True
+
+
+def goodput_rps(requests: Sequence[Mapping[str, Any]], duration_s: float | None, slo: Any) -> float | None:
+    """Requests per second that completed and met every SLO; with no SLO, every completed request."""
+    if not duration_s or duration_s <= 0:
+        return None
+    return sum(1 for r in requests if meets_slo(r, slo)) / duration_s
+
+
+def round_figures(
+    requests: Sequence[Mapping[str, Any]], slo: Any = None, error_rate_max: float = 1.0
+) -> dict[str, Any]:
+    """A round's row figures from its request rows (requests table columns).
+
+    duration = first send to last completion; output TPS = completion tokens of ok requests over
+    the duration; ITL percentiles pool every gap of the round. `status` is "failed" when the error
+    rate is above `error_rate_max`.
+    """
+    ok = [r for r in requests if r.get("status") == "ok"]
+    failed = len(requests) - len(ok)
+    starts = [r["send_ts"] for r in requests if r.get("send_ts") is not None]
+    ends = [r["send_ts"] + r["e2e_s"] for r in ok if r.get("e2e_s") is not None]
+    duration = (max(ends) - min(starts)) if starts and ends else None
+    error_rate = failed / len(requests) if requests else 0.0
+    out_tokens = sum(r.get("completion_tokens") or 0 for r in ok)
+    fig: dict[str, Any] = {
+        "requests_ok": len(ok),
+        "requests_failed": failed,
+        "error_rate": error_rate,
+        "status": "failed" if error_rate > error_rate_max or not ok else "ok",
+        "duration_s": duration,
+        "request_tps": len(ok) / duration if duration else None,
+        "output_tps": out_tokens / duration if duration else None,
+    }
+    pools: dict[str, list[float]] = {
+        "ttft": [r["ttft_s"] for r in ok if r.get("ttft_s") is not None],
+        "tpot": [r["tpot_s"] for r in ok if r.get("tpot_s") is not None],
+        "itl": [g for r in ok for g in (r.get("itl_s") or [])],
+        "e2e": [r["e2e_s"] for r in ok if r.get("e2e_s") is not None],
+    }
+    for lat in LATENCIES:
+        for name, value in summarize(pools[lat]).items():
+            fig[f"{lat}_{name}_s"] = value
+    fig["goodput_rps"] = goodput_rps(requests, duration, slo)
+    fig["length_deviations"] = sum(1 for r in requests if r.get("length_deviation"))
+    return fig
+
+
+# Figures shown per scenario and concurrency: the median over rounds with the round values.
+HEADLINE_FIGURES = (
+    "output_tps",
+    "request_tps",
+    "goodput_rps",
+    "ttft_p50_s",
+    "ttft_p95_s",
+    "ttft_p99_s",
+    "tpot_p50_s",
+    "tpot_p95_s",
+    "itl_p50_s",
+    "itl_p99_s",
+    "e2e_p50_s",
+    "e2e_p95_s",
+)
+
+
+def over_rounds(rounds: Sequence[Mapping[str, Any]], figures: Sequence[str] = HEADLINE_FIGURES) -> dict[str, Any]:
+    """Per figure: median over the measured rounds that did not fail, every round's value, spread flag.
+
+    Warmup rounds never count. Failed rounds are listed in `rounds` (as None) but not in the median.
+    """
+    measured = [r for r in rounds if not r.get("warmup")]
+    out: dict[str, Any] = {}
+    for fig in figures:
+        values = [r.get(fig) if r.get("status") == "ok" else None for r in measured]
+        kept = _clean(values)
+        out[fig] = {"median": median(kept), "rounds": values, "spread": spread_flag(kept)}
+    return out
+
+
+def first_encounter_tail(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The first-encounter round's P95/P99 TTFT, shown beside the median; None when none was flagged."""
+    for r in rounds:
+        if r.get("first_encounter") and not r.get("warmup"):
+            return {"round": r.get("round"), "ttft_p95_s": r.get("ttft_p95_s"), "ttft_p99_s": r.get("ttft_p99_s")}
+    return None

@@ -133,6 +133,7 @@ NEEDLES = Table(
         Column("passed", "bool", nullable=False),
         Column("status", "str", nullable=False, values=("ok", "error", "timeout")),
         Column("error", "str"),
+        Column("cache_cleared", "bool", description="The prefix cache was emptied just before this request."),
     ),
     key=("run_id", "engine", "scenario", "target_tokens", "depth", "attempt"),
 )
@@ -150,6 +151,7 @@ CACHE_TRIALS = Table(
         Column("server_hits_delta", "float", min_value=0.0),
         Column("status", "str", nullable=False, values=("ok", "error", "timeout")),
         Column("error", "str"),
+        Column("cache_cleared", "bool", description="Trial 0 only: the cache was emptied just before it."),
     ),
     key=("run_id", "engine", "trial"),
 )

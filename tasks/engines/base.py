@@ -7,6 +7,7 @@ PROTOCOL.md section 2.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -72,6 +73,8 @@ class EngineAdapter:
     tokenize_path: ClassVar[str | None] = None
     # (method, path) of the prefix-cache clear endpoint, or None where the engine has none.
     cache_clear: ClassVar[tuple[str, str] | None] = None
+    # Status the clear endpoint answers while requests are running; such a clear is retried.
+    cache_clear_busy_status: ClassVar[int | None] = None
     cache_counters: ClassVar[CacheCounters | None] = None
     # Fields of a message/delta that may carry reasoning text, read in this order.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
@@ -119,6 +122,27 @@ class EngineAdapter:
         method, path = self.cache_clear
         r = client.request(method, base_url.rstrip("/") + path)
         return r.status_code < 300, f"{method} {path} -> {r.status_code}"
+
+    def clear_cache_when_idle(
+        self, client: httpx.Client, base_url: str, timeout_s: float = 30.0, interval_s: float = 0.5
+    ) -> tuple[bool, str]:
+        """Empty the prefix cache, retrying while the engine refuses because requests are running."""
+        try:
+            if self.cache_clear is None or self.cache_clear_busy_status is None:
+                return self.clear_cache(client, base_url)
+            method, path = self.cache_clear
+            deadline = time.monotonic() + timeout_s
+            tries = 0
+            while True:
+                tries += 1
+                r = client.request(method, base_url.rstrip("/") + path)
+                busy = r.status_code == self.cache_clear_busy_status
+                if not busy or time.monotonic() >= deadline:
+                    detail = f"{method} {path} -> {r.status_code}" + (f" after {tries} tries" if tries > 1 else "")
+                    return r.status_code < 300, detail
+                time.sleep(interval_s)
+        except httpx.HTTPError as exc:
+            return False, f"cache clear failed: {type(exc).__name__}: {exc}"
 
     # ---- readiness ------------------------------------------------------------------------
     async def probe_ready(self, client: httpx.AsyncClient, base_url: str, model: str) -> Readiness:

@@ -13,6 +13,7 @@ class SGLangAdapter(EngineAdapter):
     liveness_path: ClassVar[str] = "/health"
     tokenize_path: ClassVar[str | None] = "/tokenize"
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", "/flush_cache")
+    cache_clear_busy_status: ClassVar[int | None] = 400  # /flush_cache refuses while requests run
     # Needs --enable-metrics. sglang:cache_hit_rate is a last-value gauge: never a run figure.
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
         queries="sglang:prompt_tokens_total", hits="sglang:cached_tokens_total"

@@ -289,8 +289,8 @@ def _failed(
     return r
 
 
-def new_session(concurrency: int) -> aiohttp.ClientSession:
-    """One session per round set: keep-alive connections, one per request in flight."""
+def new_session() -> aiohttp.ClientSession:
+    """A session whose keep-alive pool grows to one connection per request in flight."""
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=False)
     return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
 

@@ -1,0 +1,83 @@
+"""The one bridge between Airflow tasks and DayOne's steps (tasks/steps.py).
+
+It turns Airflow's context into the step's arguments (config from params, a run id that is a
+valid object-store path segment), records each step's outcome in the run directory so the
+report and the final verdict see failures, and maps "not attempted" to a skipped task.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+from typing import Any
+
+log = logging.getLogger("dayone.airflow")
+
+CONFIG_KEYS_EXCLUDED = ("run_conf_note",)
+
+
+def dayone_run_id(airflow_run_id: str) -> str:
+    """`manual__2026-11-30T07:40:34.058616+00:00` -> `manual__2026-11-30T07-40-34.058616-00-00`."""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", airflow_run_id)[:128]
+
+
+def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in dict(params).items() if k not in CONFIG_KEYS_EXCLUDED}
+
+
+def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str | None = None,
+             **kwargs: Any) -> dict[str, Any]:
+    from airflow.exceptions import AirflowSkipException
+
+    from tasks import steps
+    from tasks.desensitize import desensitize
+    from tasks.staging import RunDir
+
+    run_id = dayone_run_id(airflow_run_id)
+    config = config_from_params(params)
+    fn = steps.STEPS.get(step)
+    if step in steps.PERF_SCENARIOS:
+        fn, kwargs = steps.perf, {**kwargs, "scenario": step}
+    if step in ("archive", "report"):
+        from dayone_airflow.connections import s3_client
+
+        fn = getattr(steps, step)
+        kwargs["s3"] = s3_client(config)
+    if fn is None:
+        raise KeyError(f"unknown step {step!r}")
+    args = (config, run_id) if engine is None else (config, run_id, engine)
+    name = f"{engine}-{step}" if engine else step
+    try:
+        result = fn(*args, **kwargs)
+    except steps.NotAttempted as exc:
+        RunDir(run_id).write_json(f"state/steps/{name}.json", {"step": step, "engine": engine,
+                                                                "status": "not_attempted", "detail": str(exc)})
+        raise AirflowSkipException(str(exc)) from None
+    except Exception as exc:
+        RunDir(run_id).write_json(f"state/steps/{name}.json", {
+            "step": step, "engine": engine, "status": "failed",
+            "detail": desensitize(f"{type(exc).__name__}: {exc}"),
+            "trace": desensitize(traceback.format_exc(limit=5)),
+        })
+        raise
+    RunDir(run_id).write_json(f"state/steps/{name}.json", {"step": step, "engine": engine, "status": "ok"})
+    log.info("step %s done: %s", name, desensitize(result))
+    return result
+
+
+def conclude(params: dict[str, Any], airflow_run_id: str) -> dict[str, Any]:
+    """Fail the run (so Airflow's alerting applies) when any step failed or validation failed."""
+    from tasks.staging import RunDir
+
+    run_dir = RunDir(dayone_run_id(airflow_run_id))
+    outcomes = [run_dir.read_json(str(p.relative_to(run_dir.path)))
+                for p in sorted((run_dir.path / "state" / "steps").glob("*.json"))]
+    failed = [o for o in outcomes if o and o.get("status") == "failed"]
+    validation = run_dir.read_json("validation.json", {})
+    problems = [f"{o.get('engine') or 'run'}/{o['step']}: {o['detail']}" for o in failed]
+    if not validation.get("success"):
+        problems.append("result tables failed validation (run archived under quarantine/)")
+    if problems:
+        raise RuntimeError("DayOne run finished with failures: " + "; ".join(problems))
+    return {"steps_ok": len(outcomes)}

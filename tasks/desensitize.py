@@ -1,0 +1,63 @@
+"""One function that strips secrets, tokens, internal hostnames and IPs from anything we publish.
+
+Used by the manifest, summary.json, the report and our log lines: an archive is shared widely.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "<redacted>"
+
+# A key that names a secret: ends with one of these words (so prompt_tokens is not one).
+_SECRET_KEY = re.compile(
+    r"(?:^|[_.-])(?:pass(?:word)?|passwd|secret|api[_-]?key|access[_-]?key|private[_-]?key|credentials?|"
+    r"auth(?:orization)?|token|session[_-]?token|secret[_-]?access[_-]?key)$|^(?:password|secret|token)$",
+    re.I,
+)
+_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # key=value / key: value with a secret-looking key
+    (re.compile(r"(?i)\b([\w.-]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key))\s*([=:])\s*(\"?)[^\s\"',;&]+"),
+     r"\1\2\3" + REDACTED),
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), r"\1 " + REDACTED),
+    (re.compile(r"(?i)(https?://)[^/\s:@]+:[^/\s@]+@"), r"\1" + REDACTED + "@"),  # user:pass@host
+    (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), REDACTED),  # AWS access key ids
+    (re.compile(r"\b(?:sk|hf|ghp|gho|xox[bap])[-_][A-Za-z0-9_-]{16,}\b"), REDACTED),  # common token shapes
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b"), REDACTED),  # JWTs
+    (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "<ip>"),
+    (re.compile(r"\[?\b(?:[0-9a-f]{1,4}:){2,7}[0-9a-f]{1,4}\b\]?", re.I), "<ip>"),
+    # internal hostnames: anything under a private-looking domain, or a cluster service name
+    (re.compile(r"\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|corp|intra|cluster\.local|svc)\b(?::\d+)?", re.I),
+     "<host>"),
+    (re.compile(r"\blocalhost(?::\d+)?\b", re.I), "<host>"),
+)
+
+
+def scrub_text(text: str) -> str:
+    for pattern, repl in _PATTERNS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+def desensitize(value: Any, *, extra_secrets: tuple[str, ...] = ()) -> Any:
+    """Return a copy with secret-named fields blanked and secrets, hosts and IPs scrubbed from text.
+
+    `extra_secrets` are literal values known to be secret (e.g. credentials of the run's connections).
+    """
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(k, str) and _SECRET_KEY.search(k) and isinstance(v, (str, int, float)) and v not in ("", None):
+                out[k] = REDACTED
+            else:
+                out[k] = desensitize(v, extra_secrets=extra_secrets)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [desensitize(v, extra_secrets=extra_secrets) for v in value]
+    if isinstance(value, str):
+        for s in extra_secrets:
+            if s and len(s) >= 4:
+                value = value.replace(s, REDACTED)
+        return scrub_text(value)
+    return value

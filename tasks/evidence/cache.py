@@ -1,0 +1,201 @@
+"""Prefix-cache evidence: client TTFT and server counters must agree (PROTOCOL.md section 5).
+
+One prompt of about 4,400 tokens: clear the cache, one cold request, then N exact repeats,
+sequential. /metrics is scraped just before and just after every request; the hit rate is the
+ratio of counter deltas over the whole trial (before the cold request to after the last repeat),
+as the seed computed it, never a last-value gauge.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tasks.context import StepContext
+from tasks.evidence import metrics
+from tasks.evidence.prompts import FillerPool, calibrate, plain_text, tokenize_counter
+from tasks.evidence.stream import excerpt, stream_post
+from tasks.staging import RowWriter
+
+SCENARIO = "prefix_cache"
+MIN_TTFT_DECREASE = 0.30
+MIN_HIT_RATE = 0.50
+CACHE_PROMPT_SEED = "prefix-cache"
+CACHE_QUESTION = "\n\nSummarise the text above in one sentence."
+
+
+# ---- arithmetic (pure) -----------------------------------------------------------------------
+
+
+def ttft_decrease(cold_ttft_s: float, hot_ttfts_s: list[float]) -> float:
+    """Fractional fall of the repeats' median TTFT against the cold TTFT (0.566 = 56.6% faster)."""
+    if cold_ttft_s <= 0:
+        raise ValueError(f"cold_ttft_s must be > 0, got {cold_ttft_s}")
+    if not hot_ttfts_s:
+        raise ValueError("hot_ttfts_s: at least one repeat is needed")
+    return (cold_ttft_s - statistics.median(hot_ttfts_s)) / cold_ttft_s
+
+
+@dataclass(frozen=True)
+class CacheVerdict:
+    verdict: str  # effective | unconfirmed
+    reason: str
+    hit_rate: float | None
+    ttft_decrease: float | None
+    cold_ttft_s: float | None
+    hot_ttft_median_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "hit_rate": self.hit_rate,
+            "ttft_decrease": self.ttft_decrease,
+            "cold_ttft_s": self.cold_ttft_s,
+            "hot_ttft_median_s": self.hot_ttft_median_s,
+        }
+
+
+def cache_verdict(
+    cold_ttft_s: float | None,
+    hot_ttfts_s: list[float],
+    hit_rate: float | None,
+    hit_rate_missing: str = "the server's prefix-cache counters were not available",
+) -> CacheVerdict:
+    """"effective" only when the repeats' TTFT median falls >= 30% against the cold request AND
+    the server's hit rate over the whole trial is >= 50%; otherwise "unconfirmed", naming what
+    is missing or short."""
+    decrease = None
+    hot_median = statistics.median(hot_ttfts_s) if hot_ttfts_s else None
+    problems: list[str] = []
+    if cold_ttft_s is None or cold_ttft_s <= 0:
+        problems.append("no client TTFT for the cold request")
+    elif not hot_ttfts_s:
+        problems.append("no client TTFT for any repeat")
+    else:
+        decrease = ttft_decrease(cold_ttft_s, hot_ttfts_s)
+        if decrease < MIN_TTFT_DECREASE:
+            problems.append(
+                f"the repeats' TTFT median fell {decrease:.1%} against the cold request "
+                f"(needs >= {MIN_TTFT_DECREASE:.0%})"
+            )
+    if hit_rate is None:
+        problems.append(hit_rate_missing)
+    elif hit_rate < MIN_HIT_RATE:
+        problems.append(f"the server's hit rate over the trial was {hit_rate:.2%} (needs >= {MIN_HIT_RATE:.0%})")
+    if problems:
+        return CacheVerdict("unconfirmed", "; ".join(problems), hit_rate, decrease, cold_ttft_s, hot_median)
+    reason = (
+        f"TTFT median of the repeats fell {decrease:.1%} against the cold request and the server's "
+        f"hit rate over the trial was {hit_rate:.2%}"
+    )
+    return CacheVerdict("effective", reason, hit_rate, decrease, cold_ttft_s, hot_median)
+
+
+# ---- the trial ---------------------------------------------------------------------------------
+
+
+def _scrape(client: httpx.Client, ctx: StepContext, phase: str, out: RowWriter) -> dict[str, float] | None:
+    """One scrape: its samples become server_metrics rows; returns the summed values."""
+    ep = ctx.endpoint
+    try:
+        samples = metrics.scrape_samples(client, ep.base_url, ep.adapter)
+    except metrics.MetricsUnavailable:
+        return None
+    for row in metrics.sample_rows(ep.row_keys(SCENARIO), phase, samples):
+        out.write(row)
+    return metrics.sum_over_labels(samples)
+
+
+def _missing_counters_reason(ctx: StepContext, before: dict | None, after: dict | None) -> str:
+    adapter = ctx.endpoint.adapter
+    if adapter.cache_counters is None:
+        return f"{adapter.dialect} has no known prefix-cache counters"
+    if before is None or after is None:
+        return f"{adapter.metrics_path or 'metrics'} could not be scraped"
+    names = (adapter.cache_counters.queries, adapter.cache_counters.hits)
+    missing = [n for n in names if n not in before or n not in after]
+    if missing:
+        return f"the counters {', '.join(missing)} are not exposed at {adapter.metrics_path}"
+    return "the query counter did not move over the trial"
+
+
+def run_prefix_cache(ctx: StepContext) -> dict[str, Any]:
+    """Run the trial, write cache_trials and server_metrics rows, save and return the verdict."""
+    ep = ctx.endpoint
+    spec = ctx.config.scenarios.prefix_cache
+    adapter = ep.adapter
+    url = ep.base_url.rstrip("/") + "/v1/chat/completions"
+    trial_rows: list[dict] = []
+    with (
+        httpx.Client(timeout=ep.request_timeout_s) as client,
+        ctx.run_dir.rows("cache_trials", ep.engine, SCENARIO) as trials_out,
+        ctx.run_dir.rows("server_metrics", ep.engine, SCENARIO) as metrics_out,
+    ):
+        text_tokens = max(1, spec.prompt_tokens - ctx.config.model.template_overhead_tokens)
+        prompt = calibrate(
+            text_tokens,
+            lambda words: plain_text(words) + CACHE_QUESTION,
+            tokenize_counter(client, ep.base_url, adapter),
+            FillerPool(CACHE_PROMPT_SEED),
+        )
+        payload = {
+            "model": ep.model,
+            "messages": [{"role": "user", "content": prompt.text}],
+            "stream_options": {"include_usage": True},
+            **adapter.exact_output_fields(spec.output_tokens),
+        }
+        cleared, clear_detail = adapter.clear_cache_when_idle(client, ep.base_url)
+        first_before: dict[str, float] | None = None
+        last_after: dict[str, float] | None = None
+        for trial in range(spec.repeats + 1):
+            before = _scrape(client, ctx, f"before_trial_{trial}", metrics_out)
+            result = stream_post(client, url, payload, adapter)
+            after = _scrape(client, ctx, f"after_trial_{trial}", metrics_out)
+            if trial == 0:
+                first_before = before
+            last_after = after
+            delta = adapter.hit_rate(before or {}, after or {})
+            row = {
+                **ep.row_keys(SCENARIO),
+                "trial": trial,
+                "ttft_s": result.ttft_s,
+                "e2e_s": result.e2e_s,
+                "prompt_tokens": result.prompt_tokens,
+                "cached_tokens": adapter.cached_tokens(result.usage),
+                "server_queries_delta": delta.queries_delta,
+                "server_hits_delta": delta.hits_delta,
+                "status": "ok" if result.ok else "error",
+                "error": None if result.error is None else f"{result.error} {result.body_excerpt}".strip(),
+                "cache_cleared": cleared if trial == 0 else None,
+            }
+            trials_out.write(row)
+            trial_rows.append(row)
+    whole = adapter.hit_rate(first_before or {}, last_after or {})
+    cold = trial_rows[0]["ttft_s"] if trial_rows[0]["status"] == "ok" else None
+    hot = [r["ttft_s"] for r in trial_rows[1:] if r["status"] == "ok" and r["ttft_s"] is not None]
+    verdict = cache_verdict(cold, hot, whole.rate, _missing_counters_reason(ctx, first_before, last_after))
+    doc = verdict.as_dict()
+    cold_e2e = trial_rows[0]["e2e_s"]
+    hot_e2e = [r["e2e_s"] for r in trial_rows[1:] if r["e2e_s"] is not None]
+    doc.update(
+        {
+            "engine": ep.engine,
+            "server_queries_delta": whole.queries_delta,
+            "server_hits_delta": whole.hits_delta,
+            "cold_e2e_s": cold_e2e,
+            "hot_e2e_median_s": statistics.median(hot_e2e) if hot_e2e else None,
+            "prompt_tokens": trial_rows[0]["prompt_tokens"],
+            "calibrated_prompt_tokens": prompt.counted_tokens,
+            "repeats": spec.repeats,
+            "cache_cleared": cleared,
+            "cache_clear_detail": excerpt(clear_detail),
+        }
+    )
+    if not cleared:
+        doc["reason"] += f"; note: the cache was not cleared before the cold request ({clear_detail})"
+    ctx.run_dir.write_json(f"verdicts/{ep.engine}/prefix_cache.json", doc)
+    return doc

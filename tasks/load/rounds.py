@@ -1,0 +1,83 @@
+"""One measured round: plan the requests, send them (closed or open loop), write the rows.
+
+Shared by the performance scenarios and the warmup, so a warmup round is timed and kept exactly
+like a measured one. Request rows stream to the run directory as each request completes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from tasks.context import StepContext
+from tasks.load import client as load_client
+from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
+from tasks.load.progress import Progress
+from tasks.load.stats import round_figures
+from tasks.staging import RowWriter
+
+log = logging.getLogger("dayone.load")
+
+
+@dataclass(frozen=True)
+class RoundPlan:
+    scenario: str  # the scenario column (warmup rounds: "warmup")
+    shape: Shape
+    round: int
+    requests: int
+    first_encounter: bool
+    warmup: bool = False
+    arrival_seed: str | int | None = None  # open loop only
+
+
+@dataclass
+class RoundOutcome:
+    row: dict[str, Any]  # the rounds-table row
+    results: list[load_client.RequestResult]
+
+
+async def run_round(
+    ctx: StepContext,
+    session: Any,
+    plan: RoundPlan,
+    request_rows: RowWriter,
+    progress: Progress | None = None,
+) -> RoundOutcome:
+    ep = ctx.endpoint
+    shape = plan.shape
+    tag = f"{plan.scenario}-{shape.key}-r{plan.round}"
+    specs = plan_requests(
+        model=ep.model,
+        adapter=ep.adapter,
+        shape=shape,
+        count=plan.requests,
+        id_prefix=f"{tag}-{run_tag(ep.run_id)}",
+        seed=f"{ep.run_id}/{ep.engine}/{tag}",
+    )
+    keys = ep.row_keys(plan.scenario, plan.round)
+    level = {"concurrency": shape.concurrency, "rate_rps": shape.rate_rps}
+    rows: list[dict[str, Any]] = []
+
+    def on_result(r: load_client.RequestResult) -> None:
+        row = {**keys, **level, "first_encounter": plan.first_encounter, **r.row_fields()}
+        request_rows.write(row)
+        rows.append(row)
+        if progress is not None:
+            progress.advance(r.status == "ok", tag)
+
+    if shape.rate_rps is None:
+        results = await load_client.run_closed_loop(
+            session, ep.base_url, specs, shape.concurrency, ep.adapter, ep.request_timeout_s, on_result
+        )
+    else:
+        arrivals = poisson_arrivals(len(specs), shape.rate_rps, plan.arrival_seed if plan.arrival_seed is not None else tag)
+        results = await load_client.run_open_loop(
+            session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
+        )
+    figures = round_figures(rows, ctx.config.slo, ctx.config.round_error_rate_max)
+    row = {**keys, **level, "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
+    if figures["status"] == "failed":
+        errors = sorted({r.error or "" for r in results if r.status != "ok"})
+        log.warning("%s: round failed, %d of %d requests failed: %s", tag, figures["requests_failed"], len(rows), errors[:3])
+    return RoundOutcome(row, results)

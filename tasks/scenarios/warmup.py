@@ -1,0 +1,118 @@
+"""Warmup and first-encounter bookkeeping (PROTOCOL.md sections 4 and 5).
+
+The shapes a server has seen since it was (re)deployed live in the run directory, in
+state/<engine>/shapes.json, so every task of the run (and a retry) sees the same history. The
+deploy step calls `reset_shapes`; the first round of a shape not in the set is flagged
+`first_encounter` and kept, warmup rounds included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.config import RunConfig
+from tasks.context import StepContext
+from tasks.load.client import new_session, run_async
+from tasks.load.plan import Shape
+from tasks.load.progress import Progress
+from tasks.load.rounds import RoundPlan, run_round
+from tasks.staging import RunDir
+
+WARMUP_SCENARIO = "warmup"
+PERF_SCENARIOS = ("short", "prefill", "decode", "rate")
+
+
+def _state(engine: str) -> str:
+    return f"state/{engine}/shapes.json"
+
+
+def seen_shapes(run_dir: RunDir, engine: str) -> set[str]:
+    doc = run_dir.read_json(_state(engine), default={}) or {}
+    return set(doc.get("shapes", []))
+
+
+def mark_seen(run_dir: RunDir, engine: str, shape: Shape) -> None:
+    shapes = seen_shapes(run_dir, engine)
+    if shape.key not in shapes:
+        run_dir.write_json(_state(engine), {"shapes": sorted(shapes | {shape.key})})
+
+
+def reset_shapes(run_dir: RunDir, engine: str) -> None:
+    """Forget every shape: the server was (re)deployed and has compiled nothing yet."""
+    run_dir.write_json(_state(engine), {"shapes": []})
+
+
+def is_first_encounter(run_dir: RunDir, engine: str, shape: Shape) -> bool:
+    return shape.key not in seen_shapes(run_dir, engine)
+
+
+def scenario_shapes(config: RunConfig, scenario: str) -> list[Shape]:
+    """The shapes one performance scenario runs, in order."""
+    s = getattr(config.scenarios, scenario)
+    if scenario == "rate":
+        return [Shape(s.input_tokens, s.output_tokens, s.requests_per_round, float(r)) for r in s.rates]
+    return [Shape(s.input_tokens, s.output_tokens, c) for c in s.concurrency]
+
+
+def run_shapes(config: RunConfig) -> list[Shape]:
+    """The warmup matrix: every shape of every enabled performance scenario, without repeats."""
+    out: list[Shape] = []
+    for name in PERF_SCENARIOS:
+        if getattr(config.scenarios, name).enabled:
+            out += [s for s in scenario_shapes(config, name) if s not in out]
+    return out
+
+
+def warmup_requests(shape: Shape) -> int:
+    """Two waves at the shape's concurrency: the batch fills, then drains (at least 4 requests)."""
+    if shape.rate_rps is not None:
+        return max(4, min(16, round(shape.rate_rps * 4)))
+    return max(2 * shape.concurrency, 4)
+
+
+def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None) -> dict[str, Any]:
+    """Run one warmup round per shape (default: the run's matrix) and mark each shape seen.
+
+    Rows go to the `warmup` partition with scenario "warmup", round = the shape's place in the
+    matrix, warmup=True; they are kept but never headline figures.
+    """
+    engine = ctx.endpoint.engine
+    if not ctx.config.scenarios.warmup:
+        return {"engine": engine, "skipped": "scenarios.warmup is false", "shapes": []}
+    shapes = run_shapes(ctx.config) if shapes is None else list(shapes)
+    progress = Progress(sum(warmup_requests(s) for s in shapes), f"{engine} warmup")
+
+    async def main() -> list[dict[str, Any]]:
+        out = []
+        async with new_session() as session:
+            with ctx.run_dir.rows("requests", engine, partition=WARMUP_SCENARIO) as req_rows, ctx.run_dir.rows(
+                "rounds", engine, partition=WARMUP_SCENARIO
+            ) as round_rows:
+                for i, shape in enumerate(shapes, start=1):
+                    plan = RoundPlan(
+                        scenario=WARMUP_SCENARIO,
+                        shape=shape,
+                        round=i,
+                        requests=warmup_requests(shape),
+                        first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
+                        warmup=True,
+                    )
+                    outcome = await run_round(ctx, session, plan, req_rows, progress)
+                    round_rows.write(outcome.row)
+                    mark_seen(ctx.run_dir, engine, shape)
+                    out.append(
+                        {
+                            "shape": shape.key,
+                            "first_encounter": plan.first_encounter,
+                            "status": outcome.row["status"],
+                            "ttft_p99_s": outcome.row["ttft_p99_s"],
+                            "requests_failed": outcome.row["requests_failed"],
+                        }
+                    )
+        return out
+
+    try:
+        done = run_async(main())
+    finally:
+        progress.close()
+    return {"engine": engine, "shapes": done}

@@ -1,0 +1,117 @@
+"""The server side of each engine dialect the simulator plays (PROTOCOL.md section 2).
+
+This is the simulator's own copy of the facts in tasks/engines/: the simulator plays the engine,
+so it must not ask DayOne's client-side adapters what the engine looks like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    # Before ready: "503" (listening, health 503) or "closed" (port not bound yet, like vLLM).
+    starting: str
+    health_paths: tuple[str, ...]
+    reasoning_field: str | None
+    tokenize: bool
+    cache_clear: tuple[str, str] | None  # (method, path)
+    metrics: bool
+    # Prometheus names: role -> name. Roles: queries, hits, prompt, generation, running, waiting,
+    # requests, ttft, e2e, itl.
+    metric_names: dict[str, str] = field(default_factory=dict)
+    renamed: dict[str, str] = field(default_factory=dict)  # quirks.metrics=renamed: role -> other name
+    error_wrapped: bool = True  # {"error": {...}} (vLLM, OpenAI) or flat {"object": "error", ...} (SGLang)
+    unknown_model_404: bool = True
+    startup_lines: tuple[str, ...] = ()
+
+
+SGLANG = Dialect(
+    name="sglang",
+    starting="503",
+    health_paths=("/health", "/health_generate"),
+    reasoning_field="reasoning_content",
+    tokenize=True,
+    cache_clear=("POST", "/flush_cache"),
+    metrics=True,
+    metric_names={
+        "prompt": "sglang:prompt_tokens_total",
+        "hits": "sglang:cached_tokens_total",
+        "generation": "sglang:generation_tokens_total",
+        "requests": "sglang:num_requests_total",
+        "running": "sglang:num_running_reqs",
+        "waiting": "sglang:num_queue_reqs",
+        "hit_rate": "sglang:cache_hit_rate",
+        "ttft": "sglang:time_to_first_token_seconds",
+        "e2e": "sglang:e2e_request_latency_seconds",
+        "itl": "sglang:inter_token_latency_seconds",
+    },
+    renamed={"prompt": "sglang:input_tokens_total", "hits": "sglang:cache_hit_tokens_total"},
+    error_wrapped=False,
+    unknown_model_404=False,
+    startup_lines=(
+        "INFO server_args=ServerArgs(model_path='{model}', host='{host}', port={port}, tp_size=1, enable_metrics=True)",
+        "INFO Load weight begin. avail mem=139.28 GB",
+        "WARNING MLA prefill backend fa3 is not supported for this model, falling back to triton (Top-k MQA path).",
+        "WARNING Using default W8A8 Block FP8 kernel config. Performance might be sub-optimal! "
+        "Config file not found at configs/N=4096,K=7168,device_name=NVIDIA_H20.json",
+        "INFO Load weight end. type=SimForCausalLM, avail mem=52.10 GB",
+        "INFO DeepGEMM JIT compiling kernels and FlashInfer autotuning, this may take a while ...",
+        "INFO Capture cuda graph begin. This can take up to several minutes. bs=[1, 2, 4, 8, 16, 32, 64]",
+        "INFO Capture cuda graph end. Time elapsed: 3.21 s.",
+        "INFO Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
+    ),
+)
+
+VLLM = Dialect(
+    name="vllm",
+    starting="closed",
+    health_paths=("/health", "/ping"),
+    reasoning_field="reasoning",
+    tokenize=True,
+    cache_clear=("POST", "/reset_prefix_cache"),
+    metrics=True,
+    metric_names={
+        "queries": "vllm:prefix_cache_queries_total",
+        "hits": "vllm:prefix_cache_hits_total",
+        "prompt": "vllm:prompt_tokens_total",
+        "generation": "vllm:generation_tokens_total",
+        "requests": "vllm:request_success_total",
+        "running": "vllm:num_requests_running",
+        "waiting": "vllm:num_requests_waiting",
+        "ttft": "vllm:time_to_first_token_seconds",
+        "e2e": "vllm:e2e_request_latency_seconds",
+        "itl": "vllm:inter_token_latency_seconds",
+    },
+    renamed={"queries": "vllm:gpu_prefix_cache_queries_total", "hits": "vllm:gpu_prefix_cache_hits_total"},
+    startup_lines=(
+        "INFO vLLM API server version 0.11.0 (DayOne simulator), model={model}",
+        "INFO Loading model weights took 61.2 GiB",
+        "WARNING No MLA prefill backend is adapted to this model; falling back to the Top-k MQA path.",
+        "WARNING Using default MoE config. Performance might be sub-optimal! "
+        "Config file not found at fused_moe/configs/E=256,N=256,device_name=NVIDIA_H20,dtype=fp8_w8a8.json",
+        "INFO Autotuning FlashInfer kernels and compiling with torch.compile (JIT) ...",
+        "INFO Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%",
+        "INFO Graph capturing finished in 4 secs",
+        "INFO Starting vLLM API server on http://{host}:{port}",
+        "INFO Application startup complete.",
+    ),
+)
+
+OPENAI = Dialect(
+    name="openai",
+    starting="503",
+    health_paths=("/health",),
+    reasoning_field=None,
+    tokenize=False,
+    cache_clear=None,
+    metrics=False,
+    startup_lines=(
+        "INFO OpenAI-compatible server (DayOne simulator) loading {model}",
+        "INFO listening on http://{host}:{port}",
+    ),
+)
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (SGLANG, VLLM, OPENAI)}

@@ -1,0 +1,157 @@
+"""The simulator's profile: everything that shapes its behaviour, one validated model.
+
+A profile comes from a YAML file, a JSON string, and `key.path=value` overrides, merged in that
+order. Unknown fields are errors that name the field, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBurst(_Model):
+    """HTTP errors for a run of requests (by count) or for a time window after ready.
+
+    Count form: requests number after_requests+1 .. after_requests+count (1-based arrival order,
+    generation endpoints only) get `status`. Window form: every generation request arriving
+    between start_s and start_s+duration_s seconds after the server became ready gets `status`.
+    """
+
+    after_requests: int | None = Field(None, ge=0)
+    count: int | None = Field(None, ge=1)
+    start_s: float | None = Field(None, ge=0)
+    duration_s: float | None = Field(None, gt=0)
+    status: int = Field(503, ge=500, le=599)
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ErrorBurst:
+        by_count = self.after_requests is not None and self.count is not None
+        by_time = self.start_s is not None and self.duration_s is not None
+        if by_count == by_time:
+            raise ValueError(
+                "faults.error_burst: give either after_requests and count, or start_s and duration_s"
+            )
+        return self
+
+
+class Stall(_Model):
+    """In every nth stream, after `after_events` output events, send nothing for `seconds`."""
+
+    after_events: int = Field(1, ge=0)
+    seconds: float = Field(2.0, gt=0)
+    every_nth: int = Field(1, ge=1)
+
+
+class Faults(_Model):
+    crash_after_requests: int | None = Field(None, ge=1, description="Exit after this many finished requests.")
+    never_ready: bool = False
+    error_burst: ErrorBurst | None = None
+    stall: Stall | None = None
+    malformed_sse_every_nth: int | None = Field(None, ge=1)
+    cut_stream_every_nth: int | None = Field(None, ge=1)
+    restart_on_crash: bool = Field(False, description="A supervisor respawns the server after a crash.")
+
+
+class Quirks(_Model):
+    reasoning_inline: bool = Field(False, description="Reasoning stays in the content inside <think>...</think>.")
+    echo_ignored: bool = Field(False, description="/v1/completions returns the prompt even with echo=false.")
+    unstreamed_every_nth: int | None = Field(
+        None, ge=1, description="Every nth stream sends empty deltas and the whole text in its last event."
+    )
+    usage_missing: bool = Field(False, description="Streams never carry usage, even with include_usage.")
+    metrics: Literal["normal", "absent", "renamed"] = "normal"
+
+
+class Profile(_Model):
+    model: str = Field("dayone-sim-model", min_length=1)
+    context_limit: int = Field(1_048_576, ge=16)
+    startup_delay_s: float = Field(0.0, ge=0)
+    slots: int = Field(64, ge=1, description="Requests running at once; the rest queue.")
+    ttft_base_s: float = Field(0.02, ge=0)
+    prefill_tokens_per_s: float = Field(50_000.0, gt=0)
+    itl_s: float = Field(0.005, ge=0)
+    itl_jitter_s: float = Field(0.0, ge=0, description="Extra gap drawn uniformly from [0, itl_jitter_s), seeded.")
+    tokens_per_event: int = Field(1, ge=1)
+    seed: int = 0
+    jit_delay_s: float = Field(0.0, ge=0, description="Engine-wide pause the first time a shape bucket is seen.")
+    prefix_cache: bool = True
+    cache_block_tokens: int = Field(16, ge=1)
+    cache_capacity_tokens: int = Field(2_000_000, ge=0)
+    reasoning: bool = False
+    reasoning_tokens: int = Field(8, ge=1, description="Reasoning tokens before the content, when reasoning is on.")
+    natural_output_tokens: int = Field(
+        16, ge=1, description="Where the model 'stops' by itself when neither ignore_eos nor min_tokens asks for more."
+    )
+    dev_mode: bool = Field(False, description="vLLM only: serve /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1).")
+    needle_max_depth: float | None = Field(None, ge=0, le=1)
+    needle_max_tokens: int | None = Field(None, ge=1)
+    faults: Faults = Field(default_factory=Faults)
+    quirks: Quirks = Field(default_factory=Quirks)
+
+
+class ProfileError(ValueError):
+    """A profile that does not validate; the message names each field and what to do."""
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def parse_override(item: str) -> dict[str, Any]:
+    """`faults.stall.seconds=2` -> {"faults": {"stall": {"seconds": 2}}}; the value is read as YAML."""
+    if "=" not in item:
+        raise ProfileError(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. --set faults.never_ready=true")
+    path, raw = item.split("=", 1)
+    value: Any = yaml.safe_load(raw) if raw else None
+    for key in reversed(path.strip().split(".")):
+        value = {key: value}
+    return value
+
+
+def load_profile(
+    file: str | Path | None = None, json_text: str | None = None, overrides: list[dict[str, Any]] | None = None
+) -> Profile:
+    data: dict[str, Any] = {}
+    if file:
+        loaded = yaml.safe_load(Path(file).read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise ProfileError(f"--profile {file}: expected a mapping of profile fields at the top level")
+        data = deep_merge(data, loaded)
+    if json_text:
+        try:
+            loaded = json.loads(json_text)
+        except json.JSONDecodeError as exc:
+            raise ProfileError(f"--profile-json: not valid JSON ({exc}); give an object like '{{\"slots\": 8}}'") from None
+        if not isinstance(loaded, dict):
+            raise ProfileError("--profile-json: expected a JSON object of profile fields")
+        data = deep_merge(data, loaded)
+    for extra in overrides or []:
+        data = deep_merge(data, extra)
+    return validate_profile(data)
+
+
+def validate_profile(data: dict[str, Any] | None) -> Profile:
+    try:
+        return Profile.model_validate(data or {})
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"]) or "profile"
+            fix = "remove it (see tasks/sim/profile.py for the fields)" if err["type"] == "extra_forbidden" else err["msg"]
+            problems.append(f"{where}: {err['msg']}. Fix: {fix}")
+        raise ProfileError("invalid simulator profile: " + "; ".join(problems)) from None

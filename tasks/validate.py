@@ -1,0 +1,129 @@
+"""Validate the result tables with Great Expectations, one suite per table.
+
+The suites in expectations/ are generated from tasks/tables.py (`dayone step`-free:
+`python -m tasks.validate --write-suites`), so the schema is defined once; a test keeps them in sync.
+great_expectations is imported only inside functions: it costs seconds and DAG files parse often.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.staging import RunDir
+from tasks.tables import TABLES, Table
+
+log = logging.getLogger("dayone.validate")
+
+SUITES_DIR = Path(os.environ.get("DAYONE_EXPECTATIONS", Path(__file__).resolve().parents[1] / "expectations"))
+
+# Semantic expectations beyond the schema: (table, expectation type, kwargs).
+_EXTRA: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("requests", "expect_column_pair_values_a_to_be_greater_than_b",
+     {"column_A": "e2e_s", "column_B": "ttft_s", "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
+    ("requests", "expect_column_pair_values_a_to_be_greater_than_b",
+     {"column_A": "ttft_s", "column_B": "first_event_s", "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
+    ("rounds", "expect_column_pair_values_a_to_be_greater_than_b",
+     {"column_A": "ttft_p99_s", "column_B": "ttft_p50_s", "or_equal": True, "ignore_row_if": "either_value_is_missing"}),
+    ("cache_trials", "expect_column_values_to_be_between", {"column": "trial", "min_value": 0, "max_value": 1000}),
+)
+
+
+def build_suite(table: Table) -> dict[str, Any]:
+    exps: list[dict[str, Any]] = [
+        {"type": "expect_table_columns_to_match_ordered_list", "kwargs": {"column_list": table.column_names}}
+    ]
+    for c in table.columns:
+        if not c.nullable:
+            exps.append({"type": "expect_column_values_to_not_be_null", "kwargs": {"column": c.name}})
+        if c.values:
+            exps.append({"type": "expect_column_values_to_be_in_set",
+                         "kwargs": {"column": c.name, "value_set": list(c.values)}})
+        if c.min_value is not None and c.dtype in ("int", "float"):
+            exps.append({"type": "expect_column_values_to_be_between",
+                         "kwargs": {"column": c.name, "min_value": c.min_value}})
+    if table.key:
+        exps.append({"type": "expect_compound_columns_to_be_unique",
+                     "kwargs": {"column_list": list(table.key), "ignore_row_if": "never"}})
+    exps += [{"type": t, "kwargs": k} for name, t, k in _EXTRA if name == table.name]
+    return {"name": f"dayone_{table.name}", "meta": {"table": table.name, "generated_from": "tasks/tables.py"},
+            "expectations": exps}
+
+
+def write_suites(directory: Path = SUITES_DIR) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    out = []
+    for table in TABLES.values():
+        p = directory / f"{table.name}.json"
+        p.write_text(json.dumps(build_suite(table), indent=2) + "\n", encoding="utf-8")
+        out.append(p)
+    return out
+
+
+def load_suite(table: str, directory: Path = SUITES_DIR) -> dict[str, Any]:
+    return json.loads((directory / f"{table}.json").read_text(encoding="utf-8"))
+
+
+def validate_frames(frames: dict[str, pd.DataFrame], directory: Path = SUITES_DIR) -> dict[str, Any]:
+    """Validate each frame against its table's suite; returns JSON-able results per table."""
+    import great_expectations as gx
+    from great_expectations.core import ExpectationSuite
+    from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    context = gx.get_context(mode="ephemeral")
+    try:
+        context.variables.progress_bars = {"globally": False}  # keep task logs readable
+    except Exception:  # noqa: BLE001  (older/newer config shapes: the bars are cosmetic)
+        pass
+    source = context.data_sources.add_pandas("dayone")
+    results: dict[str, Any] = {}
+    for name, frame in frames.items():
+        suite_doc = load_suite(name, directory)
+        suite = ExpectationSuite(
+            name=suite_doc["name"],
+            expectations=[ExpectationConfiguration(type=e["type"], kwargs=e["kwargs"]) for e in suite_doc["expectations"]],
+        )
+        batch = source.add_dataframe_asset(name).add_batch_definition_whole_dataframe("all").get_batch(
+            batch_parameters={"dataframe": frame}
+        )
+        res = batch.validate(suite)
+        failed = [
+            {"expectation": r.expectation_config.type, "kwargs": _short(r.expectation_config.kwargs),
+             "unexpected_count": (r.result or {}).get("unexpected_count")}
+            for r in res.results if not r.success
+        ]
+        results[name] = {"success": bool(res.success), "rows": int(len(frame)), "failed": failed,
+                         "evaluated": len(res.results)}
+    return results
+
+
+def _short(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in kwargs.items() if k in ("column", "column_list", "column_A", "column_B", "value_set")}
+
+
+def validate_run(run_dir: RunDir) -> dict[str, Any]:
+    """Validate every table of the run; write validation.json; a failure means quarantine."""
+    frames = {name: run_dir.frame(name) for name in TABLES}
+    results = validate_frames(frames)
+    doc = {"success": all(r["success"] for r in results.values()), "tables": results}
+    run_dir.write_json("validation.json", doc)
+    for name, r in results.items():
+        if not r["success"]:
+            log.warning("table %s failed validation: %s", name, r["failed"])
+    return {"success": doc["success"], "failed_tables": [n for n, r in results.items() if not r["success"]]}
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write-suites"]:
+        for path in write_suites():
+            print(path)
+    else:
+        print("usage: python -m tasks.validate --write-suites", file=sys.stderr)
+        sys.exit(2)

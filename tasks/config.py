@@ -210,6 +210,9 @@ class KubernetesSettings(_Model):
     service_account: str = "dayone-engine"
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     cleanup_age_s: PositiveInt = Field(6 * 3600, description="Cleanup removes DayOne objects older than this.")
+    run_as_user: int | None = Field(
+        1000, ge=0, description="UID of engine containers (non-root); None keeps the image's own user (often root)."
+    )
 
 
 class ArchiveSettings(_Model):

@@ -1,0 +1,154 @@
+"""DayOne's engine simulator: an OpenAI-compatible server in SGLang's, vLLM's or a generic
+dialect, with exact ground truth at /sim/requests.
+
+From tests: ``with start_sim("vllm", {"slots": 4}) as sim: httpx.get(sim.url + "/v1/models")``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class SimError(RuntimeError):
+    """The simulator process did not start or exited; the message carries its log tail."""
+
+
+class SimProcess:
+    """A simulator running as a subprocess (its own process group) on 127.0.0.1."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], dialect: str, port: int, log_path: Path):
+        self.proc = proc
+        self.dialect = dialect
+        self.port = port
+        self.pid = proc.pid
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_ready(self, timeout_s: float = 30.0) -> dict[str, Any]:
+        """Wait until /sim/state says ready; raises SimError if the process exits or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise SimError(f"simulator exited with code {self.proc.returncode}:\n{self.log()[-2000:]}")
+            try:
+                state = self.state(timeout_s=2)
+                if state.get("ready"):
+                    return state
+                last = "not ready"
+            except (httpx.HTTPError, ValueError) as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            time.sleep(0.05)
+        raise SimError(f"simulator not ready after {timeout_s} s ({last}):\n{self.log()[-2000:]}")
+
+    def wait_listening(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise SimError(f"simulator exited with code {self.proc.returncode}:\n{self.log()[-2000:]}")
+            try:
+                self.state(timeout_s=2)
+                return
+            except (httpx.HTTPError, ValueError):
+                time.sleep(0.05)
+        raise SimError(f"simulator not listening after {timeout_s} s:\n{self.log()[-2000:]}")
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        """SIGTERM to the process group, SIGKILL after grace_s; returns the exit code."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                return self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                continue
+        return self.proc.poll()
+
+    def __enter__(self) -> SimProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- ground truth -------------------------------------------------------------------------
+    def state(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        r = httpx.get(self.url + "/sim/state", timeout=timeout_s)
+        r.raise_for_status()
+        return r.json()
+
+    def restart_count(self) -> int:
+        return int(self.state()["restarts"])
+
+    def requests(self, request_id: str | None = None) -> list[dict[str, Any]]:
+        params = {"request_id": request_id} if request_id else None
+        r = httpx.get(self.url + "/sim/requests", params=params, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+
+
+def start_sim(
+    dialect: str = "sglang",
+    profile: dict[str, Any] | None = None,
+    port: int = 0,
+    *,
+    wait_ready: bool = True,
+    timeout_s: float = 30.0,
+    cpus: list[int] | None = None,
+    log_path: str | Path | None = None,
+) -> SimProcess:
+    """Start `python -m tasks.sim` on 127.0.0.1 (port 0: a free one) and, by default, wait until ready.
+
+    cpus pins the process to those CPU cores (benchmarks). The process's stdout and stderr go to
+    log_path (a temporary file by default), readable with SimProcess.log().
+    """
+    port = port or _free_port()
+    if log_path is None:
+        fd, name = tempfile.mkstemp(prefix=f"dayone-sim-{dialect}-", suffix=".log")
+        os.close(fd)
+        log_path = name
+    log_path = Path(log_path)
+    argv = [sys.executable, "-m", "tasks.sim", "--dialect", dialect, "--host", "127.0.0.1", "--port", str(port),
+            "--profile-json", json.dumps(profile or {})]
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, cwd=str(_ROOT), preexec_fn=pin)
+    sim = SimProcess(proc, dialect, port, log_path)
+    if wait_ready:
+        try:
+            sim.wait_ready(timeout_s)
+        except SimError:
+            sim.stop()
+            raise
+    return sim
+
+
+__all__ = ["SimError", "SimProcess", "start_sim"]

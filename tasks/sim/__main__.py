@@ -1,0 +1,5 @@
+import sys
+
+from tasks.sim.cli import main
+
+sys.exit(main())

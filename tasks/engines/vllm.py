@@ -36,7 +36,11 @@ class VLLMAdapter(EngineAdapter):
             "--enable-prefix-caching",
             "--enable-prompt-tokens-details",
         ]
-        return cmd + list(engine.args)
+        args = list(engine.args)
+        # A tool parser alone is not enough: vLLM refuses tool_choice "auto" without this flag.
+        if any(a.split("=")[0] == "--tool-call-parser" for a in args) and "--enable-auto-tool-choice" not in args:
+            cmd.append("--enable-auto-tool-choice")
+        return cmd + args
 
     def launch_env(self, engine: Any) -> dict[str, str]:
         return {"VLLM_SERVER_DEV_MODE": "1", **engine.env}  # enables /reset_prefix_cache

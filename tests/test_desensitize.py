@@ -1,0 +1,21 @@
+"""One desensitizer for everything we publish."""
+
+from tasks.desensitize import desensitize
+
+
+def test_secrets_hosts_and_ips_are_removed_but_figures_stay():
+    doc = {
+        "password": "hunter2-planted",
+        "prompt_tokens": 4400,
+        "engine_env": {"HF_TOKEN": "hf_plantedplantedplantedplanted"},
+        "log": "connect http://admin:s3cr3t@10.1.2.3:8000 host vllm.ml.svc.cluster.local token=abcd1234",
+        "auth": "Bearer plantedbearertoken123",
+        "image": "lmsysorg/sglang:v0.5.0",
+    }
+    out = desensitize(doc, extra_secrets=("s3cr3t",))
+    text = str(out)
+    for planted in ("hunter2-planted", "hf_planted", "s3cr3t", "10.1.2.3", "svc.cluster.local", "abcd1234",
+                    "plantedbearertoken123"):
+        assert planted not in text, planted
+    assert out["prompt_tokens"] == 4400
+    assert out["image"] == "lmsysorg/sglang:v0.5.0"

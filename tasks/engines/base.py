@@ -85,6 +85,10 @@ class EngineAdapter:
         """Request fields that force exactly `output_tokens` tokens where the engine allows it."""
         return {"max_tokens": output_tokens, "ignore_eos": True, "min_tokens": output_tokens}
 
+    def tokenize_body(self, text: str) -> dict[str, Any]:
+        """The JSON body of a request to `tokenize_path` for `text` (the field name differs)."""
+        return {"prompt": text}
+
     def cached_tokens(self, usage: dict[str, Any] | None) -> int | None:
         """Cached prompt tokens reported in `usage`, if the engine reports them."""
         if not usage:

@@ -1,0 +1,118 @@
+"""llama.cpp's server dialect (llama-server, or the same server embedded by PyPI xllamacpp).
+
+Verified against xllamacpp 2026.10.11549 (llama.cpp server, build b0-unknown):
+- /health answers {"status":"ok"}; /v1/models lists the served alias; readiness = base probe.
+- /metrics only with --metrics (CommonParams.endpoint_metrics). `llamacpp:prompt_tokens_total`
+  counts prompt tokens processed EXCLUDING cached ones, `llamacpp:prompt_tokens_cached_total`
+  the ones reused: tokens queried = the sum of both deltas (unlike SGLang and vLLM).
+- Cache clear: no global flush; each slot is erased with POST /slots/{id}?action=erase, which is
+  only served when the server has a slot save path (501 otherwise) and slots listed (GET /slots).
+  `POST /slots?action=erase` (no id) is a 404. The host-RAM prompt cache (--cache-ram) keeps
+  prompts a slot gave up and is not emptied by an erase: DayOne's launcher turns it off.
+- /tokenize takes {"content": text}; {"prompt": text} is silently answered {"tokens": []}.
+- `echo` on /v1/completions is ignored (the prompt never comes back); `min_tokens` is unknown,
+  `ignore_eos` is honoured.
+- Reasoning, when the chat template has it, is split into `reasoning_content`.
+- Usage in streams only with stream_options.include_usage; usage carries
+  prompt_tokens_details.cached_tokens; each response also has llama.cpp's own `timings`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import httpx
+
+from tasks.engines import register
+from tasks.engines.base import CacheCounters, EngineAdapter, HitRate, StartupPattern, _pattern
+
+SLOT_ERASE_PATH = "/slots/{id}?action=erase"
+
+
+@register
+class LlamaCppAdapter(EngineAdapter):
+    dialect: ClassVar[str] = "llamacpp"
+    default_port: ClassVar[int] = 8080
+    liveness_path: ClassVar[str] = "/health"  # 503 while the model loads
+    metrics_path: ClassVar[str | None] = "/metrics"
+    tokenize_path: ClassVar[str | None] = "/tokenize"
+    slots_path: ClassVar[str] = "/slots"
+    cache_clear: ClassVar[tuple[str, str] | None] = ("POST", SLOT_ERASE_PATH)
+    cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
+        queries="llamacpp:prompt_tokens_total", hits="llamacpp:prompt_tokens_cached_total"
+    )
+    reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content",)
+    # llama.cpp tags each log line with a level letter: "0.00.004.154 W srv init: ...".
+    startup_patterns: ClassVar[tuple[StartupPattern, ...]] = (
+        _pattern("context_below_training", "info", r"n_ctx_seq \(\d+\) < n_ctx_train"),
+        # Loopback only, so an open API is expected; still worth a line in the findings.
+        _pattern("no_api_key", "info", r"no API key is set"),
+        _pattern("model_metadata_quirk", "warning", r"this is probably a bug in the model"),
+        _pattern("engine_error", "error", r"^\s*[\d.]+ E "),
+        _pattern("engine_warning", "warning", r"^\s*[\d.]+ W "),
+    )
+
+    # ---- request shaping -------------------------------------------------------------
+    def exact_output_fields(self, output_tokens: int) -> dict[str, Any]:
+        # llama.cpp has no min_tokens; ignore_eos alone makes it generate max_tokens exactly
+        # (unless the context fills up first).
+        return {"max_tokens": output_tokens, "ignore_eos": True}
+
+    def tokenize_body(self, text: str) -> dict[str, Any]:
+        return {"content": text}
+
+    # ---- cache --------------------------------------------------------------------------
+    def hit_rate(self, before: dict[str, float], after: dict[str, float]) -> HitRate:
+        """Queried tokens = processed + cached, because llama.cpp's prompt counter leaves out
+        the cached ones."""
+        assert self.cache_counters is not None
+        processed, cached = self.cache_counters.queries, self.cache_counters.hits
+        if any(name not in snap for name in (processed, cached) for snap in (before, after)):
+            return HitRate(None, None)
+        hits = after[cached] - before[cached]
+        return HitRate((after[processed] - before[processed]) + hits, hits)
+
+    def clear_cache(self, client: httpx.Client, base_url: str) -> tuple[bool, str]:
+        """Erase every slot's KV cache (llama.cpp has no global flush)."""
+        base = base_url.rstrip("/")
+        r = client.get(base + self.slots_path)
+        if r.status_code != 200:
+            return False, f"GET {self.slots_path} -> {r.status_code} (start the server with slots listed)"
+        try:
+            ids = [int(slot["id"]) for slot in r.json()]
+        except (ValueError, KeyError, TypeError) as exc:
+            return False, f"GET {self.slots_path}: unreadable slot list ({exc})"
+        erased = []
+        for slot_id in ids:
+            path = SLOT_ERASE_PATH.format(id=slot_id)
+            r = client.post(base + path)
+            if r.status_code >= 300:
+                hint = " (start the server with a slot save path)" if r.status_code == 501 else ""
+                return False, f"POST {path} -> {r.status_code}{hint}: {r.text[:200]}"
+            erased.append(f"{slot_id}:{r.json().get('n_erased', '?')}")
+        return True, f"erased {len(ids)} slot(s) via POST {SLOT_ERASE_PATH} (slot:tokens {' '.join(erased)})"
+
+    # ---- deployment -------------------------------------------------------------------------
+    def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
+        """llama-server in a container (ghcr.io/ggml-org/llama.cpp:server); settings as the local
+        launcher reads them from engines[i].llamacpp."""
+        settings = dict(engine.llamacpp)
+        parallel = int(settings.get("parallel", 1))
+        cmd = [
+            "/app/llama-server",
+            "--model", model.path or str(settings.get("model", model.name)),
+            "--alias", model.name,
+            "--host", "0.0.0.0",
+            "--port", str(port),
+            "--ctx-size", str(int(settings.get("ctx_size", 4096))),
+            "--parallel", str(parallel),
+            "--metrics",
+            "--slots",
+            "--slot-save-path", "/tmp/llamacpp-slots",  # needed for slot erase (cache clear)
+            "--cache-ram", str(int(settings.get("cache_ram_mib", 0))),
+        ]
+        if settings.get("kv_unified", True):
+            cmd.append("--kv-unified")
+        if settings.get("chat_template"):
+            cmd += ["--chat-template", str(settings["chat_template"])]
+        return cmd + list(engine.args)

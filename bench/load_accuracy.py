@@ -1,0 +1,362 @@
+"""How exactly DayOne's load client times a stream, against the simulator's own ground truth.
+
+Method: DayOne's simulator streams one token every 5 ms after a 100 ms TTFT, 128 tokens in and
+256 out, and records when it received each request and when it wrote each event (GET
+/sim/requests, keyed by X-Request-Id). The client (tasks/load/client.py: aiohttp on uvloop) runs
+closed-loop at each stream count, pinned to one core, the simulator pinned to another. Every
+client timestamp is compared with the simulator's actual times, not with the nominal 100 ms / 5 ms:
+- TTFT error = client TTFT - simulator TTFT (its first output write - its request arrival);
+- inter-token error = |client gap - simulator gap| for each pair of consecutive output events;
+- delivery lag = client read time - simulator write time of each output event (same host clock).
+Each core runs a nice-19 spinner during the bench: an idle core's wake-up delay (about 1.5 ms p99
+on this VM) would otherwise be charged to any client.
+
+Usage: .venv/bin/python bench/load_accuracy.py [--streams 32,128] [--waves 4]
+       [--aiperf 16,64,256]   (AIPerf peer in bench/.aiperf-venv; see bench/aiperf_env.sh)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tasks.load.stats import percentile  # noqa: E402
+
+TTFT_S, ITL_S, INPUT, OUTPUT = 0.100, 0.005, 128, 256
+MODEL = "dayone-sim-model"
+
+
+# ---- environment -------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def taskset(core: int | None) -> list[str]:
+    return ["taskset", "-c", str(core)] if core is not None and shutil.which("taskset") else []
+
+
+def start_spinners(cores: list[int]) -> list[subprocess.Popen]:
+    """One nice-19 busy loop per core: keeps cores out of deep idle, yields to real work."""
+    procs = []
+    for core in cores:
+        cmd = [*taskset(core), "nice", "-n", "19", sys.executable, "-c", "while True: pass"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    return procs
+
+
+def start_sim(port: int, core: int | None, slots: int) -> subprocess.Popen:
+    profile = {
+        "ttft_base_s": TTFT_S,
+        "prefill_tokens_per_s": 1e12,  # TTFT is the base alone
+        "itl_s": ITL_S,
+        "tokens_per_event": 1,
+        "slots": slots,
+        "prefix_cache": False,
+        "seed": 0,
+    }
+    cmd = [*taskset(core), sys.executable, "-m", "tasks.sim", "--dialect", "sglang", "--host", "127.0.0.1",
+           "--port", str(port), "--profile-json", json.dumps(profile)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import httpx
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"simulator exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("simulator did not become ready in 30 s")
+
+
+def ground_truth(base: str, ids: set[str] | None = None) -> dict[str, dict[str, Any]]:
+    import httpx
+
+    r = httpx.get(base + "/sim/requests", timeout=60)
+    r.raise_for_status()
+    doc = r.json()
+    records = doc.get("requests", doc) if isinstance(doc, dict) else doc
+    out = {}
+    for rec in records:
+        if ids is None or rec["request_id"] in ids:
+            out[rec["request_id"]] = rec
+    return out
+
+
+def environment() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import aiohttp
+    import uvloop
+
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "loadavg_before": os.getloadavg(),
+        "python": platform.python_version(),
+        "aiohttp": aiohttp.__version__,
+        "uvloop": uvloop.__version__,
+        "kernel": platform.release(),
+    }
+
+
+# ---- DayOne client worker (runs pinned in its own process) --------------------------------------
+
+
+def worker(url: str, streams: int, waves: int, out: str) -> None:
+    from tasks.engines import adapter_for
+    from tasks.load.client import new_session, run_async, run_closed_loop
+    from tasks.load.plan import Shape, plan_requests
+
+    adapter = adapter_for("sglang")
+    shape = Shape(INPUT, OUTPUT, streams)
+    tag = f"acc{streams}-{os.getpid()}"
+    warm = plan_requests(model=MODEL, adapter=adapter, shape=shape, count=streams, id_prefix=f"{tag}-warm", seed="w")
+    specs = plan_requests(model=MODEL, adapter=adapter, shape=shape, count=streams * waves, id_prefix=tag, seed="m")
+
+    async def main() -> dict[str, Any]:
+        async with new_session() as session:
+            await run_closed_loop(session, url, warm, streams, adapter, 60)  # connections open, caches warm
+            r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            results = await run_closed_loop(session, url, specs, streams, adapter, 60)
+            r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+        return {
+            "wall_s": t1 - t0,
+            "cpu_s": cpu,
+            "results": [
+                {
+                    "id": r.request_id, "status": r.status, "error": r.error, "send_ts": r.send_ts,
+                    "ttft_s": r.ttft_s, "events_s": r.output_event_s, "completion_tokens": r.completion_tokens,
+                }
+                for r in results
+            ],
+        }
+
+    Path(out).write_text(json.dumps(run_async(main())))
+
+
+def run_dayone(base: str, streams: int, waves: int, core: int | None) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = f.name
+    cmd = [*taskset(core), sys.executable, __file__, "--worker", "--url", base, "--streams", str(streams),
+           "--waves", str(waves), "--out", out]
+    subprocess.run(cmd, check=True, cwd=ROOT)
+    doc = json.loads(Path(out).read_text())
+    os.unlink(out)
+    truth = ground_truth(base, {r["id"] for r in doc["results"]})
+    return compare(doc, truth)
+
+
+def _pcts(xs: list[float]) -> dict[str, float | None]:
+    return {"p50": percentile(xs, 50), "p99": percentile(xs, 99), "max": max(xs) if xs else None}
+
+
+def compare(doc: dict[str, Any], truth: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ttft_err, itl_err, lag, send_lag, tokens, missing, failed = [], [], [], [], 0, 0, 0
+    for r in doc["results"]:
+        if r["status"] != "ok":
+            failed += 1
+            continue
+        g = truth.get(r["id"])
+        if g is None:
+            missing += 1
+            continue
+        sim_out = [t for t, k in zip(g["event_ts"], g["event_kinds"]) if k == "output"]
+        sim_ttft = sim_out[0] - g["arrival_ts"]
+        ttft_err.append(abs(r["ttft_s"] - sim_ttft))
+        send_lag.append(g["arrival_ts"] - r["send_ts"])
+        cl = r["events_s"]
+        n = min(len(cl), len(sim_out))
+        for i in range(1, n):
+            itl_err.append(abs((cl[i] - cl[i - 1]) - (sim_out[i] - sim_out[i - 1])))
+        lag += [r["send_ts"] + cl[i] - sim_out[i] for i in range(n)]
+        tokens += r["completion_tokens"] or 0
+    return {
+        "requests": len(doc["results"]),
+        "failed": failed,
+        "unmatched": missing,
+        "tokens_per_s": tokens / doc["wall_s"],
+        "cpu_cores": doc["cpu_s"] / doc["wall_s"],
+        "ttft_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(ttft_err).items()},
+        "itl_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(itl_err).items()},
+        "lag_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(lag).items()},
+        "send_to_arrival_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(send_lag).items()},
+    }
+
+
+# ---- AIPerf peer --------------------------------------------------------------------------------
+
+
+def run_aiperf(base: str, streams: int, duration_s: int, core: int | None) -> dict[str, Any]:
+    """AIPerf 0.13 against the same simulator; its per-request records matched to ground truth."""
+    venv = ROOT / "bench" / ".aiperf-venv"
+    tok = venv / "tokenizer"
+    if not (venv / "bin" / "aiperf").exists() or not tok.exists():
+        raise SystemExit("AIPerf is not installed: run `bash bench/aiperf_env.sh` first")
+    out = Path(tempfile.mkdtemp(prefix=f"aiperf{streams}-"))
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}  # offline mode reads the path as a hub id
+    cmd = [*taskset(core), str(venv / "bin" / "aiperf"), "profile", "--model", MODEL, "--tokenizer", str(tok),
+           "--url", base, "--endpoint-type", "chat", "--streaming", "--concurrency", str(streams),
+           "--isl", str(INPUT), "--isl-stddev", "0", "--osl", str(OUTPUT), "--output-tokens-stddev", "0",
+           "--warmup-request-count", str(streams), "--benchmark-duration", str(duration_s), "--ui-type", "none",
+           "--no-server-metrics", "--no-gpu-telemetry", "--output-artifact-dir", str(out)]
+    t0 = time.monotonic()
+    since = time.time()
+    proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"aiperf failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    records = list(_aiperf_records(out))
+    truth = ground_truth(base)
+    return compare_aiperf(records, truth, since, time.monotonic() - t0)
+
+
+def _aiperf_records(out: Path):
+    for f in out.rglob("*.jsonl"):
+        if "export" not in f.name:
+            continue
+        for line in f.read_text().splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
+def _metric(rec: dict[str, Any], name: str) -> float | None:
+    m = (rec.get("metrics") or {}).get(name)
+    if isinstance(m, dict):
+        m = m.get("value")
+    return m
+
+
+def compare_aiperf(records: list[dict[str, Any]], truth: dict[str, dict[str, Any]], since: float, wall: float) -> dict[str, Any]:
+    ttft_err, tokens, missing, t_first, t_last = [], 0, 0, None, None
+    for rec in records:
+        meta = rec.get("metadata") or {}
+        if meta.get("benchmark_phase", "profiling") != "profiling" or rec.get("error"):
+            continue
+        rid = meta.get("x_request_id") or meta.get("request_id")
+        g = truth.get(rid)
+        ttft_ms = _metric(rec, "time_to_first_token")
+        if g is None or ttft_ms is None:
+            missing += 1
+            continue
+        sim_out = [t for t, k in zip(g["event_ts"], g["event_kinds"]) if k == "output"]
+        ttft_err.append(abs(ttft_ms / 1e3 - (sim_out[0] - g["arrival_ts"])))
+        tokens += int(_metric(rec, "output_sequence_length") or 0)
+        start = meta.get("request_start_ns")
+        end = meta.get("request_end_ns")
+        if start and end:
+            t_first = start if t_first is None else min(t_first, start)
+            t_last = end if t_last is None else max(t_last, end)
+    span = (t_last - t_first) / 1e9 if t_first and t_last else None
+    return {
+        "requests": len(records),
+        "unmatched": missing,
+        "tokens_per_s": tokens / span if span else None,
+        "ttft_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(ttft_err).items()},
+    }
+
+
+# ---- main ---------------------------------------------------------------------------------------
+
+
+def _ms(d: dict[str, float | None], key: str) -> str:
+    v = d.get(key)
+    return "-" if v is None else f"{v:.2f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--streams", default="32,128")
+    ap.add_argument("--waves", type=int, default=4, help="requests per stream in the measured phase")
+    ap.add_argument("--aiperf", default="", help="AIPerf stream counts, e.g. 16,64,256 (empty: skip)")
+    ap.add_argument("--aiperf-duration", type=int, default=20)
+    ap.add_argument("--client-core", type=int, default=0)
+    ap.add_argument("--sim-core", type=int, default=1)
+    ap.add_argument("--no-spinners", action="store_true")
+    ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--url", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.url, int(args.streams), args.waves, args.out)
+        return
+
+    ncpu = os.cpu_count() or 1
+    client_core = args.client_core if ncpu > 1 else None
+    sim_core = args.sim_core if ncpu > 1 else None
+    env = environment()
+    print("DayOne load-client accuracy: client timestamps vs the simulator's ground truth")
+    print(f"  workload: closed loop, {INPUT} in / {OUTPUT} out, sim TTFT {TTFT_S * 1e3:.0f} ms, 1 token / {ITL_S * 1e3:.0f} ms")
+    print(f"  environment: {json.dumps(env)}")
+    print(f"  pinning: client on core {client_core}, simulator on core {sim_core} (taskset); "
+          f"spinners: {'none' if args.no_spinners else f'nice-19 busy loop on each of {ncpu} cores'}")
+    spinners = [] if args.no_spinners else start_spinners(list(range(ncpu)))
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    levels = [int(x) for x in args.streams.split(",") if x]
+    peer_levels = [int(x) for x in args.aiperf.split(",") if x]
+    sim = start_sim(port, sim_core, slots=max(levels + peer_levels + [1]) * 2)
+    figures: dict[str, Any] = {"environment": env, "dayone": {}, "aiperf": {}}
+    try:
+        print("\nDayOne client (aiohttp + uvloop), one core:")
+        print(f"  {'streams':>7} {'tok/s':>8} {'cpu':>5} | {'TTFT err p50':>12} {'p99':>6} | {'ITL err p50':>11} {'p99':>6} | {'lag p50':>7} {'p99':>6} | {'send->arrival p50':>17} {'p99':>6} | failed")
+        for c in sorted(set(levels + peer_levels)):
+            f = run_dayone(base, c, args.waves, client_core)
+            figures["dayone"][c] = f
+            print(f"  {c:>7} {f['tokens_per_s']:>8.0f} {f['cpu_cores']:>5.2f} | {_ms(f['ttft_err_ms'], 'p50'):>12} "
+                  f"{_ms(f['ttft_err_ms'], 'p99'):>6} | {_ms(f['itl_err_ms'], 'p50'):>11} {_ms(f['itl_err_ms'], 'p99'):>6} | "
+                  f"{_ms(f['lag_ms'], 'p50'):>7} {_ms(f['lag_ms'], 'p99'):>6} | {_ms(f['send_to_arrival_ms'], 'p50'):>17} "
+                  f"{_ms(f['send_to_arrival_ms'], 'p99'):>6} | {f['failed']}/{f['requests']}")
+        if peer_levels:
+            print(f"\nAIPerf 0.13 peer, same simulator, {args.aiperf_duration} s per level (ratio = AIPerf / DayOne):")
+            for c in peer_levels:
+                a = run_aiperf(base, c, args.aiperf_duration, client_core)
+                d = figures["dayone"][c]
+                figures["aiperf"][c] = a
+                ratio = (a["ttft_err_ms"]["p99"] or 0) / max(d["ttft_err_ms"]["p99"] or 1e-9, 1e-9)
+                tps_ratio = (d["tokens_per_s"] or 0) / max(a["tokens_per_s"] or 1e-9, 1e-9)
+                print(f"  {c:>5} streams: AIPerf TTFT err p99 {_ms(a['ttft_err_ms'], 'p99')} ms vs DayOne "
+                      f"{_ms(d['ttft_err_ms'], 'p99')} ms -> {ratio:.1f}x smaller; tok/s AIPerf "
+                      f"{(a['tokens_per_s'] or 0):.0f} vs DayOne {d['tokens_per_s']:.0f} -> {tps_ratio:.2f}x "
+                      f"(unmatched AIPerf records: {a['unmatched']})")
+    finally:
+        sim.terminate()
+        for p in spinners:
+            p.kill()
+        sim.wait(timeout=10)
+    print(f"\n  load average after: {os.getloadavg()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+
+
+if __name__ == "__main__":
+    main()

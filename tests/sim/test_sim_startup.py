@@ -1,0 +1,62 @@
+"""Startup: delay with the dialect's health semantics, the seed's warning lines, and the local
+target driving the simulator exactly as a pipeline run does."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+
+from tasks.config import parse_run_config
+from tasks.engines import adapter_for
+from tasks.staging import RunDir
+from tasks.targets.local import LocalTarget
+
+
+def test_sglang_starts_with_503s_then_serves(sims):
+    sim = sims("sglang", {"startup_delay_s": 1.5}, wait_ready=False)
+    sim.wait_listening()
+    assert httpx.get(sim.url + "/health").status_code == 503
+    assert httpx.get(sim.url + "/health_generate").status_code == 503
+    assert httpx.post(sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 503
+    state = sim.wait_ready(timeout_s=10)
+    assert state["ready_ts"] - state["started_ts"] >= 1.4
+    assert httpx.get(sim.url + "/health").status_code == 200
+    assert httpx.post(sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 200
+
+
+def test_vllm_port_closed_until_started(sims):
+    sim = sims("vllm", {"startup_delay_s": 1.0}, wait_ready=False)
+    time.sleep(0.3)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(sim.url + "/health", timeout=1)
+    sim.wait_ready(timeout_s=10)
+    assert httpx.get(sim.url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize("dialect", ["sglang", "vllm"])
+def test_startup_log_has_the_seed_warning_kinds(sims, dialect):
+    sim = sims(dialect, {"startup_delay_s": 0.2})
+    findings = {f["finding"] for f in adapter_for(dialect).scan_startup_log(sim.log())}
+    assert {"fallback_backend", "missing_tuned_config", "autotune_jit", "cuda_graph_capture"} <= findings
+
+
+def test_local_target_deploys_the_simulator_and_reads_its_restart_count(tmp_path):
+    config = parse_run_config({"run_id": "sim-target", "engines": [
+        {"name": "sim-vllm", "dialect": "vllm", "sim_profile": {"startup_delay_s": 0.3, "slots": 4}}]})
+    run_dir = RunDir("sim-target", root=tmp_path)
+    target = LocalTarget()
+    engine = config.engine("sim-vllm")
+    deployment = target.deploy(config, engine, run_dir, target.pin(config, engine))
+    try:
+        readiness = target.wait_ready(config, deployment, timeout_s=30)
+        assert readiness.ready
+        assert target.restart_count(deployment) == 0
+        state = httpx.get(deployment.base_url + "/sim/state").json()
+        assert state["profile"]["slots"] == 4 and state["model"] == config.model.name
+        assert "Using default MoE config" in target.startup_log(deployment)
+    finally:
+        target.teardown(config, "sim-vllm", run_dir)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(deployment.base_url + "/health", timeout=1)

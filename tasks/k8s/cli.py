@@ -46,12 +46,14 @@ def render_run(
     pinned: dict[str, dict[str, Any]],
     created_at: dt.datetime | None = None,
     kube_version: str | None = None,
+    validate: bool = True,
 ) -> dict[str, list[dict[str, Any]]]:
     """engine name -> its objects, each validated against the Kubernetes schema."""
     out = {}
     for engine in config.engines:
         objects = render_engine(config, engine, pinned[engine.name], created_at)
-        validate_objects(objects, kube_version)
+        if validate:
+            validate_objects(objects, kube_version)
         out[engine.name] = objects
     return out
 
@@ -73,6 +75,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run-id", default=None, help="run id for names and labels (default: the config's, else 'dry-run')")
     p.add_argument("--offline", action="store_true", help="never contact a registry: every engine must name a digest")
     p.add_argument("--kube-version", default=None, help="schema version to validate against (default: newest known)")
+    p.add_argument("--no-validate", action="store_true", help="skip the schema check (kubernetes-validate)")
     p.set_defaults(run=run)
 
 
@@ -97,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             else:
                 pinned[engine.name] = resolve(engine.image, credentials_from_env()).as_dict()
-        rendered = render_run(config, pinned, kube_version=args.kube_version)
+        rendered = render_run(config, pinned, kube_version=args.kube_version, validate=not args.no_validate)
     except (ManifestError, RegistryError) as exc:
         print(f"dayone render: {exc}", file=sys.stderr)
         return 1

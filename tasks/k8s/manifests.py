@@ -244,7 +244,13 @@ def validate_objects(objects: list[dict[str, Any]], kube_version: str | None = N
 
     Raises ManifestError naming the object and the schema's complaint.
     """
-    import kubernetes_validate
+    try:
+        import kubernetes_validate
+    except ImportError:
+        raise ManifestError(
+            "cannot check objects against the Kubernetes schema: kubernetes-validate is not installed. "
+            "Fix: pip install kubernetes-validate (or render with --no-validate)"
+        ) from None
 
     version = kube_version or kubernetes_validate.latest_version()
     for obj in objects:

@@ -1,0 +1,260 @@
+"""The Kubernetes target: each engine as a Deployment and a Service on its GPU slice.
+
+pin -> deploy -> wait_ready -> ... -> teardown, the same lifecycle as the local target:
+- pin resolves the image tag to digests through the registry (tasks/registry.py);
+- deploy removes what an earlier try left for this run and engine, then creates the objects
+  rendered by tasks/k8s/manifests.py (image by digest);
+- wait_ready waits for the Deployment to be available, failing at once on what never heals
+  (image pull errors, crash loops, unschedulable pods) with the pod's events in the message, and
+  then for the engine itself to serve (the adapter's health, model list and 1-token generation);
+- teardown deletes by the run's labels; cleanup deletes what killed runs left behind.
+
+Where the API client, registry credentials and the engine's address come from is pluggable:
+by default a kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster), DAYONE_REGISTRY_USERNAME /
+DAYONE_REGISTRY_PASSWORD, and the Service's cluster DNS name. The Airflow glue installs
+connection-backed ones with `configure(...)`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from tasks.config import EngineSpec, RunConfig
+from tasks.engines import Readiness, adapter_for
+from tasks.k8s import api
+from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selector, service_url
+from tasks.k8s.rollout import assess, created_at, describe_events, newest_pod, restart_total
+from tasks.staging import RunDir
+from tasks.targets.base import Deployment, DeployError
+
+ApiClientFactory = Callable[[str], Any]  # Airflow connection id -> kubernetes.client.ApiClient
+CredentialsFactory = Callable[[RunConfig], "tuple[str, str] | None"]
+ServiceUrl = Callable[[str, str, int], str]  # (service name, namespace, port) -> base URL
+
+
+def kubeconfig_client(conn_id: str) -> Any:
+    """An API client from the local kubeconfig, or the pod's service account when in a cluster."""
+    from kubernetes import client, config
+
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+def env_credentials(config: RunConfig) -> tuple[str, str] | None:
+    from tasks.registry import credentials_from_env
+
+    return credentials_from_env()
+
+
+_defaults: dict[str, Any] = {
+    "api_client": kubeconfig_client,
+    "registry_credentials": env_credentials,
+    "service_url": service_url,
+}
+
+
+def configure(
+    api_client: ApiClientFactory | None = None,
+    registry_credentials: CredentialsFactory | None = None,
+    service_url: ServiceUrl | None = None,
+) -> None:
+    """Set where new KubernetesTargets get their API client, registry credentials and engine URLs."""
+    for key, value in (("api_client", api_client), ("registry_credentials", registry_credentials),
+                       ("service_url", service_url)):
+        if value is not None:
+            _defaults[key] = value
+
+
+class KubernetesTarget:
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        api_client: ApiClientFactory | None = None,
+        registry_credentials: CredentialsFactory | None = None,
+        service_url: ServiceUrl | None = None,
+        poll_interval_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ):
+        self._client_factory = api_client or _defaults["api_client"]
+        self._credentials = registry_credentials or _defaults["registry_credentials"]
+        self._service_url = service_url or _defaults["service_url"]
+        self._clients: dict[str, Any] = {}
+        self.poll_interval_s = poll_interval_s
+        self.clock = clock
+
+    def client(self, conn_id: str) -> Any:
+        if conn_id not in self._clients:
+            self._clients[conn_id] = self._client_factory(conn_id)
+        return self._clients[conn_id]
+
+    # ---- pin ---------------------------------------------------------------------------------
+    def pin(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
+        """Digests (index and linux/amd64) and the full command line, before anything starts."""
+        from tasks.k8s.cli import pinned_from_config
+        from tasks.registry import RegistryError, resolve
+
+        if not engine.image:
+            raise DeployError(f"engines[{engine.name}].image: required when target is kubernetes")
+        pinned = pinned_from_config(engine)
+        if pinned is None:
+            try:
+                pinned = {**resolve(engine.image, self._credentials(config)).as_dict(), "source": "registry"}
+            except RegistryError as exc:
+                raise DeployError(f"engines[{engine.name}].image: {exc}") from exc
+        adapter = adapter_for(engine.dialect)
+        command = adapter.launch_command(engine, config.model, adapter.default_port)
+        identity = {
+            "image": engine.image,
+            "index_digest": pinned.get("index_digest"),
+            "platform_digest": pinned["platform_digest"],
+            "command": command,
+            "env": sorted(adapter.launch_env(engine)),  # names only: values may be secrets
+            "model_revision": config.model.revision,
+            "gpus": engine.gpus,
+        }
+        return {**pinned, "identity": identity, "image_digest": pinned["platform_digest"]}
+
+    # ---- deploy ------------------------------------------------------------------------------
+    def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any]) -> Deployment:
+        run_id = config.run_id or run_dir.run_id
+        config = config if config.run_id else config.model_copy(update={"run_id": run_id})
+        self.teardown(config, engine.name, run_dir)  # a retry replaces what an earlier try made
+        objects = render_engine(config, engine, pinned)
+        k8s = config.kubernetes
+        try:
+            created = api.create_objects(self.client(k8s.conn_id), objects)
+        except Exception as exc:
+            raise DeployError(f"engine {engine.name}: creating its objects in namespace {k8s.namespace} failed: {exc}") from exc
+        run_dir.write_json(f"k8s/{engine.name}.json", _without_env_values(objects))
+        name = object_name(run_id, engine.name)
+        port = adapter_for(engine.dialect).default_port
+        dep = Deployment(
+            engine=engine.name,
+            base_url=self._service_url(name, k8s.namespace, port).rstrip("/"),
+            image_digest=pinned["platform_digest"],
+            identity=pinned.get("identity", {}),
+            handle={
+                "conn_id": k8s.conn_id,
+                "namespace": k8s.namespace,
+                "deployment": name,
+                "service": name,
+                "selector": run_selector(run_id, engine.name),
+                "objects": created,
+            },
+        )
+        dep.save(run_dir)
+        return dep
+
+    # ---- readiness ---------------------------------------------------------------------------
+    def rollout_state(self, deployment: Deployment):
+        h = deployment.handle
+        client = self.client(h["conn_id"])
+        dep = api.read_deployment(client, h["namespace"], h["deployment"])
+        pods = api.list_pods(client, h["namespace"], h["selector"])
+        return assess(dep, pods, self.clock())
+
+    def failure_message(self, deployment: Deployment, state) -> str:
+        h = deployment.handle
+        events = "no pod"
+        if state.pod:
+            events = describe_events(api.pod_events(self.client(h["conn_id"]), h["namespace"], state.pod))
+        return f"engine {deployment.engine}: {state.reason}. Events: {events}"
+
+    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+        adapter = adapter_for(config.engine(deployment.engine).dialect)
+        return asyncio.run(self._wait_ready(adapter, deployment, config.model.name, timeout_s))
+
+    async def _wait_ready(self, adapter: Any, deployment: Deployment, model: str, timeout_s: float) -> Readiness:
+        deadline = time.monotonic() + timeout_s
+        last = "rollout not observed yet"
+        async with httpx.AsyncClient(timeout=30) as http:
+            while time.monotonic() < deadline:
+                state = self.rollout_state(deployment)
+                if state.failed:
+                    raise DeployError(self.failure_message(deployment, state))
+                if state.available:
+                    probe = await adapter.probe_ready(http, deployment.base_url, model)
+                    if probe.ready:
+                        return probe
+                    last = f"Deployment available, engine not serving yet ({probe.stage}: {probe.detail})"
+                else:
+                    last = state.reason
+                await asyncio.sleep(self.poll_interval_s)
+        raise DeployError(f"engine {deployment.engine}: not ready after {timeout_s:.0f} s ({last})")
+
+    # ---- observation -------------------------------------------------------------------------
+    def restart_count(self, deployment: Deployment) -> int | None:
+        h = deployment.handle
+        return restart_total(api.list_pods(self.client(h["conn_id"]), h["namespace"], h["selector"]))
+
+    def startup_log(self, deployment: Deployment) -> str:
+        """The engine container's log; after a restart, the crashed run's log comes first."""
+        h = deployment.handle
+        client = self.client(h["conn_id"])
+        pod = newest_pod(api.list_pods(client, h["namespace"], h["selector"]))
+        if pod is None:
+            return ""
+        name = pod["metadata"]["name"]
+        text = api.container_log(client, h["namespace"], name, CONTAINER)
+        if restart_total([pod]):
+            previous = api.container_log(client, h["namespace"], name, CONTAINER, previous=True)
+            text = previous + "\n" + text
+        return text
+
+    # ---- teardown ----------------------------------------------------------------------------
+    def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> list[str]:
+        """Delete everything labelled with this run and engine; safe when nothing is there."""
+        k8s = config.kubernetes
+        return api.delete_selected(self.client(k8s.conn_id), k8s.namespace, run_selector(config.run_id or run_dir.run_id, engine))
+
+    def teardown_run(self, config: RunConfig, run_id: str | None = None) -> list[str]:
+        """Delete everything labelled with the run, all engines."""
+        k8s = config.kubernetes
+        return api.delete_selected(self.client(k8s.conn_id), k8s.namespace, run_selector(run_id or config.run_id or ""))
+
+    def cleanup(self, config: RunConfig, older_than_s: float | None = None) -> list[str]:
+        """Delete DayOne's objects older than `older_than_s` (default kubernetes.cleanup_age_s).
+
+        Killed runs never reach their teardown; their engines would hold GPUs forever.
+        """
+        k8s = config.kubernetes
+        age_s = float(older_than_s if older_than_s is not None else k8s.cleanup_age_s)
+        client = self.client(k8s.conn_id)
+        now = self.clock()
+        deleted = []
+        for obj in api.list_managed(client, k8s.namespace):
+            born = created_at(obj)
+            if born is not None and now - born > age_s:
+                if api.delete_object(client, obj["kind"], k8s.namespace, obj["metadata"]["name"]):
+                    deleted.append(f"{obj['kind']}/{obj['metadata']['name']}")
+        return deleted
+
+
+def _without_env_values(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The applied objects for the run's manifest, environment values removed (they may be secrets)."""
+    import copy
+
+    out = copy.deepcopy(objects)
+    for obj in out:
+        if obj["kind"] != "Deployment":
+            continue
+        for c in obj["spec"]["template"]["spec"]["containers"]:
+            c["env"] = [{"name": e["name"], "value": "<redacted>"} for e in c.get("env", [])]
+    return out
+
+
+def startup_finding_rows(config: RunConfig, deployment: Deployment, text: str) -> list[dict[str, Any]]:
+    """Rows of the startup_findings table from an engine's startup log."""
+    adapter = adapter_for(config.engine(deployment.engine).dialect)
+    keys = {"run_id": config.run_id, "engine": deployment.engine, "image_digest": deployment.image_digest,
+            "scenario": "startup", "round": 0}
+    return [{**keys, **finding} for finding in adapter.scan_startup_log(text)]

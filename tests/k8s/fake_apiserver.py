@@ -1,0 +1,299 @@
+"""A local HTTP server speaking the slice of the Kubernetes REST API that DayOne uses.
+
+It stores objects in memory like the API server does (uid, creationTimestamp, generation,
+resourceVersion; 404/409 as Status objects; label and field selectors), and it plays the
+controllers and the kubelet on the test's command: start a Deployment's pod, set its container
+state (ImagePullBackOff, CrashLoopBackOff, restarts), post events and logs, mark the rollout
+available. Deleting a Deployment removes the pods it owns, as the garbage collector would.
+
+Clients authenticate with a bearer token, as a kubeconfig user would; anything else gets 401.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import itertools
+import json
+import re
+import threading
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+TOKEN = "dayone-test-token"
+_CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
+_APPS = re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/(?P<res>deployments)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$")
+KINDS = {"pods": ("v1", "Pod"), "services": ("v1", "Service"), "events": ("v1", "Event"), "deployments": ("apps/v1", "Deployment")}
+
+
+def rfc3339(t: dt.datetime | None = None) -> str:
+    return (t or dt.datetime.now(dt.timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _matches_labels(labels: dict[str, str], selector: str | None) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        term = term.strip()
+        if "!=" in term:
+            k, v = term.split("!=", 1)
+            if labels.get(k) == v:
+                return False
+        elif "=" in term:
+            k, v = term.split("==", 1) if "==" in term else term.split("=", 1)
+            if labels.get(k) != v:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field(obj: dict[str, Any], path: str) -> Any:
+    for part in path.split("."):
+        obj = (obj or {}).get(part)
+    return obj
+
+
+def _matches_fields(obj: dict[str, Any], selector: str | None) -> bool:
+    if not selector:
+        return True
+    for term in selector.split(","):
+        k, v = term.split("=", 1)
+        if str(_field(obj, k)) != v:
+            return False
+    return True
+
+
+class FakeApiServer:
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (resource, namespace, name)
+        self.logs: dict[tuple[str, str, str, bool], str] = {}  # (namespace, pod, container, previous)
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self._rv = itertools.count(1)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def kubeconfig(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "dayone", "user": {"token": TOKEN}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "dayone", "namespace": "default"}}],
+            "current-context": "fake",
+        }
+
+    # ---- what the tests read ---------------------------------------------------------------
+    def list(self, resource: str, namespace: str | None = None, selector: str | None = None) -> list[dict[str, Any]]:
+        with self.lock:
+            return [
+                copy.deepcopy(o)
+                for (res, ns, _), o in sorted(self.objects.items())
+                if res == resource and (namespace is None or ns == namespace)
+                and _matches_labels(o["metadata"].get("labels") or {}, selector)
+            ]
+
+    def get(self, resource: str, namespace: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            return copy.deepcopy(self.objects.get((resource, namespace, name)))
+
+    def created(self) -> list[dict[str, Any]]:
+        """Bodies of the create calls, in order: exactly what the client sent."""
+        return [r["body"] for r in self.requests if r["method"] == "POST"]
+
+    # ---- controllers and kubelet, on the test's command ---------------------------------------
+    def _store(self, resource: str, obj: dict[str, Any]) -> dict[str, Any]:
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", str(uuid.uuid4()))
+        meta.setdefault("creationTimestamp", rfc3339())
+        meta["resourceVersion"] = str(next(self._rv))
+        self.objects[(resource, meta["namespace"], meta["name"])] = obj
+        return obj
+
+    def start_pod(self, namespace: str, deployment: str, *, waiting: tuple[str, str] | None = None,
+                  running: bool = False, ready: bool = False, restart_count: int = 0,
+                  last_terminated: dict[str, Any] | None = None, unschedulable_since: dt.datetime | None = None) -> str:
+        """Create the pod the Deployment's ReplicaSet would make, in the given state."""
+        with self.lock:
+            dep = self.objects[("deployments", namespace, deployment)]
+            template = copy.deepcopy(dep["spec"]["template"])
+            name = f"{deployment}-{uuid.uuid4().hex[:10]}-{uuid.uuid4().hex[:5]}"
+            container = template["spec"]["containers"][0]
+            if unschedulable_since is not None:
+                status = {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                                    "lastTransitionTime": rfc3339(unschedulable_since)}],
+                }
+            else:
+                if waiting:
+                    state = {"waiting": {"reason": waiting[0], "message": waiting[1]}}
+                elif running:
+                    state = {"running": {"startedAt": rfc3339()}}
+                else:
+                    state = {"waiting": {"reason": "ContainerCreating"}}
+                cs = {"name": container["name"], "image": container["image"], "imageID": "", "ready": ready,
+                      "restartCount": restart_count, "started": running, "state": state}
+                if last_terminated:
+                    cs["lastState"] = {"terminated": last_terminated}
+                status = {
+                    "phase": "Running" if running else "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "True", "lastTransitionTime": rfc3339()}],
+                    "containerStatuses": [cs],
+                }
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": template["metadata"]["labels"],
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment,
+                                         "uid": dep["metadata"]["uid"], "controller": True}],
+                },
+                "spec": template["spec"],
+                "status": status,
+            }
+            self._store("pods", pod)
+            return name
+
+    def set_container_state(self, namespace: str, pod: str, **fields: Any) -> None:
+        with self.lock:
+            cs = self.objects[("pods", namespace, pod)]["status"]["containerStatuses"][0]
+            cs.update(fields)
+
+    def set_available(self, namespace: str, deployment: str) -> None:
+        with self.lock:
+            dep = self.objects[("deployments", namespace, deployment)]
+            dep["status"] = {
+                "observedGeneration": dep["metadata"]["generation"],
+                "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
+                "conditions": [
+                    {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                    {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+                ],
+            }
+
+    def add_event(self, namespace: str, pod: str, reason: str, message: str, type_: str = "Warning", count: int = 1) -> None:
+        with self.lock:
+            name = f"{pod}.{uuid.uuid4().hex[:12]}"
+            self._store("events", {
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"name": name, "namespace": namespace},
+                "involvedObject": {"kind": "Pod", "name": pod, "namespace": namespace, "apiVersion": "v1"},
+                "reason": reason, "message": message, "type": type_, "count": count,
+                "firstTimestamp": rfc3339(), "lastTimestamp": rfc3339(),
+                "source": {"component": "kubelet"},
+            })
+
+    def set_log(self, namespace: str, pod: str, text: str, container: str = "engine", previous: bool = False) -> None:
+        self.logs[(namespace, pod, container, previous)] = text
+
+    # ---- the HTTP side ----------------------------------------------------------------------
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, code: int, doc: Any, content_type: str = "application/json") -> None:
+                body = doc.encode() if isinstance(doc, str) else json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _status(self, code: int, reason: str, message: str) -> None:
+                self._send(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                  "message": message, "reason": reason, "code": code})
+
+            def _handle(self) -> None:
+                url = urlparse(self.path)
+                query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw) if raw else None
+                server.requests.append({"method": self.command, "path": url.path, "query": query,
+                                        "body": copy.deepcopy(body)})
+                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                    return self._status(401, "Unauthorized", "Unauthorized")
+                m = _CORE.match(url.path) or _APPS.match(url.path)
+                if not m:
+                    return self._status(404, "NotFound", f"the server could not find the requested resource ({url.path})")
+                ns, res, name, sub = m.group("ns"), m.group("res"), m.group("name"), m.group("sub")
+                with server.lock:
+                    if name is None:
+                        return self._collection(ns, res, query, body)
+                    return self._item(ns, res, name, sub, query)
+
+            def _collection(self, ns: str, res: str, query: dict[str, str], body: Any) -> None:
+                api_version, kind = KINDS[res]
+                if self.command == "GET":
+                    items = [
+                        o for (r, n, _), o in sorted(server.objects.items())
+                        if r == res and n == ns
+                        and _matches_labels(o["metadata"].get("labels") or {}, query.get("labelSelector"))
+                        and _matches_fields(o, query.get("fieldSelector"))
+                    ]
+                    return self._send(200, {"kind": f"{kind}List", "apiVersion": api_version,
+                                            "metadata": {"resourceVersion": str(next(server._rv))}, "items": items})
+                if self.command == "POST":
+                    meta = body.setdefault("metadata", {})
+                    if meta.get("namespace", ns) != ns:
+                        return self._status(400, "BadRequest", "the namespace of the object does not match the request")
+                    meta["namespace"] = ns
+                    if (res, ns, meta.get("name")) in server.objects:
+                        return self._status(409, "AlreadyExists", f'{res} "{meta["name"]}" already exists')
+                    if res == "deployments":
+                        meta["generation"] = 1
+                        body["status"] = {}
+                    if res == "services":
+                        body["spec"]["clusterIP"] = "10.96.0.10"
+                    return self._send(201, server._store(res, body))
+                return self._status(405, "MethodNotAllowed", self.command)
+
+            def _item(self, ns: str, res: str, name: str, sub: str | None, query: dict[str, str]) -> None:
+                key = (res, ns, name)
+                obj = server.objects.get(key)
+                if obj is None:
+                    return self._status(404, "NotFound", f'{res} "{name}" not found')
+                if sub == "log":
+                    container = query.get("container") or obj["spec"]["containers"][0]["name"]
+                    previous = query.get("previous") in ("1", "t", "T", "true", "True", "TRUE")  # Go strconv.ParseBool
+                    text = server.logs.get((ns, name, container, previous))
+                    if text is None:
+                        what = "previous terminated container" if previous else "container"
+                        return self._status(400, "BadRequest", f'{what} "{container}" in pod "{name}" not found')
+                    return self._send(200, text, "text/plain")
+                if self.command == "GET":
+                    return self._send(200, obj)
+                if self.command == "DELETE":
+                    del server.objects[key]
+                    if res == "deployments":  # the garbage collector removes what the Deployment owned
+                        uid = obj["metadata"]["uid"]
+                        for k, o in list(server.objects.items()):
+                            if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or []):
+                                del server.objects[k]
+                    return self._send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                            "details": {"name": name, "kind": res, "uid": obj["metadata"]["uid"]}})
+                return self._status(405, "MethodNotAllowed", self.command)
+
+            do_GET = do_POST = do_DELETE = _handle
+
+        return Handler

@@ -273,6 +273,9 @@ async def send_request(
         return _failed(spec, send_ts, t_send, parser, "timeout", msg, http_status)
     except StreamError as exc:
         return _failed(spec, send_ts, t_send, parser, "error", str(exc), http_status)
+    except aiohttp.ClientPayloadError as exc:  # the connection closed mid-body
+        msg = f"stream cut before [DONE] after {parser.events} events ({type(exc).__name__}: {exc})"
+        return _failed(spec, send_ts, t_send, parser, "error", msg, http_status)
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         return _failed(spec, send_ts, t_send, parser, "error", f"{type(exc).__name__}: {exc}", http_status)
     result = build_result(spec, send_ts, t_send, parser)

@@ -16,13 +16,16 @@ from typing import Any
 import httpx
 
 from tasks.context import StepContext
-from tasks.evidence.needles import LengthOverLimit, NeedleTrial, needle_request
+from tasks.evidence.needles import LengthOverLimit, NeedleTrial, needle_request, template_tokens_for
 from tasks.evidence.prompts import tokenize_counter
 
 SCENARIO = "boundary"
 CHECK = "boundary_restarts"
 DEPTH = 0.5
-READY_WAIT_S = 300.0  # after a failed request: how long the engine may take to come back
+READY_WAIT_S = 300.0  # after a request: how long the engine may take to come back
+# A crash can come moments after the answer (the seed's report: right after a cold prefill), and
+# a restart counter lags the crash: wait this long after each request before reading it.
+SETTLE_S = 5.0
 
 
 def _read(restart_count: Callable[[], int | None]) -> int | None:
@@ -62,7 +65,9 @@ def restarts_outcome(readings: list[dict[str, Any]]) -> tuple[str, str]:
     return "pass", "no restart across the boundary requests"
 
 
-def run_boundary(ctx: StepContext, restart_count: Callable[[], int | None]) -> list[dict]:
+def run_boundary(
+    ctx: StepContext, restart_count: Callable[[], int | None], settle_s: float = SETTLE_S
+) -> list[dict]:
     """Needle rows (scenario "boundary") plus one `boundary_restarts` check row; both written
     to partition "boundary" of their tables and returned, needles first."""
     spec = ctx.config.scenarios.boundary
@@ -75,6 +80,7 @@ def run_boundary(ctx: StepContext, restart_count: Callable[[], int | None]) -> l
             )
     ep = ctx.endpoint
     prompt_style = ctx.config.scenarios.long_context.prompt_style
+    wait_ready(ctx)  # an earlier step may have left the engine restarting
     needle_rows: list[dict] = []
     readings: list[dict[str, Any]] = []
     with (
@@ -82,19 +88,20 @@ def run_boundary(ctx: StepContext, restart_count: Callable[[], int | None]) -> l
         ctx.run_dir.rows("needles", ep.engine, SCENARIO) as out,
     ):
         count = tokenize_counter(client, ep.base_url, ep.adapter)
+        template_tokens = template_tokens_for(client, ctx, count)
         for n in spec.lengths:
             before = _read(restart_count)
             row = needle_request(
-                client, ctx, SCENARIO, NeedleTrial(n, DEPTH, 1, False), spec.output_tokens, prompt_style, count
+                client, ctx, SCENARIO, NeedleTrial(n, DEPTH, 1, False), spec.output_tokens, prompt_style, count,
+                template_tokens,
             )
-            ready_detail = None
-            if row["status"] != "ok":
-                _, ready_detail = wait_ready(ctx)  # a crash: let a supervisor bring it back first
-            after = _read(restart_count)
-            readings.append({"target_tokens": n, "before": before, "after": after, "status": row["status"],
-                             "passed": row["passed"], "ready_after_failure": ready_detail})
             out.write(row)
             needle_rows.append(row)
+            time.sleep(settle_s)
+            ready, ready_detail = wait_ready(ctx)  # after a crash, let a supervisor bring it back first
+            after = _read(restart_count)
+            readings.append({"target_tokens": n, "before": before, "after": after, "status": row["status"],
+                             "passed": row["passed"], "ready_after": ready, "ready_detail": ready_detail})
     outcome, reason = restarts_outcome(readings)
     check_row = {
         **ep.row_keys(SCENARIO),

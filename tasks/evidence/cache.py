@@ -17,6 +17,7 @@ import httpx
 from tasks.context import StepContext
 from tasks.evidence import metrics
 from tasks.evidence.prompts import FillerPool, calibrate, plain_text, tokenize_counter
+from tasks.evidence.needles import template_tokens_for
 from tasks.evidence.stream import excerpt, stream_post
 from tasks.staging import RowWriter
 
@@ -135,11 +136,12 @@ def run_prefix_cache(ctx: StepContext) -> dict[str, Any]:
         ctx.run_dir.rows("cache_trials", ep.engine, SCENARIO) as trials_out,
         ctx.run_dir.rows("server_metrics", ep.engine, SCENARIO) as metrics_out,
     ):
-        text_tokens = max(1, spec.prompt_tokens - ctx.config.model.template_overhead_tokens)
+        count = tokenize_counter(client, ep.base_url, adapter)
+        template_tokens = template_tokens_for(client, ctx, count)
         prompt = calibrate(
-            text_tokens,
+            max(1, spec.prompt_tokens - template_tokens),
             lambda words: plain_text(words) + CACHE_QUESTION,
-            tokenize_counter(client, ep.base_url, adapter),
+            count,
             FillerPool(CACHE_PROMPT_SEED),
         )
         payload = {
@@ -189,7 +191,8 @@ def run_prefix_cache(ctx: StepContext) -> dict[str, Any]:
             "cold_e2e_s": cold_e2e,
             "hot_e2e_median_s": statistics.median(hot_e2e) if hot_e2e else None,
             "prompt_tokens": trial_rows[0]["prompt_tokens"],
-            "calibrated_prompt_tokens": prompt.counted_tokens,
+            "prompt_text_tokens": prompt.counted_tokens,  # by the tokenize endpoint, template excluded
+            "template_tokens": template_tokens,
             "repeats": spec.repeats,
             "cache_cleared": cleared,
             "cache_clear_detail": excerpt(clear_detail),

@@ -17,7 +17,16 @@ from typing import Any
 import httpx
 
 from tasks.context import StepContext
-from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, find_code, make_code, needle_text, tokenize_counter
+from tasks.evidence.prompts import (
+    CalibrationError,
+    FillerPool,
+    calibrate,
+    find_code,
+    make_code,
+    measure_template_tokens,
+    needle_text,
+    tokenize_counter,
+)
 from tasks.evidence.stream import StreamResult, excerpt, stream_post
 
 SCENARIO = "long_context"
@@ -78,11 +87,15 @@ def needle_request(
     output_tokens: int,
     prompt_style: str,
     count: Callable[[str], int] | None,
+    template_tokens: int,
 ) -> dict[str, Any]:
-    """Clear the cache, send one needle prompt, and return its `needles` row."""
+    """Clear the cache, send one needle prompt, and return its `needles` row.
+
+    `template_tokens` is what the chat template adds (measured, see `template_tokens_for`).
+    """
     ep = ctx.endpoint
     code = make_code(f"{trial.target_tokens}:{trial.depth}")
-    overhead = ctx.config.model.template_overhead_tokens if prompt_style == "chat" else 0
+    overhead = template_tokens if prompt_style == "chat" else 0
     row: dict[str, Any] = {
         **ep.row_keys(scenario),
         "target_tokens": trial.target_tokens,
@@ -134,6 +147,13 @@ def needle_request(
     }
 
 
+def template_tokens_for(client: httpx.Client, ctx: StepContext, count: Callable[[str], int] | None) -> int:
+    """The chat template's tokens, measured where the engine can tokenize, else from the config."""
+    ep = ctx.endpoint
+    measured = measure_template_tokens(client, ep.base_url, ep.model, count)
+    return ctx.config.model.template_overhead_tokens if measured is None else measured
+
+
 def run_long_context(ctx: StepContext) -> list[dict]:
     """Every needle trial of the run config; writes and returns the `needles` rows."""
     spec = ctx.config.scenarios.long_context
@@ -145,8 +165,11 @@ def run_long_context(ctx: StepContext) -> list[dict]:
         ctx.run_dir.rows("needles", ep.engine, SCENARIO) as out,
     ):
         count = tokenize_counter(client, ep.base_url, ep.adapter)
+        template_tokens = template_tokens_for(client, ctx, count)
         for trial in trials:
-            row = needle_request(client, ctx, SCENARIO, trial, spec.output_tokens, spec.prompt_style, count)
+            row = needle_request(
+                client, ctx, SCENARIO, trial, spec.output_tokens, spec.prompt_style, count, template_tokens
+            )
             out.write(row)
             rows.append(row)
     return rows

@@ -178,3 +178,27 @@ def calibrate(
         if tokens > target_tokens:
             break
     return CalibratedPrompt(text(lo), lo, lo_tokens, False)
+
+
+TEMPLATE_PROBE = "Reply with one word."
+
+
+def measure_template_tokens(
+    client: httpx.Client, base_url: str, model: str, count: Callable[[str], int] | None
+) -> int | None:
+    """Tokens the chat template adds around a user message, measured: `usage.prompt_tokens` of a
+    1-token chat request minus the tokenize count of its text. None when either is unavailable
+    (the run config's template_overhead_tokens is used then)."""
+    if count is None:
+        return None
+    try:
+        r = client.post(
+            base_url.rstrip("/") + "/v1/chat/completions",
+            json={"model": model, "messages": [{"role": "user", "content": TEMPLATE_PROBE}], "max_tokens": 1},
+        )
+        prompt_tokens = (r.json().get("usage") or {}).get("prompt_tokens") if r.status_code == 200 else None
+        if prompt_tokens is None:
+            return None
+        return max(0, int(prompt_tokens) - count(TEMPLATE_PROBE))
+    except (httpx.HTTPError, ValueError, CalibrationError):
+        return None

@@ -194,7 +194,7 @@ class EngineReadySensor(BaseSensorOperator):
         self.poll_interval_s = poll_interval_s
 
     def _deployment(self, context: Any) -> tuple[Any, Any, Any]:
-        from airflow.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowSkipException
 
         from tasks.targets.base import Deployment
 
@@ -223,7 +223,7 @@ class EngineReadySensor(BaseSensorOperator):
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=timeout_s + 300))
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        from airflow.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowException
 
         from tasks.steps import record_ready
 
@@ -241,7 +241,7 @@ class EngineReadySensor(BaseSensorOperator):
 
     def poke(self, context: Any) -> bool:
         """The same judgement without deferral (one check per poke), for setups with no triggerer."""
-        from airflow.exceptions import AirflowException
+        from airflow.sdk.exceptions import AirflowException
 
         from tasks.engines import adapter_for
 

@@ -1,0 +1,159 @@
+"""The Airflow side: the deferrable readiness sensor and its trigger (AsyncKubernetesHook,
+kubernetes_asyncio), teardown and cleanup operators, and the in-cluster runner pod."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+
+import kubernetes_validate
+import pytest
+from airflow.sdk.exceptions import AirflowException, TaskDeferred
+from k8s_helpers import CONN_ID, MODEL, later, run_config
+
+from dayone_airflow.glue import dayone_run_id
+from dayone_airflow.kubernetes import (
+    FAILED,
+    READY,
+    TIMEOUT,
+    EngineReadySensor,
+    EngineReadyTrigger,
+    TeardownRunOperator,
+    hook_api_client,
+    runner_pod_operator,
+)
+from tasks.staging import RunDir
+from tasks.targets import kubernetes as k8s_target
+from tasks.targets.kubernetes import KubernetesTarget
+
+NS = "bench"
+AIRFLOW_RUN_ID = "manual__2026-11-30T08:00:00+00:00"
+
+
+def trigger_for(dep, timeout_s=30.0, dialect="sglang"):
+    return EngineReadyTrigger(
+        kubernetes_conn_id=CONN_ID, namespace=NS, deployment=dep.handle["deployment"], selector=dep.handle["selector"],
+        base_url=dep.base_url, dialect=dialect, model=MODEL, timeout_s=timeout_s, poll_interval_s=0.05,
+    )
+
+
+async def first_event(trigger):
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("the trigger yielded nothing")
+
+
+@pytest.fixture
+def deployed(kube_conn, engine_url, tmp_path, monkeypatch):
+    """The sglang engine of the Airflow run, deployed through the target as the deploy step does."""
+    run_id = dayone_run_id(AIRFLOW_RUN_ID)
+    monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path / "runs"))
+    config = run_config(run_id=run_id, engines=("sglang",))
+    target = KubernetesTarget(api_client=hook_api_client, service_url=lambda name, ns, port: engine_url)
+    engine = config.engines[0]
+    dep = target.deploy(config, engine, RunDir(run_id), target.pin(config, engine))
+    return config, dep
+
+
+def test_trigger_serializes_to_an_importable_class(deployed):
+    _, dep = deployed
+    trigger = trigger_for(dep)
+    path, kwargs = trigger.serialize()
+    module, _, cls = path.rpartition(".")
+    rebuilt = getattr(importlib.import_module(module), cls)(**kwargs)
+    assert isinstance(rebuilt, EngineReadyTrigger)
+    assert rebuilt.serialize() == (path, kwargs)
+    assert path == "dayone_airflow.kubernetes.EngineReadyTrigger"
+
+
+def test_trigger_reports_ready_once_the_rollout_is_available_and_the_engine_serves(apiserver, deployed):
+    _, dep = deployed
+    name = dep.handle["deployment"]
+    later(0.4, lambda: (apiserver.start_pod(NS, name, running=True, ready=True), apiserver.set_available(NS, name)))
+    event = asyncio.run(first_event(trigger_for(dep)))
+    assert event["status"] == READY, event
+    assert event["waited_s"] >= 0.4
+    assert "1-token generation passed" in event["message"]
+
+
+def test_trigger_fails_fast_on_an_image_pull_error_with_the_event(apiserver, deployed):
+    _, dep = deployed
+    pod = apiserver.start_pod(NS, dep.handle["deployment"], waiting=("ErrImagePull", "rpc error: code = NotFound"))
+    apiserver.add_event(NS, pod, "Failed", "Failed to pull image: example.org/sglang@sha256:1111: not found")
+    started = time.monotonic()
+    event = asyncio.run(first_event(trigger_for(dep, timeout_s=600)))
+    assert time.monotonic() - started < 5
+    assert event["status"] == FAILED
+    assert "ErrImagePull" in event["message"]
+    assert "Warning Failed: Failed to pull image: example.org/sglang@sha256:1111: not found" in event["message"]
+
+
+def test_trigger_times_out_with_the_last_state(apiserver, deployed):
+    _, dep = deployed
+    apiserver.start_pod(NS, dep.handle["deployment"], running=True)
+    event = asyncio.run(first_event(trigger_for(dep, timeout_s=0.5)))
+    assert event["status"] == TIMEOUT
+    assert "0/1 replicas ready" in event["message"]
+
+
+def _context(config):
+    return {"params": config.model_dump(mode="json", exclude={"run_id"}), "run_id": AIRFLOW_RUN_ID}
+
+
+def test_sensor_defers_to_the_trigger_and_marks_the_engine_ready(apiserver, deployed):
+    config, dep = deployed
+    sensor = EngineReadySensor(task_id="wait_ready", engine="sglang", poll_interval_s=0.05)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(_context(config))
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, EngineReadyTrigger)
+    assert trigger.timeout_s == config.kubernetes.startup_timeout_s == 1800
+    assert (trigger.namespace, trigger.deployment, trigger.base_url) == (NS, dep.handle["deployment"], dep.base_url)
+    name = dep.handle["deployment"]
+    apiserver.start_pod(NS, name, running=True, ready=True)
+    apiserver.set_available(NS, name)
+    event = asyncio.run(first_event(trigger))
+    result = sensor.execute_complete(_context(config), event)
+    assert result["ready"] is True
+    assert RunDir(config.run_id).read_json("state/sglang/ready.json")["ready"] is True
+
+
+def test_sensor_failure_raises_and_records_the_reason(deployed):
+    config, _ = deployed
+    sensor = EngineReadySensor(task_id="wait_ready", engine="sglang")
+    event = {"status": FAILED, "message": "pod x container engine: ImagePullBackOff", "waited_s": 1.0}
+    with pytest.raises(AirflowException, match="ImagePullBackOff"):
+        sensor.execute_complete(_context(config), event)
+    ready = RunDir(config.run_id).read_json("state/sglang/ready.json")
+    assert ready["ready"] is False and "ImagePullBackOff" in ready["detail"]
+
+
+def test_teardown_operator_deletes_every_object_of_the_run(apiserver, deployed, monkeypatch):
+    config, dep = deployed
+    monkeypatch.setattr(k8s_target, "_defaults", dict(k8s_target._defaults))  # use_airflow_connections edits them
+    apiserver.start_pod(NS, dep.handle["deployment"], running=True)
+    deleted = TeardownRunOperator(task_id="teardown").execute(_context(config))
+    assert sorted(d.split("/")[0] for d in deleted) == ["Deployment", "Service"]
+    for kind in ("deployments", "services", "pods"):
+        assert apiserver.list(kind, NS) == [], kind
+
+
+@pytest.mark.parametrize("kube_version", ["1.30.0", "1.33.0", "1.37.0"])
+def test_runner_pod_is_valid_and_locked_down(kube_conn, kube_version):
+    op = runner_pod_operator(task_id="bench_short", arguments=["step", "short", "--engine", "sglang"],
+                             image="registry.example.org/dayone-runner@sha256:" + "3" * 64, namespace=NS,
+                             kubernetes_conn_id=kube_conn)
+    pod = op.build_pod_request_obj()
+    from kubernetes.client import ApiClient
+
+    doc = ApiClient().sanitize_for_serialization(pod)
+    doc.setdefault("apiVersion", "v1")
+    doc.setdefault("kind", "Pod")
+    kubernetes_validate.validate(doc, kube_version, strict=True)
+    container = doc["spec"]["containers"][0]
+    assert container["command"] == ["dayone"] and container["args"][:2] == ["step", "short"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert doc["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert doc["spec"]["automountServiceAccountToken"] is False
+    assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dayone"

@@ -127,15 +127,17 @@ class KubernetesTarget:
     def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any]) -> Deployment:
         run_id = config.run_id or run_dir.run_id
         config = config if config.run_id else config.model_copy(update={"run_id": run_id})
-        self.teardown(config, engine.name, run_dir)  # a retry replaces what an earlier try made
         objects = render_engine(config, engine, pinned)
         k8s = config.kubernetes
+        name = object_name(run_id, engine.name)
+        if config.dry_run:
+            return self._dry_run(config, engine, run_dir, pinned, objects)
+        self.teardown(config, engine.name, run_dir)  # a retry replaces what an earlier try made
         try:
             created = api.create_objects(self.client(k8s.conn_id), objects)
         except Exception as exc:
             raise DeployError(f"engine {engine.name}: creating its objects in namespace {k8s.namespace} failed: {exc}") from exc
         run_dir.write_json(f"k8s/{engine.name}.json", _without_env_values(objects))
-        name = object_name(run_id, engine.name)
         port = adapter_for(engine.dialect).default_port
         dep = Deployment(
             engine=engine.name,
@@ -150,6 +152,30 @@ class KubernetesTarget:
                 "selector": run_selector(run_id, engine.name),
                 "objects": created,
             },
+        )
+        dep.save(run_dir)
+        return dep
+
+    def _dry_run(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any],
+                 objects: list[dict[str, Any]]) -> Deployment:
+        """Render and check everything, apply nothing: the objects land in k8s/<engine>.yaml."""
+        import yaml
+
+        from tasks.k8s.manifests import validate_objects
+
+        validate_objects(objects)
+        path = run_dir.path / "k8s" / f"{engine.name}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump_all(_without_env_values(objects), sort_keys=False), encoding="utf-8")
+        run_dir.write_json(f"k8s/{engine.name}.json", _without_env_values(objects))
+        name = object_name(config.run_id or run_dir.run_id, engine.name)
+        dep = Deployment(
+            engine=engine.name,
+            base_url=self._service_url(name, config.kubernetes.namespace, adapter_for(engine.dialect).default_port),
+            image_digest=pinned["platform_digest"],
+            identity=pinned.get("identity", {}),
+            handle={"dry_run": True, "namespace": config.kubernetes.namespace, "deployment": name,
+                    "rendered": str(path)},
         )
         dep.save(run_dir)
         return dep
@@ -170,6 +196,10 @@ class KubernetesTarget:
         return f"engine {deployment.engine}: {state.reason}. Events: {events}"
 
     def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+        if deployment.handle.get("dry_run"):
+            raise DeployError(
+                f"engine {deployment.engine}: dry run, nothing was deployed (objects in {deployment.handle['rendered']})"
+            )
         adapter = adapter_for(config.engine(deployment.engine).dialect)
         return asyncio.run(self._wait_ready(adapter, deployment, config.model.name, timeout_s))
 
@@ -214,6 +244,8 @@ class KubernetesTarget:
     def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> list[str]:
         """Delete everything labelled with this run and engine; safe when nothing is there."""
         k8s = config.kubernetes
+        if config.dry_run:
+            return []  # a dry run applied nothing and may have no cluster to talk to
         return api.delete_selected(self.client(k8s.conn_id), k8s.namespace, run_selector(config.run_id or run_dir.run_id, engine))
 
     def teardown_run(self, config: RunConfig, run_id: str | None = None) -> list[str]:

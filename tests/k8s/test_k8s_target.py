@@ -208,3 +208,19 @@ def test_cleanup_removes_only_dayone_objects_older_than_the_age(apiserver, targe
     assert sorted(deleted) == ["Deployment/dayone-sglang-run-1", "Service/dayone-sglang-run-1"]
     assert [d["metadata"]["name"] for d in apiserver.list("deployments", NS)] == ["not-dayone"]
     assert apiserver.list("services", NS) == [] and apiserver.list("pods", NS) == []
+
+
+def test_dry_run_renders_and_checks_everything_and_applies_nothing(apiserver, target, run_dir):
+    config = run_config().model_copy(update={"dry_run": True})
+    spec = config.engine("vllm")
+    dep = target.deploy(config, spec, run_dir, target.pin(config, spec))
+    assert apiserver.requests == []  # not even a read
+    import yaml
+
+    docs = list(yaml.safe_load_all((run_dir.path / "k8s" / "vllm.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["Deployment", "Service"]
+    assert docs[0]["spec"]["template"]["spec"]["containers"][0]["image"].endswith("@sha256:" + "2" * 64)
+    with pytest.raises(DeployError, match="dry run, nothing was deployed"):
+        target.wait_ready(config, dep, timeout_s=5)
+    assert target.teardown(config, "vllm", run_dir) == []
+    assert apiserver.requests == []

@@ -67,16 +67,21 @@ class Record:
     last_event_ts: float | None = None
     e2e_s: float | None = None
     finish_reason: str | None = None
+    # Kept on the monotonic clock while streaming (cheap); as_dict() turns them into epoch times.
     event_ts: list[float] = field(default_factory=list)
     event_scheduled_ts: list[float | None] = field(default_factory=list)
     event_kinds: list[str] = field(default_factory=list)
     event_tokens: list[int] = field(default_factory=list)
     faults: list[str] = field(default_factory=list)
     quirks: list[str] = field(default_factory=list)
+    clock_offset: float = 0.0  # epoch - monotonic
 
     def as_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
+        off = d.pop("clock_offset")
         d["shape"] = list(self.shape) if self.shape else None
+        d["event_ts"] = [t + off for t in self.event_ts]
+        d["event_scheduled_ts"] = [None if t is None else t + off for t in self.event_scheduled_ts]
         return d
 
 
@@ -170,7 +175,7 @@ class Engine:
                 self.hist["ttft"].observe(record.ttft_s)
             if record.e2e_s is not None:
                 self.hist["e2e"].observe(record.e2e_s)
-            outs = [t for t, k in zip(record.event_ts, record.event_kinds) if k == "output"]
+            outs = [t for t, k in zip(record.event_ts, record.event_kinds) if k == "output"]  # monotonic
             for a, b in zip(outs, outs[1:]):
                 self.hist["itl"].observe(b - a)
         crash_after = self.profile.faults.crash_after_requests

@@ -5,6 +5,7 @@ plus /sim/state and /sim/requests, the ground truth of what the server really di
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import signal
@@ -210,7 +211,8 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         return error_response(dialect, 503, "The engine is not ready yet (still starting).", _kind(503), request_id)
 
     engine.arrivals += 1
-    record = Record(request_id, "chat" if chat else "completions", stream, engine.epoch(arrival))
+    record = Record(request_id, "chat" if chat else "completions", stream, engine.epoch(arrival),
+                    clock_offset=engine.epoch_offset)
     engine.record(record)
 
     def fail(status: int, message: str, fault: str | None = None) -> web.Response:
@@ -248,6 +250,12 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     if stream:
         return await stream_answer(request, engine, record, body, prompt, answer, chat, echo, arrival)
     return await full_answer(engine, record, prompt, answer, chat, echo, arrival)
+
+
+@functools.lru_cache(maxsize=4096)
+def _json_text(text: str) -> str:
+    """JSON string literal of a streamed piece (output words repeat, so this is mostly a lookup)."""
+    return json.dumps(text)
 
 
 def _usage(engine: Engine, record: Record, answer: Answer) -> dict[str, Any]:
@@ -370,20 +378,21 @@ async def stream_answer(
         number = engine.streams
         due = engine.admit(record, prompt.tokens, admit)
 
+        event_ts, event_planned = record.event_ts, record.event_scheduled_ts
+        event_kinds, event_tokens = record.event_kinds, record.event_tokens
+
         def sent(kind: str, tokens: int, scheduled: float | None, at: float) -> None:
             """Record an event; `at` is taken just before the write, so no client sees it earlier."""
-            t = engine.epoch(at)
-            record.event_ts.append(t)
-            record.event_scheduled_ts.append(None if scheduled is None else engine.epoch(scheduled))
-            record.event_kinds.append(kind)
-            record.event_tokens.append(tokens)
-            if record.first_event_ts is None:
-                record.first_event_ts = t
+            event_ts.append(at)
+            event_planned.append(scheduled)
+            event_kinds.append(kind)
+            event_tokens.append(tokens)
 
         if chat:
             at = mono()
             await resp.write(f'data: {head}{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode())
             sent("role", 0, None, at)
+            record.first_event_ts = engine.epoch(at)
 
         faults, quirks = p.faults, p.quirks
         unstreamed = bool(quirks.unstreamed_every_nth and number % quirks.unstreamed_every_nth == 0)
@@ -397,6 +406,7 @@ async def stream_answer(
         if reasoning_key == "content" and answer.reasoning and quirks.reasoning_inline:
             record.quirks.append("reasoning_inline")
         last = len(events) - 1
+        finish_json = json.dumps(answer.finish_reason)
         opened_think = False
         for i, (name, text, tokens) in enumerate(events):
             if i:
@@ -413,7 +423,7 @@ async def stream_answer(
                 if transport is not None:
                     transport.close()
                 return resp
-            finish = answer.finish_reason if i == last else None
+            finish = finish_json if i == last else "null"
             if chat:
                 if name == "tool_header":
                     t = answer.tool or {}
@@ -437,25 +447,28 @@ async def stream_answer(
                         delta = {reasoning_key: text}
                 else:
                     delta = {"content": text}
-                payload = f'{head}{json.dumps(delta)},"logprobs":null,"finish_reason":{json.dumps(finish)}}}]}}'
+                payload = f'{head}{json.dumps(delta)},"logprobs":null,"finish_reason":{finish}}}]}}'
             else:
                 piece = "" if unstreamed and i != last else (text if not unstreamed else "".join(answer.content))
                 if i == 0 and echo:
                     piece = echo + piece
-                payload = f'{head}{json.dumps(piece)},"logprobs":null,"finish_reason":{json.dumps(finish)}}}]}}'
+                payload = f'{head}{_json_text(piece)},"logprobs":null,"finish_reason":{finish}}}]}}'
             if i == malformed_at:
                 payload = payload[: len(payload) // 2]
                 record.faults.append("malformed_sse")
             at = mono()
             await resp.write(b"data: " + payload.encode() + b"\n\n")
             sent("output", tokens, due, at)
+            if record.first_event_ts is None:
+                record.first_event_ts = engine.epoch(at)
             if record.first_output_ts is None:
-                record.first_output_ts = record.event_ts[-1]
-                record.ttft_s = record.first_output_ts - engine.epoch(arrival)
+                record.first_output_ts = engine.epoch(at)
+                record.ttft_s = at - arrival
         record.completion_tokens = answer.completion_tokens
         record.finish_reason = answer.finish_reason
-        record.last_event_ts = record.event_ts[-1] if record.event_ts else None
-        record.e2e_s = None if record.last_event_ts is None else record.last_event_ts - engine.epoch(arrival)
+        if event_ts:
+            record.last_event_ts = engine.epoch(event_ts[-1])
+            record.e2e_s = event_ts[-1] - arrival
         if include_usage:
             if quirks.usage_missing:
                 record.quirks.append("usage_missing")

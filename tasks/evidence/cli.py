@@ -110,6 +110,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output-tokens", type=int, help="max output tokens per needle (default 128)")
     p.add_argument("--prompt-style", choices=("chat", "completion"), help="chat (default) or completion")
     p.add_argument("--boundary", help="also run the boundary re-test at these lengths, e.g. 261000,263000,289000")
+    p.add_argument("--settle-s", type=float, default=5.0,
+                   help="boundary: seconds to wait after each request before reading the restart count (default 5)")
     p.set_defaults(run=run_longctx)
 
     c = subparsers.add_parser(
@@ -147,7 +149,9 @@ def run_longctx(args: argparse.Namespace) -> int:
     boundary_rows: list[dict] = []
     if args.boundary:
         # An external endpoint's restarts are only known when it is DayOne's simulator.
-        boundary_rows = run_boundary(ctx, lambda: SimLauncher().restart_count(args.endpoint.rstrip("/")))
+        boundary_rows = run_boundary(
+            ctx, lambda: SimLauncher().restart_count(args.endpoint.rstrip("/")), settle_s=args.settle_s
+        )
     counts = write_tables(ctx, out, ("needles", "checks") if args.boundary else ("needles",))
     print(f"{ctx.endpoint.engine} needles: target tokens | prompt tokens | depth | attempt | TTFT s | passed | answer")
     for r in rows + [r for r in boundary_rows if "depth" in r]:

@@ -223,8 +223,9 @@ class RegistryClient:
         _check_status(r, self.registry, path)
         digest = r.headers.get("docker-content-digest")
         media_type = _media_type(r)
-        if digest and media_type not in INDEX_TYPES:
+        if digest and media_type in MANIFEST_TYPES:
             return digest, media_type, None, None
+        # An index (its entries are needed), no digest header, or no usable content type: read it.
         body, raw, media_type, digest = self._get_manifest(repository, digest or reference)
         return digest, media_type, body, raw
 
@@ -244,7 +245,9 @@ class RegistryClient:
             body = json.loads(raw)
         except ValueError as exc:
             raise RegistryError(f"registry {self.registry}: manifest {repository}:{reference} is not JSON") from exc
-        media_type = _media_type(r) or body.get("mediaType", "")
+        media_type = body.get("mediaType") or _media_type(r)
+        if media_type not in INDEX_TYPES + MANIFEST_TYPES and "manifests" in body:
+            media_type = OCI_INDEX  # an index served without a media type
         return body, raw, media_type, computed
 
     def blob(self, repository: str, digest: str) -> bytes:

@@ -293,7 +293,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture()
 def digestless_proxy(registry: Registry):
-    """A reverse proxy to the registry that drops Docker-Content-Digest, as some mirrors do."""
+    """A reverse proxy to the registry that drops Docker-Content-Digest and the manifest media type."""
     upstream = httpx.Client(base_url=f"http://{registry.host}", timeout=30)
 
     class Handler(BaseHTTPRequestHandler):
@@ -305,6 +305,8 @@ def digestless_proxy(registry: Registry):
             r = upstream.request(self.command, self.path, headers=headers)
             self.send_response(r.status_code)
             for k, v in r.headers.items():
+                if k.lower() == "content-type" and "/manifests/" in self.path:
+                    v = "application/octet-stream"  # and no media type either
                 if k.lower() not in ("docker-content-digest", "transfer-encoding", "connection", "content-length"):
                     self.send_header(k, v)
             body = b"" if self.command == "HEAD" else r.content

@@ -73,6 +73,11 @@ def test_missing_digest_header_falls_back_to_hashing_the_manifest(registry, dige
     pinned = resolve(f"{digestless_proxy}/mirror/engine:v2")
     assert pinned.index_digest == pushed["index"]
     assert pinned.platform_digest == pushed["amd64"]
+    # a single-platform manifest through the same mirror is hashed as well
+    amd = registry.push_image("mirror/single", "amd64")
+    registry.push_manifest("mirror/single", "v1", *_manifest_doc(registry, "mirror/single", amd))
+    single = resolve(f"{digestless_proxy}/mirror/single:v1")
+    assert (single.index_digest, single.platform_digest) == (None, amd["digest"])
 
 
 def test_unknown_image_is_named(registry):

@@ -34,7 +34,6 @@ from tasks.sim import content as answers
 from tasks.sim.tokenizer import decode, encode, pieces
 
 ENGINE = web.AppKey("engine", Engine)
-_DONE = b"data: [DONE]\n\n"
 mono = time.monotonic
 
 
@@ -351,119 +350,177 @@ async def full_answer(
         engine.finish(record)
 
 
+def _payloads(engine: Engine, answer: Answer, events: list[tuple[str, str, int]], chat: bool, echo: str,
+              unstreamed: bool) -> list[str]:
+    """The JSON body after `head` of every output event, in order."""
+    reasoning_key = _reasoning_target(engine)
+    inline = reasoning_key == "content"
+    whole_reasoning, whole_content = _inline(engine, answer)
+    last = len(events) - 1
+    finish_json = json.dumps(answer.finish_reason)
+    out = []
+    for i, (name, text, _tokens) in enumerate(events):
+        finish = finish_json if i == last else "null"
+        if chat:
+            if name == "tool_header":
+                t = answer.tool or {}
+                delta = json.dumps({"tool_calls": [{"index": 0, "id": t.get("id"), "type": "function",
+                                                    "function": {"name": t.get("name"), "arguments": ""}}]})
+            elif name == "tool_args":
+                delta = json.dumps({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+            elif unstreamed:
+                whole: dict[str, str] = {"content": whole_content if i == last else ""}
+                if i == last and whole_reasoning:
+                    whole[reasoning_key] = whole_reasoning
+                delta = json.dumps(whole)
+            elif name == "reasoning" and inline:
+                first = i == 0 or events[i - 1][0] != "reasoning"
+                closes = i == last or events[i + 1][0] != "reasoning"
+                delta = '{"content":' + _json_text(("<think>" if first else "") + text + ("</think>" if closes else "")) + "}"
+            elif name == "reasoning":
+                delta = '{"' + reasoning_key + '":' + _json_text(text) + "}"
+            else:
+                delta = '{"content":' + _json_text(text) + "}"
+            out.append(f'{delta},"logprobs":null,"finish_reason":{finish}}}]}}')
+        else:
+            piece = ("".join(answer.content) if i == last else "") if unstreamed else text
+            if i == 0 and echo:
+                piece = echo + piece
+            out.append(f'{_json_text(piece)},"logprobs":null,"finish_reason":{finish}}}]}}')
+    return out
+
+
+def _frame(payload: str) -> bytes:
+    """One SSE event in HTTP/1.1 chunked framing (the response is chunked; written raw for speed)."""
+    data = b"data: " + payload.encode() + b"\n\n"
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+_WRITE_BUFFER_LIMIT = 1 << 20  # a client reading slower than this falls behind: stop writing and wait
+
+
 async def stream_answer(
     request: web.Request, engine: Engine, record: Record, body: dict[str, Any], prompt: Prompt,
     answer: Answer, chat: bool, echo: str, arrival: float,
 ) -> web.StreamResponse:
+    """Stream the answer. After admission, events are written by timer callbacks straight to the
+    transport (no task wake-up per event), which keeps send times within a fraction of a ms."""
     p = engine.profile
+    faults, quirks = p.faults, p.quirks
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                        "X-Request-Id": record.request_id})
+    resp.enable_chunked_encoding()
     await resp.prepare(request)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     created = int(time.time())
-    if chat:
-        head = (f'{{"id":"chatcmpl-{record.request_id}","object":"chat.completion.chunk","created":{created},'
-                f'"model":{json.dumps(p.model)},"choices":[{{"index":0,"delta":')
-    else:
-        head = (f'{{"id":"cmpl-{record.request_id}","object":"text_completion","created":{created},'
-                f'"model":{json.dumps(p.model)},"choices":[{{"index":0,"text":')
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    prefix = "chatcmpl" if chat else "cmpl"
+    head = (f'{{"id":"{prefix}-{record.request_id}","object":"{kind}","created":{created},'
+            f'"model":{json.dumps(p.model)},"choices":[{{"index":0,' + ('"delta":' if chat else '"text":'))
     events = _output_events(answer, p.tokens_per_event)
-    reasoning_key = _reasoning_target(engine)
-    timer = engine.timer
+    transport = request.transport
     await engine.acquire_slot()
     try:
         admit = mono()
         record.admit_ts, record.queue_wait_s = engine.epoch(admit), admit - arrival
         engine.streams += 1
         number = engine.streams
-        due = engine.admit(record, prompt.tokens, admit)
+        first_due = engine.admit(record, prompt.tokens, admit)
+        if transport is None or transport.is_closing():
+            raise ConnectionResetError("client closed the connection")
 
-        event_ts, event_planned = record.event_ts, record.event_scheduled_ts
-        event_kinds, event_tokens = record.event_kinds, record.event_tokens
-
-        def sent(kind: str, tokens: int, scheduled: float | None, at: float) -> None:
-            """Record an event; `at` is taken just before the write, so no client sees it earlier."""
-            event_ts.append(at)
-            event_planned.append(scheduled)
-            event_kinds.append(kind)
-            event_tokens.append(tokens)
-
-        if chat:
-            at = mono()
-            await resp.write(f'data: {head}{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]}}\n\n'.encode())
-            sent("role", 0, None, at)
-            record.first_event_ts = engine.epoch(at)
-
-        faults, quirks = p.faults, p.quirks
         unstreamed = bool(quirks.unstreamed_every_nth and number % quirks.unstreamed_every_nth == 0)
         malformed_at = len(events) // 2 if faults.malformed_sse_every_nth and number % faults.malformed_sse_every_nth == 0 else -1
         cut_at = max(1, len(events) // 2) if faults.cut_stream_every_nth and number % faults.cut_stream_every_nth == 0 else -1
         stall = faults.stall if faults.stall and number % faults.stall.every_nth == 0 else None
         if unstreamed:
             record.quirks.append("unstreamed")
-        gaps = _gaps(engine, record, len(events))
-        whole_reasoning, whole_content = _inline(engine, answer)
-        if reasoning_key == "content" and answer.reasoning and quirks.reasoning_inline:
+        if chat and answer.reasoning and quirks.reasoning_inline:
             record.quirks.append("reasoning_inline")
-        last = len(events) - 1
-        finish_json = json.dumps(answer.finish_reason)
-        opened_think = False
-        for i, (name, text, tokens) in enumerate(events):
-            if i:
-                due += gaps[i - 1]
-            if stall is not None and i == stall.after_events:
-                due += stall.seconds
-                record.faults.append("stall")
-            due = max(due, engine.blocked_until)
-            await timer.sleep_until(due)
-            if i == cut_at:
-                record.faults.append("cut_stream")
-                record.status, record.error = 200, "stream cut before [DONE] (faults.cut_stream_every_nth)"
-                transport = request.transport
-                if transport is not None:
-                    transport.close()
-                return resp
-            finish = finish_json if i == last else "null"
-            if chat:
-                if name == "tool_header":
-                    t = answer.tool or {}
-                    delta: dict[str, Any] = {"tool_calls": [{"index": 0, "id": t.get("id"), "type": "function",
-                                                             "function": {"name": t.get("name"), "arguments": ""}}]}
-                elif name == "tool_args":
-                    delta = {"tool_calls": [{"index": 0, "function": {"arguments": text}}]}
-                elif unstreamed:
-                    delta = {"content": ""}
-                    if i == last:
-                        delta = {"content": whole_content}
-                        if whole_reasoning:
-                            delta[reasoning_key] = whole_reasoning
-                elif name == "reasoning":
-                    if reasoning_key == "content":
-                        prefix = "" if opened_think else "<think>"
-                        opened_think = True
-                        suffix = "</think>" if i + 1 < len(events) and events[i + 1][0] != "reasoning" or i == last else ""
-                        delta = {"content": prefix + text + suffix}
-                    else:
-                        delta = {reasoning_key: text}
-                else:
-                    delta = {"content": text}
-                payload = f'{head}{json.dumps(delta)},"logprobs":null,"finish_reason":{finish}}}]}}'
-            else:
-                piece = "" if unstreamed and i != last else (text if not unstreamed else "".join(answer.content))
-                if i == 0 and echo:
-                    piece = echo + piece
-                payload = f'{head}{_json_text(piece)},"logprobs":null,"finish_reason":{finish}}}]}}'
-            if i == malformed_at:
-                payload = payload[: len(payload) // 2]
-                record.faults.append("malformed_sse")
-            at = mono()
-            await resp.write(b"data: " + payload.encode() + b"\n\n")
-            sent("output", tokens, due, at)
+        payloads = _payloads(engine, answer, events, chat, echo, unstreamed)
+        gaps = _gaps(engine, record, len(events))
+        event_ts, event_planned = record.event_ts, record.event_scheduled_ts
+        event_kinds, event_tokens = record.event_kinds, record.event_tokens
+
+        def send(kind: str, tokens: int, planned: float | None, frame: bytes) -> float:
+            at = mono()  # taken before the write: no client can see the event earlier
+            transport.write(frame)
+            event_ts.append(at)
+            event_planned.append(planned)
+            event_kinds.append(kind)
+            event_tokens.append(tokens)
             if record.first_event_ts is None:
                 record.first_event_ts = engine.epoch(at)
-            if record.first_output_ts is None:
-                record.first_output_ts = engine.epoch(at)
-                record.ttft_s = at - arrival
+            return at
+
+        if chat:
+            send("role", 0, None, _frame(head + '{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'))
+
+        finished: asyncio.Future[str] = engine.loop.create_future()
+        timer = engine.timer
+        state = {"i": 0, "due": first_due}
+
+        def step() -> None:
+            try:
+                if finished.done():
+                    return
+                if transport.is_closing():
+                    finished.set_result("gone")
+                    return
+                if transport.get_write_buffer_size() > _WRITE_BUFFER_LIMIT:
+                    timer.call_at(mono() + 0.001, step)  # the client is behind: wait for it
+                    return
+                i = state["i"]
+                if i == cut_at:
+                    transport.close()
+                    finished.set_result("cut")
+                    return
+                payload = payloads[i]
+                if i == malformed_at:
+                    frame = _frame((head + payload)[: (len(head) + len(payload)) // 2])
+                    record.faults.append("malformed_sse")
+                else:
+                    frame = _frame(head + payload)
+                at = send("output", events[i][2], state["due"], frame)
+                if record.first_output_ts is None:
+                    record.first_output_ts = engine.epoch(at)
+                    record.ttft_s = at - arrival
+                i += 1
+                state["i"] = i
+                if i == len(events):
+                    finished.set_result("done")
+                    return
+                due = state["due"] + gaps[i - 1]
+                if stall is not None and i == stall.after_events:
+                    due += stall.seconds
+                    record.faults.append("stall")
+                due = max(due, engine.blocked_until)
+                state["due"] = due
+                timer.call_at(due, step)
+            except Exception as exc:  # noqa: BLE001 - surfaces in the handler, not in the timer
+                if not finished.done():
+                    finished.set_exception(exc)
+
+        if not events:
+            finished.set_result("done")
+        else:
+            if stall is not None and stall.after_events == 0:
+                state["due"] += stall.seconds
+                record.faults.append("stall")
+            state["due"] = max(state["due"], engine.blocked_until)
+            timer.call_at(state["due"], step)
+        try:
+            outcome = await finished
+        except asyncio.CancelledError:
+            if not finished.done():
+                finished.set_result("cancelled")
+            raise
+        if outcome == "cut":
+            record.faults.append("cut_stream")
+            record.error = "stream cut before [DONE] (faults.cut_stream_every_nth)"
+            return resp
+        if outcome == "gone":
+            raise ConnectionResetError("client closed the connection")
         record.completion_tokens = answer.completion_tokens
         record.finish_reason = answer.finish_reason
         if event_ts:
@@ -474,17 +531,10 @@ async def stream_answer(
                 record.quirks.append("usage_missing")
             else:
                 usage = json.dumps(_usage(engine, record, answer))
-                obj = "chat.completion.chunk" if chat else "text_completion"
-                prefix = "chatcmpl" if chat else "cmpl"
-                at = mono()
-                await resp.write(
-                    f'data: {{"id":"{prefix}-{record.request_id}","object":"{obj}","created":{created},'
-                    f'"model":{json.dumps(p.model)},"choices":[],"usage":{usage}}}\n\n'.encode()
-                )
-                sent("usage", 0, None, at)
-        at = mono()
-        await resp.write(_DONE)
-        sent("done", 0, None, at)
+                send("usage", 0, None, _frame(
+                    f'{{"id":"{prefix}-{record.request_id}","object":"{kind}","created":{created},'
+                    f'"model":{json.dumps(p.model)},"choices":[],"usage":{usage}}}'))
+        send("done", 0, None, _frame("[DONE]"))
         await resp.write_eof()
     except (ConnectionResetError, ConnectionError) as exc:
         record.status, record.error = 499, f"client went away: {type(exc).__name__}"

@@ -99,7 +99,10 @@ class PreciseTimer:
         now = time.monotonic() + _EARLY_S
         while heap and heap[0][0] <= now:
             _, _, callback, args = heapq.heappop(heap)
-            callback(*args)
+            try:
+                callback(*args)
+            except Exception as exc:  # noqa: BLE001 - one bad callback must not stop the clock
+                self._loop.call_exception_handler({"message": "PreciseTimer callback failed", "exception": exc})
         if heap:
             self._arm(heap[0][0])
 

@@ -227,6 +227,7 @@ def run_aiperf(base: str, streams: int, duration_s: int, core: int | None) -> di
     cmd = [*taskset(core), str(venv / "bin" / "aiperf"), "profile", "--model", MODEL, "--tokenizer", str(tok),
            "--url", base, "--endpoint-type", "chat", "--streaming", "--concurrency", str(streams),
            "--isl", str(INPUT), "--isl-stddev", "0", "--osl", str(OUTPUT), "--output-tokens-stddev", "0",
+           "--extra-inputs", "ignore_eos:true",  # else the simulated model stops by itself at 16 tokens
            "--warmup-request-count", str(streams), "--benchmark-duration", str(duration_s), "--ui-type", "none",
            "--no-server-metrics", "--no-gpu-telemetry", "--output-artifact-dir", str(out)]
     t0 = time.monotonic()
@@ -256,7 +257,7 @@ def _metric(rec: dict[str, Any], name: str) -> float | None:
 
 
 def compare_aiperf(records: list[dict[str, Any]], truth: dict[str, dict[str, Any]], since: float, wall: float) -> dict[str, Any]:
-    ttft_err, tokens, missing, t_first, t_last = [], 0, 0, None, None
+    ttft_err, itl_err, tokens, missing, t_first, t_last = [], [], 0, 0, None, None
     for rec in records:
         meta = rec.get("metadata") or {}
         if meta.get("benchmark_phase", "profiling") != "profiling" or rec.get("error"):
@@ -269,6 +270,12 @@ def compare_aiperf(records: list[dict[str, Any]], truth: dict[str, dict[str, Any
             continue
         sim_out = [t for t, k in zip(g["event_ts"], g["event_kinds"]) if k == "output"]
         ttft_err.append(abs(ttft_ms / 1e3 - (sim_out[0] - g["arrival_ts"])))
+        # inter_chunk_latency: AIPerf's gaps between output chunks, aligned on the last chunk
+        gaps = [x / 1e3 for x in (_metric(rec, "inter_chunk_latency") or [])]
+        sim_gaps = [b - a for a, b in zip(sim_out, sim_out[1:])]
+        n = min(len(gaps), len(sim_gaps))
+        if n:
+            itl_err += [abs(a - b) for a, b in zip(gaps[-n:], sim_gaps[-n:])]
         tokens += int(_metric(rec, "output_sequence_length") or 0)
         start = meta.get("request_start_ns")
         end = meta.get("request_end_ns")
@@ -281,6 +288,7 @@ def compare_aiperf(records: list[dict[str, Any]], truth: dict[str, dict[str, Any
         "unmatched": missing,
         "tokens_per_s": tokens / span if span else None,
         "ttft_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(ttft_err).items()},
+        "itl_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(itl_err).items()},
     }
 
 
@@ -344,7 +352,9 @@ def main() -> None:
                 figures["aiperf"][c] = a
                 ratio = (a["ttft_err_ms"]["p99"] or 0) / max(d["ttft_err_ms"]["p99"] or 1e-9, 1e-9)
                 tps_ratio = (d["tokens_per_s"] or 0) / max(a["tokens_per_s"] or 1e-9, 1e-9)
-                print(f"  {c:>5} streams: AIPerf TTFT err p99 {_ms(a['ttft_err_ms'], 'p99')} ms vs DayOne "
+                print(f"  {c:>5} streams: AIPerf TTFT err p50 {_ms(a['ttft_err_ms'], 'p50')} / ITL err p99 "
+                      f"{_ms(a['itl_err_ms'], 'p99')} ms;"
+                      f" TTFT err p99 {_ms(a['ttft_err_ms'], 'p99')} ms vs DayOne "
                       f"{_ms(d['ttft_err_ms'], 'p99')} ms -> {ratio:.1f}x smaller; tok/s AIPerf "
                       f"{(a['tokens_per_s'] or 0):.0f} vs DayOne {d['tokens_per_s']:.0f} -> {tps_ratio:.2f}x "
                       f"(unmatched AIPerf records: {a['unmatched']})")

@@ -10,12 +10,17 @@ Timing, all from one monotonic clock (perf_counter), anchored to Unix time once 
 - TTFT: the first event carrying visible output (text, content, reasoning or a tool-call delta);
 - ITL: gaps between consecutive output events, with tokens per event where they can be known;
 - E2E: send to the last output event (the trailing usage-only event is excluded).
-Each event is stamped with the time the bytes that completed it were read.
+Each event is stamped with the time the socket read that completed it happened: the connection's
+protocol stamps every read as the event loop delivers it, before the reading coroutine gets its
+turn, so a burst of events on many streams does not delay the later streams' stamps. The send
+time is stamped when the request's bytes are handed to the socket (aiohttp's headers-sent hook,
+which fires right before the coalesced headers and body are written).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 
 from tasks.engines.base import EngineAdapter
 from tasks.load.stats import tpot
@@ -251,22 +257,28 @@ async def send_request(
     parser = StreamParser(adapter)
     clock = time.perf_counter
     http_status = None
-    send_ts = time.time()
-    t_send = clock()
+    sent = _SendStamp()
+    wall0, t0 = time.time(), clock()
+    send_ts, t_send = wall0, t0
     try:
         async with asyncio.timeout(timeout_s):
-            async with session.post(url, data=spec.payload, headers=headers) as resp:
+            async with session.post(url, data=spec.payload, headers=headers, trace_request_ctx=sent) as resp:
+                if sent.t is not None:  # the hook ran: the request left at sent.t, not at the call
+                    t_send = sent.t
+                    send_ts = wall0 + (t_send - t0)
                 http_status = resp.status
                 if resp.status != 200:
                     body = (await resp.read())[:500].decode("utf-8", "replace")
                     return _failed(spec, send_ts, t_send, parser, "error", f"HTTP {resp.status}: {body}", http_status)
+                proto = resp.connection.protocol if resp.connection is not None else None
+                stamp = proto.read_stamp if isinstance(proto, _StampedHandler) else clock
                 content = resp.content
                 feed = parser.feed
                 while True:
                     data = await content.readany()
                     if not data:
                         break
-                    feed(data, clock())
+                    feed(data, stamp())
                 parser.finish()
     except TimeoutError:
         msg = f"no complete response within {timeout_s:g} s ({len(parser.output_t)} output events received)"
@@ -292,10 +304,44 @@ def _failed(
     return r
 
 
+class _SendStamp:
+    __slots__ = ("t",)
+
+    def __init__(self) -> None:
+        self.t: float | None = None
+
+
+async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
+    holder = ctx.trace_request_ctx
+    if isinstance(holder, _SendStamp):
+        holder.t = time.perf_counter()
+
+
+class _StampedHandler(ResponseHandler):
+    """aiohttp's connection protocol, stamping each socket read when the loop delivers it."""
+
+    rx_t = 0.0
+
+    def data_received(self, data: bytes) -> None:
+        self.rx_t = time.perf_counter()
+        super().data_received(data)
+
+    def read_stamp(self) -> float:
+        # The bytes a read returns arrived by the latest socket read at the latest.
+        return self.rx_t or time.perf_counter()
+
+
 def new_session() -> aiohttp.ClientSession:
-    """A session whose keep-alive pool grows to one connection per request in flight."""
+    """A session whose keep-alive pool grows to one connection per request in flight, with the
+    read and send stamps above. Call it with the event loop running."""
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=False)
-    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None))
+    if hasattr(connector, "_factory"):  # private in aiohttp; without it reads are stamped on wake-up
+        connector._factory = functools.partial(_StampedHandler, loop=asyncio.get_running_loop())
+    trace = aiohttp.TraceConfig()
+    trace.on_request_headers_sent.append(_on_headers_sent)
+    return aiohttp.ClientSession(
+        connector=connector, timeout=aiohttp.ClientTimeout(total=None), trace_configs=[trace]
+    )
 
 
 OnResult = Callable[[RequestResult], Any]

@@ -2,7 +2,9 @@
 
 Prompts of exact length are random token IDs sent as a token-ID prompt to /v1/completions, so no
 tokenizer is needed; each engine's adapter adds the fields that force the output length. Every
-prompt is seeded from its request's place in the run, so a rerun sends the same bytes.
+prompt is seeded from its request's place in the run, so a rerun sends the same bytes. (Text
+prompts of exact length, calibrated through the engine's tokenize endpoint, are in
+tasks/evidence/prompts.py.)
 """
 
 from __future__ import annotations
@@ -14,13 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from tasks.engines.base import EngineAdapter
 from tasks.load.client import RequestSpec
 
 COMPLETIONS_PATH = "/v1/completions"
-CHAT_PATH = "/v1/chat/completions"
 # Token IDs drawn from here: above the special and byte tokens at the bottom of common
 # vocabularies, below the 32K size of the smallest common ones.
 TOKEN_ID_RANGE = (1000, 30000)
@@ -53,18 +52,6 @@ def completion_body(model: str, prompt_ids: Sequence[int], output_tokens: int, a
     return {
         "model": model,
         "prompt": list(prompt_ids),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": 0.0,
-        **adapter.exact_output_fields(output_tokens),
-    }
-
-
-def chat_body(model: str, text: str, output_tokens: int, adapter: EngineAdapter) -> dict[str, Any]:
-    """A streaming chat body with the output length forced."""
-    return {
-        "model": model,
-        "messages": [{"role": "user", "content": text}],
         "stream": True,
         "stream_options": {"include_usage": True},
         "temperature": 0.0,
@@ -113,41 +100,3 @@ def poisson_arrivals(count: int, rate_rps: float, seed: str | int) -> list[float
         out.append(t)
         t += rng.expovariate(rate_rps)
     return out
-
-
-# ---- text prompts for chat, calibrated through the engine's tokenize endpoint ------------------
-
-_WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet")
-
-
-def filler_text(n_words: int, seed: str | int) -> str:
-    rng = random.Random(seed)
-    return " ".join(rng.choice(_WORDS) for _ in range(n_words))
-
-
-def calibrate_text_prompt(
-    client: httpx.Client, base_url: str, adapter: EngineAdapter, model: str, target_tokens: int, seed: str | int = 0
-) -> tuple[str, int | None]:
-    """A text prompt of `target_tokens` tokens by the engine's own tokenizer, where it has a
-    tokenize endpoint; returns (text, measured tokens), or (text, None) when it cannot measure.
-
-    Starts at one word per token and corrects by the measured ratio, a few times at most.
-    """
-    words = max(target_tokens, 1)
-    text = filler_text(words, seed)
-    if adapter.tokenize_path is None:
-        return text, None
-    url = base_url.rstrip("/") + adapter.tokenize_path
-    measured = None
-    for _ in range(5):
-        r = client.post(url, json={"model": model, "prompt": text})
-        r.raise_for_status()
-        doc = r.json()
-        measured = doc.get("count")
-        if measured is None and isinstance(doc.get("tokens"), list):
-            measured = len(doc["tokens"])
-        if measured is None or measured == target_tokens:
-            break
-        words = max(1, words + round((target_tokens - measured) * words / max(measured, 1)))
-        text = filler_text(words, seed)
-    return text, measured

@@ -208,25 +208,33 @@ def teardown(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]
 # ---- after the engines ---------------------------------------------------------------------------
 
 
+def _planned(run_id: str) -> RunDir:
+    run_dir = RunDir(run_id)
+    if run_dir.read_json("manifest.json") is None:
+        raise NotAttempted(f"run {run_id} was never planned (its config was rejected); nothing to do")
+    return run_dir
+
+
 def validate(config: dict[str, Any], run_id: str) -> dict[str, Any]:
+    run_dir = _planned(run_id)
     from tasks.validate import validate_run
 
-    return validate_run(RunDir(run_id))
+    return validate_run(run_dir)
 
 
 def archive(config: dict[str, Any], run_id: str, s3: Any) -> dict[str, Any]:
     """Upload the run; `s3` is a boto3 S3 client built from the archive connection."""
+    run_dir = _planned(run_id)
     from tasks.archive import archive_run
 
-    cfg = load_config(config, run_id)
-    return archive_run(RunDir(run_id), cfg, s3)
+    return archive_run(run_dir, load_config(config, run_id), s3)
 
 
 def report(config: dict[str, Any], run_id: str, s3: Any) -> dict[str, Any]:
+    run_dir = _planned(run_id)
     from tasks.report import publish_report
 
-    cfg = load_config(config, run_id)
-    return publish_report(RunDir(run_id), cfg, s3)
+    return publish_report(run_dir, load_config(config, run_id), s3)
 
 
 # ---- helpers -------------------------------------------------------------------------------------

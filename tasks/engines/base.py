@@ -79,6 +79,9 @@ class EngineAdapter:
     # Fields of a message/delta that may carry reasoning text, read in this order.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = ()
+    # False where the server closes the connection after a streamed response although it
+    # answered keep-alive: a client must not reuse that connection (it fails on the next write).
+    keeps_alive_after_stream: ClassVar[bool] = True
 
     # ---- request shaping -------------------------------------------------------------
     def exact_output_fields(self, output_tokens: int) -> dict[str, Any]:

@@ -13,6 +13,8 @@ Verified against xllamacpp 2026.10.11549 (llama.cpp server, build b0-unknown):
 - `echo` on /v1/completions is ignored (the prompt never comes back); `min_tokens` is unknown,
   `ignore_eos` is honoured.
 - Reasoning, when the chat template has it, is split into `reasoning_content`.
+- After a streamed response the server closes the connection (cpp-httplib), although the
+  response said keep-alive: clients must open a new connection per streamed request.
 - Usage in streams only with stream_options.include_usage; usage carries
   prompt_tokens_details.cached_tokens; each response also has llama.cpp's own `timings`.
 """
@@ -42,6 +44,9 @@ class LlamaCppAdapter(EngineAdapter):
         queries="llamacpp:prompt_tokens_total", hits="llamacpp:prompt_tokens_cached_total"
     )
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content",)
+    # cpp-httplib closes the socket after a streamed response despite "Keep-Alive: timeout=5":
+    # a pooled connection then fails the next request ("Can not write request body").
+    keeps_alive_after_stream: ClassVar[bool] = False
     # llama.cpp tags each log line with a level letter: "0.00.004.154 W srv init: ...".
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = (
         _pattern("context_below_training", "info", r"n_ctx_seq \(\d+\) < n_ctx_train"),

@@ -7,7 +7,7 @@ Settings come from `engines[i].llamacpp` (every key optional):
 | model           | model.path or "smollm2" | "smollm2", "gemma3-270m" (see tasks/models.py) or a GGUF path   |
 | ctx_size        | 4096                    | KV cache size in tokens; with kv_unified every slot may use all |
 | parallel        | 1                       | slots: requests decoded together (continuous batching)          |
-| threads         | CPU count               | decode threads                                                  |
+| threads         | CPU count - 1 (min 1)   | decode threads; one core is left to DayOne's load client        |
 | threads_batch   | threads                 | prompt-processing threads                                       |
 | batch_size      | 2048                    | logical batch (n_batch)                                         |
 | ubatch_size     | 512                     | physical batch (n_ubatch)                                       |
@@ -58,7 +58,7 @@ _SETTINGS: dict[str, _Setting] = {
     "model": _Setting(str, None, help=f"use one of {', '.join(KNOWN_MODELS)} or a GGUF file path"),
     "ctx_size": _Setting(int, 4096, 256, help="give the KV cache size in tokens, e.g. 4096"),
     "parallel": _Setting(int, 1, 1, help="give the number of slots, an integer >= 1"),
-    "threads": _Setting(int, None, 1, help="give a thread count >= 1 (default: the CPU count)"),
+    "threads": _Setting(int, None, 1, help="give a thread count >= 1 (default: the CPU count minus one)"),
     "threads_batch": _Setting(int, None, 1, help="give a thread count >= 1 (default: threads)"),
     "batch_size": _Setting(int, 2048, 1, help="give an integer >= 1"),
     "ubatch_size": _Setting(int, 512, 1, help="give an integer >= 1, at most batch_size"),
@@ -110,7 +110,9 @@ def resolve_settings(config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
     if problems:
         raise LlamaCppSettingsError("; ".join(problems))
     out["model"] = out["model"] or config.model.path or "smollm2"
-    out["threads"] = out["threads"] or os.cpu_count() or 1
+    # One core stays with the client: llama.cpp's threads spin while waiting, and on an
+    # oversubscribed machine (2 cores: server + load generator) decode fell 20x with 2 threads.
+    out["threads"] = out["threads"] or max(1, (os.cpu_count() or 2) - 1)
     out["threads_batch"] = out["threads_batch"] or out["threads"]
     if out["ubatch_size"] > out["batch_size"]:
         raise LlamaCppSettingsError(

@@ -36,6 +36,10 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
 
     run_id = dayone_run_id(airflow_run_id)
     config = config_from_params(params)
+    if config.get("target") == "kubernetes":
+        from dayone_airflow.kubernetes import use_airflow_connections
+
+        use_airflow_connections()  # cluster and registry credentials from Airflow connections
     fn = steps.STEPS.get(step)
     if step in steps.PERF_SCENARIOS:
         fn, kwargs = steps.perf, {**kwargs, "scenario": step}

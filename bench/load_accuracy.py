@@ -131,7 +131,10 @@ def environment() -> dict[str, Any]:
 # ---- DayOne client worker (runs pinned in its own process) --------------------------------------
 
 
-def worker(url: str, streams: int, waves: int, out: str) -> None:
+REQUEST_S = TTFT_S + OUTPUT * ITL_S  # one request's nominal duration: the ramp that desynchronizes waves
+
+
+def worker(url: str, streams: int, waves: int, out: str, ramp: bool) -> None:
     from tasks.engines import adapter_for
     from tasks.load.client import new_session, run_async, run_closed_loop
     from tasks.load.plan import Shape, plan_requests
@@ -144,9 +147,10 @@ def worker(url: str, streams: int, waves: int, out: str) -> None:
 
     async def main() -> dict[str, Any]:
         async with new_session() as session:
-            await run_closed_loop(session, url, warm, streams, adapter, 60)  # connections open, caches warm
+            ramp_s = REQUEST_S if ramp else 0.0
+            await run_closed_loop(session, url, warm, streams, adapter, 60, ramp_s=ramp_s)  # connections open
             r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-            results = await run_closed_loop(session, url, specs, streams, adapter, 60)
+            results = await run_closed_loop(session, url, specs, streams, adapter, 60, ramp_s=ramp_s)
             r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
         cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
         return {
@@ -164,11 +168,11 @@ def worker(url: str, streams: int, waves: int, out: str) -> None:
     Path(out).write_text(json.dumps(run_async(main())))
 
 
-def run_dayone(base: str, streams: int, waves: int, core: int | None) -> dict[str, Any]:
+def run_dayone(base: str, streams: int, waves: int, core: int | None, ramp: bool) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [*taskset(core), sys.executable, __file__, "--worker", "--url", base, "--streams", str(streams),
-           "--waves", str(waves), "--out", out]
+           "--waves", str(waves), "--out", out] + (["--ramp"] if ramp else [])
     subprocess.run(cmd, check=True, cwd=ROOT)
     doc = json.loads(Path(out).read_text())
     os.unlink(out)
@@ -216,7 +220,7 @@ def compare(doc: dict[str, Any], truth: dict[str, dict[str, Any]]) -> dict[str, 
 # ---- AIPerf peer --------------------------------------------------------------------------------
 
 
-def run_aiperf(base: str, streams: int, duration_s: int, core: int | None) -> dict[str, Any]:
+def run_aiperf(base: str, streams: int, duration_s: int, core: int | None, ramp: bool) -> dict[str, Any]:
     """AIPerf 0.13 against the same simulator; its per-request records matched to ground truth."""
     venv = ROOT / "bench" / ".aiperf-venv"
     tok = venv / "tokenizer"
@@ -230,6 +234,8 @@ def run_aiperf(base: str, streams: int, duration_s: int, core: int | None) -> di
            "--extra-inputs", "ignore_eos:true",  # else the simulated model stops by itself at 16 tokens
            "--warmup-request-count", str(streams), "--benchmark-duration", str(duration_s), "--ui-type", "none",
            "--no-server-metrics", "--no-gpu-telemetry", "--output-artifact-dir", str(out)]
+    if ramp:
+        cmd += ["--concurrency-ramp-duration", f"{REQUEST_S:g}"]
     t0 = time.monotonic()
     since = time.time()
     proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
@@ -309,13 +315,15 @@ def main() -> None:
     ap.add_argument("--client-core", type=int, default=0)
     ap.add_argument("--sim-core", type=int, default=1)
     ap.add_argument("--no-spinners", action="store_true")
+    ap.add_argument("--ramp", action="store_true",
+                    help="start the streams over one request's duration (both clients), so they do not finish in lockstep")
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        worker(args.url, int(args.streams), args.waves, args.out)
+        worker(args.url, int(args.streams), args.waves, args.out, args.ramp)
         return
 
     ncpu = os.cpu_count() or 1
@@ -326,7 +334,8 @@ def main() -> None:
     print(f"  workload: closed loop, {INPUT} in / {OUTPUT} out, sim TTFT {TTFT_S * 1e3:.0f} ms, 1 token / {ITL_S * 1e3:.0f} ms")
     print(f"  environment: {json.dumps(env)}")
     print(f"  pinning: client on core {client_core}, simulator on core {sim_core} (taskset); "
-          f"spinners: {'none' if args.no_spinners else f'nice-19 busy loop on each of {ncpu} cores'}")
+          f"spinners: {'none' if args.no_spinners else f'nice-19 busy loop on each of {ncpu} cores'}; "
+          f"start: {'ramped over %.2f s' % REQUEST_S if args.ramp else 'all streams at once (lockstep waves)'}")
     spinners = [] if args.no_spinners else start_spinners(list(range(ncpu)))
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -338,7 +347,7 @@ def main() -> None:
         print("\nDayOne client (aiohttp + uvloop), one core:")
         print(f"  {'streams':>7} {'tok/s':>8} {'cpu':>5} | {'TTFT err p50':>12} {'p99':>6} | {'ITL err p50':>11} {'p99':>6} | {'lag p50':>7} {'p99':>6} | {'send->arrival p50':>17} {'p99':>6} | failed")
         for c in sorted(set(levels + peer_levels)):
-            f = run_dayone(base, c, args.waves, client_core)
+            f = run_dayone(base, c, args.waves, client_core, args.ramp)
             figures["dayone"][c] = f
             print(f"  {c:>7} {f['tokens_per_s']:>8.0f} {f['cpu_cores']:>5.2f} | {_ms(f['ttft_err_ms'], 'p50'):>12} "
                   f"{_ms(f['ttft_err_ms'], 'p99'):>6} | {_ms(f['itl_err_ms'], 'p50'):>11} {_ms(f['itl_err_ms'], 'p99'):>6} | "
@@ -347,7 +356,7 @@ def main() -> None:
         if peer_levels:
             print(f"\nAIPerf 0.13 peer, same simulator, {args.aiperf_duration} s per level (ratio = AIPerf / DayOne):")
             for c in peer_levels:
-                a = run_aiperf(base, c, args.aiperf_duration, client_core)
+                a = run_aiperf(base, c, args.aiperf_duration, client_core, args.ramp)
                 d = figures["dayone"][c]
                 figures["aiperf"][c] = a
                 ratio = (a["ttft_err_ms"]["p99"] or 0) / max(d["ttft_err_ms"]["p99"] or 1e-9, 1e-9)

@@ -355,15 +355,23 @@ async def run_closed_loop(
     adapter: EngineAdapter,
     timeout_s: float,
     on_result: OnResult | None = None,
+    ramp_s: float = 0.0,
 ) -> list[RequestResult]:
-    """Exactly `concurrency` requests in flight until every spec has been sent and answered."""
+    """Exactly `concurrency` requests in flight until every spec has been sent and answered.
+
+    ramp_s > 0 starts the workers evenly over that many seconds instead of all at once, so
+    fixed-length requests do not finish (and resend) in lockstep waves.
+    """
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     results: list[RequestResult | None] = [None] * len(specs)
     next_index = 0
+    workers = min(concurrency, len(specs))
 
-    async def worker() -> None:
+    async def worker(k: int) -> None:
         nonlocal next_index
+        if ramp_s > 0 and k:
+            await asyncio.sleep(ramp_s * k / workers)
         while next_index < len(specs):
             i = next_index
             next_index += 1
@@ -372,7 +380,7 @@ async def run_closed_loop(
             if on_result is not None:
                 on_result(r)
 
-    await asyncio.gather(*(worker() for _ in range(min(concurrency, len(specs)))))
+    await asyncio.gather(*(worker(k) for k in range(workers)))
     return [r for r in results if r is not None]
 
 

@@ -79,6 +79,10 @@ class EngineSpec(_Model):
     sim_profile: dict[str, Any] = Field(default_factory=dict, description="Simulator profile overrides (launcher=sim).")
     llamacpp: dict[str, Any] = Field(default_factory=dict, description="llama.cpp server settings (launcher=llamacpp).")
     digest: str | None = Field(None, description="Pinned digest for backfills; overrides resolving the tag.")
+    ready_timeout_s: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Readiness wait for this engine in seconds; default: kubernetes.startup_timeout_s on a "
+        "cluster, 120 s plus the simulator's startup delay locally."
+    )
 
     @field_validator("name")
     @classmethod

@@ -127,9 +127,11 @@ def record_ready(run_dir: RunDir, engine: str, waited_s: float, detail: str) -> 
 
 
 def _ready_timeout(cfg: RunConfig, engine: str) -> float:
+    spec = cfg.engine(engine)
+    if spec.ready_timeout_s is not None:
+        return spec.ready_timeout_s
     if cfg.target == "kubernetes":
         return float(cfg.kubernetes.startup_timeout_s)
-    spec = cfg.engine(engine)
     # A local engine starts in seconds; a simulator profile may add a startup delay.
     return 120.0 + float(spec.sim_profile.get("startup_delay_s", 0))
 

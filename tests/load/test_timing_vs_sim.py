@@ -74,3 +74,22 @@ def test_closed_loop_keeps_exactly_c_requests_in_flight(sim, make_ctx, short):
     assert max(in_flight) == 3
     truth = [sim.requests(r["request_id"])[0] for r in rows]
     assert max(t["queue_wait_s"] for t in truth) < 0.01  # the simulator has 8 slots: nothing queued
+
+
+def test_a_ramp_starts_the_streams_apart(sim):
+    from tasks.engines import adapter_for
+    from tasks.load.client import new_session, run_async, run_closed_loop
+    from tasks.load.plan import Shape, plan_requests
+
+    adapter = adapter_for("vllm")
+    specs = plan_requests(model="dayone-sim-model", adapter=adapter, shape=Shape(8, 32, 3), count=3,
+                          id_prefix="ramp", seed="r")
+
+    async def go():
+        async with new_session() as session:
+            return await run_closed_loop(session, sim.url, specs, 3, adapter, 30, ramp_s=0.3)
+
+    sends = sorted(r.send_ts for r in run_async(go()))
+    gaps = [b - a for a, b in zip(sends, sends[1:])]
+    # each request takes about 0.36 s, longer than the ramp: every worker sends one, 0.1 s apart
+    assert all(0.07 <= g <= 0.2 for g in gaps), gaps

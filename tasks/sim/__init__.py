@@ -104,8 +104,9 @@ class SimProcess:
     def restart_count(self) -> int:
         return int(self.state()["restarts"])
 
-    def requests(self, request_id: str | None = None) -> list[dict[str, Any]]:
-        params = {"request_id": request_id} if request_id else None
+    def requests(self, request_id: str | None = None, prefix: str | None = None) -> list[dict[str, Any]]:
+        """Ground truth rows (GET /sim/requests), all or those of one request id or id prefix."""
+        params = {k: v for k, v in (("request_id", request_id), ("prefix", prefix)) if v}
         r = httpx.get(self.url + "/sim/requests", params=params, timeout=30)
         r.raise_for_status()
         return r.json()

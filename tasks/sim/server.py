@@ -79,7 +79,9 @@ async def sim_state(request: web.Request) -> web.Response:
 async def sim_requests(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     wanted = request.query.get("request_id")
-    rows = [r.as_dict() for r in engine.records if wanted is None or r.request_id == wanted]
+    prefix = request.query.get("prefix", "")
+    rows = [r.as_dict() for r in engine.records
+            if (wanted is None or r.request_id == wanted) and r.request_id.startswith(prefix)]
     return web.json_response(rows)
 
 
@@ -437,7 +439,12 @@ async def stream_answer(
             record.quirks.append("unstreamed")
         if chat and answer.reasoning and quirks.reasoning_inline:
             record.quirks.append("reasoning_inline")
-        payloads = _payloads(engine, answer, events, chat, echo, unstreamed)
+        # Every frame is built before the first one is due: the timed path only writes.
+        frames = [_frame(head + payload) for payload in _payloads(engine, answer, events, chat, echo, unstreamed)]
+        if 0 <= malformed_at < len(frames):
+            text = head + _payloads(engine, answer, events, chat, echo, unstreamed)[malformed_at]
+            frames[malformed_at] = _frame(text[: len(text) // 2])
+            record.faults.append("malformed_sse")
         gaps = _gaps(engine, record, len(events))
         event_ts, event_planned = record.event_ts, record.event_scheduled_ts
         event_kinds, event_tokens = record.event_kinds, record.event_tokens
@@ -458,63 +465,77 @@ async def stream_answer(
 
         finished: asyncio.Future[str] = engine.loop.create_future()
         timer = engine.timer
-        state = {"i": 0, "due": first_due}
+        n_events = len(events)
+        first_output = len(event_ts)  # index of the first output event in the ground truth
+        stall_at = stall.after_events if stall is not None else -1
+        state = [0, first_due]  # next event index, its scheduled time
 
         def step() -> None:
+            """Write every event that is due (timer callback), then schedule the next one."""
             try:
-                if finished.done():
-                    return
-                if transport.is_closing():
-                    finished.set_result("gone")
-                    return
-                if transport.get_write_buffer_size() > _WRITE_BUFFER_LIMIT:
-                    timer.call_at(mono() + 0.001, step)  # the client is behind: wait for it
-                    return
-                i = state["i"]
-                if i == cut_at:
-                    transport.close()
-                    finished.set_result("cut")
-                    return
-                payload = payloads[i]
-                if i == malformed_at:
-                    frame = _frame((head + payload)[: (len(head) + len(payload)) // 2])
-                    record.faults.append("malformed_sse")
-                else:
-                    frame = _frame(head + payload)
-                at = send("output", events[i][2], state["due"], frame)
-                if record.first_output_ts is None:
-                    record.first_output_ts = engine.epoch(at)
-                    record.ttft_s = at - arrival
-                i += 1
-                state["i"] = i
-                if i == len(events):
-                    finished.set_result("done")
-                    return
-                due = state["due"] + gaps[i - 1]
-                if stall is not None and i == stall.after_events:
-                    due += stall.seconds
-                    record.faults.append("stall")
-                due = max(due, engine.blocked_until)
-                state["due"] = due
-                timer.call_at(due, step)
+                i, due = state
+                write = transport.write
+                while True:
+                    if finished.done():
+                        return
+                    if transport.is_closing():
+                        finished.set_result("gone")
+                        return
+                    if transport.get_write_buffer_size() > _WRITE_BUFFER_LIMIT:
+                        state[0], state[1] = i, due
+                        timer.call_at(mono() + 0.001, step)  # the client is behind: wait for it
+                        return
+                    if i == cut_at:
+                        transport.close()
+                        finished.set_result("cut")
+                        return
+                    at = mono()
+                    write(frames[i])
+                    event_ts.append(at)
+                    event_planned.append(due)
+                    i += 1
+                    if i == n_events:
+                        finished.set_result("done")
+                        return
+                    due += gaps[i - 1]
+                    if i == stall_at:
+                        due += stall.seconds  # type: ignore[union-attr]
+                    if due < engine.blocked_until:
+                        due = engine.blocked_until
+                    if due > mono() + 20e-6:
+                        state[0], state[1] = i, due
+                        timer.call_at(due, step)
+                        return
             except Exception as exc:  # noqa: BLE001 - surfaces in the handler, not in the timer
                 if not finished.done():
                     finished.set_exception(exc)
 
+        if stall is not None:
+            record.faults.append("stall")
+            if stall.after_events == 0:
+                state[1] += stall.seconds
         if not events:
             finished.set_result("done")
         else:
-            if stall is not None and stall.after_events == 0:
-                state["due"] += stall.seconds
-                record.faults.append("stall")
-            state["due"] = max(state["due"], engine.blocked_until)
-            timer.call_at(state["due"], step)
+            state[1] = max(state[1], engine.blocked_until)
+            timer.call_at(state[1], step)
         try:
             outcome = await finished
         except asyncio.CancelledError:
             if not finished.done():
                 finished.set_result("cancelled")
             raise
+        outputs = len(event_ts) - first_output
+        event_kinds.extend(["output"] * outputs)
+        event_tokens.extend(e[2] for e in events[:outputs])
+        if outputs:
+            at = event_ts[first_output]
+            record.first_output_ts = engine.epoch(at)
+            record.ttft_s = at - arrival
+            if record.first_event_ts is None:
+                record.first_event_ts = record.first_output_ts
+        if stall is not None and outputs <= stall.after_events and stall.after_events > 0:
+            record.faults.remove("stall")  # the stream ended before the stall point
         if outcome == "cut":
             record.faults.append("cut_stream")
             record.error = "stream cut before [DONE] (faults.cut_stream_every_nth)"

@@ -88,7 +88,7 @@ def run_boundary(
         ctx.run_dir.rows("needles", ep.engine, SCENARIO) as out,
     ):
         count = tokenize_counter(client, ep.base_url, ep.adapter)
-        template_tokens = template_tokens_for(client, ctx, count)
+        template_tokens = template_tokens_for(client, ctx, count, prompt_style)
         for n in spec.lengths:
             before = _read(restart_count)
             row = needle_request(

@@ -147,8 +147,13 @@ def needle_request(
     }
 
 
-def template_tokens_for(client: httpx.Client, ctx: StepContext, count: Callable[[str], int] | None) -> int:
-    """The chat template's tokens, measured where the engine can tokenize, else from the config."""
+def template_tokens_for(
+    client: httpx.Client, ctx: StepContext, count: Callable[[str], int] | None, prompt_style: str = "chat"
+) -> int:
+    """The chat template's tokens, measured where the engine can tokenize, else from the config;
+    0 for completion prompts, which have no template."""
+    if prompt_style != "chat":
+        return 0
     ep = ctx.endpoint
     measured = measure_template_tokens(client, ep.base_url, ep.model, count)
     return ctx.config.model.template_overhead_tokens if measured is None else measured
@@ -165,7 +170,7 @@ def run_long_context(ctx: StepContext) -> list[dict]:
         ctx.run_dir.rows("needles", ep.engine, SCENARIO) as out,
     ):
         count = tokenize_counter(client, ep.base_url, ep.adapter)
-        template_tokens = template_tokens_for(client, ctx, count)
+        template_tokens = template_tokens_for(client, ctx, count, spec.prompt_style)
         for trial in trials:
             row = needle_request(
                 client, ctx, SCENARIO, trial, spec.output_tokens, spec.prompt_style, count, template_tokens

@@ -100,13 +100,15 @@ def tokenize_counter(client: httpx.Client, base_url: str, adapter: EngineAdapter
     url = base_url.rstrip("/") + adapter.tokenize_path
 
     def count(text: str) -> int:
-        r = client.post(url, json={"prompt": text})
+        r = client.post(url, json=adapter.tokenize_body(text))
         if r.status_code != 200:
             raise CalibrationError(f"POST {adapter.tokenize_path} -> {r.status_code}: {r.text[:200]}")
         body = r.json()
-        if body.get("count") is not None:
-            return int(body["count"])
-        return len(body["tokens"])
+        n = int(body["count"]) if body.get("count") is not None else len(body["tokens"])
+        if n == 0 and text.strip():
+            # e.g. llama.cpp answers a body it does not understand with {"tokens": []}
+            raise CalibrationError(f"POST {adapter.tokenize_path} counted 0 tokens in a non-empty text")
+        return n
 
     return count
 

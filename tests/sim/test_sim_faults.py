@@ -105,3 +105,18 @@ def test_stream_cut_before_done_in_every_nth_stream(sims):
     assert 0 < len(cut.events) < len(whole.events)
     assert sim.requests("c2")[0]["faults"] == ["cut_stream"]
     assert complete(sim, "still-serving") == 200
+
+
+def test_client_going_away_mid_stream_is_recorded_and_frees_the_slot(sims):
+    sim = sims("sglang", {"itl_s": 0.01, "slots": 1})
+    body = {"prompt": "leave early", "max_tokens": 200, "ignore_eos": True, "stream": True}
+    with httpx.stream("POST", sim.url + "/v1/completions", json=body, headers={"X-Request-Id": "gone"}) as r:
+        for i, _ in enumerate(r.iter_lines()):
+            if i >= 6:
+                break
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and sim.requests("gone")[0]["status"] == 200:
+        time.sleep(0.05)
+    row = sim.requests("gone")[0]
+    assert row["status"] == 499 and 0 < row["event_kinds"].count("output") < 200
+    assert complete(sim, "next") == 200  # the only slot was released

@@ -60,3 +60,32 @@ def test_local_target_deploys_the_simulator_and_reads_its_restart_count(tmp_path
         target.teardown(config, "sim-vllm", run_dir)
     with pytest.raises(httpx.TransportError):
         httpx.get(deployment.base_url + "/health", timeout=1)
+
+
+def test_cli_merges_profile_file_json_and_overrides(tmp_path):
+    import subprocess
+    import sys
+
+    from tasks.sim import SimProcess, _free_port
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text("slots: 2\nseed: 5\nquirks:\n  metrics: renamed\n")
+    port = _free_port()
+    log = tmp_path / "sim.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tasks.cli", "sim", "--dialect", "vllm", "--port", str(port),
+                                 "--profile", str(profile), "--profile-json", '{"seed": 6}', "--set", "slots=3",
+                                 "--itl-s", "0.001"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    with SimProcess(proc, "vllm", port, log) as sim:
+        state = sim.wait_ready(timeout_s=20)
+        p = state["profile"]
+        assert (p["slots"], p["seed"], p["itl_s"], p["quirks"]["metrics"]) == (3, 6, 0.001, "renamed")
+
+
+def test_cli_rejects_an_unknown_profile_field_naming_it():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "tasks.sim", "--port", "1", "--set", "faults.crash_after=2"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2 and "faults.crash_after" in r.stderr and "Fix:" in r.stderr

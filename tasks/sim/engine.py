@@ -5,6 +5,7 @@ the ground truth of every request. Shared by all HTTP handlers of one server pro
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -187,8 +188,6 @@ class Engine:
                 "(faults.crash_after_requests): RuntimeError: CUDA error: an illegal memory access was encountered",
                 flush=True,
             )
-            import os
-
             self.loop.call_later(0.05, os._exit, 70)
 
     def state(self) -> dict[str, Any]:
@@ -207,6 +206,6 @@ class Engine:
             "seen_shapes": sorted(list(s) for s in self.seen_shapes),
             "counters": dict(self.counters),
             "precise_timer": self.timer.precise,
-            "pid": __import__("os").getpid(),
+            "pid": os.getpid(),
             "profile": self.profile.model_dump(),
         }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import random
 import signal
 import sys
@@ -31,7 +32,7 @@ from tasks.sim.requests import (
     render_chat,
 )
 from tasks.sim import content as answers
-from tasks.sim.tokenizer import decode, encode, pieces
+from tasks.sim.tokenizer import decode, encode, piece_ids
 
 ENGINE = web.AppKey("engine", Engine)
 mono = time.monotonic
@@ -96,17 +97,13 @@ async def tokenize(request: web.Request) -> web.Response:
             prompt = render_chat(body["messages"], body.get("tools"))
         except RequestError as exc:
             return error_response(engine.dialect, 400, str(exc), _kind(400))
-        ids = encode(" ".join(str(t) for t in prompt.tokens)) if prompt.images else encode_pieces(prompt.tokens)
+        ids = piece_ids(prompt.tokens)
     else:
         text = body.get("prompt", body.get("text"))
         if not isinstance(text, str):
             return error_response(engine.dialect, 400, "prompt: expected a string (or give 'text' or 'messages')", _kind(400))
         ids = encode(text)
     return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": engine.profile.context_limit})
-
-
-def encode_pieces(tokens: list[Any]) -> list[int]:
-    return [t if isinstance(t, int) else encode(t)[0] for t in tokens]
 
 
 async def detokenize(request: web.Request) -> web.Response:
@@ -608,7 +605,7 @@ async def serve(dialect_name: str, profile: Profile, host: str, port: int, resta
     await runner.setup()
     fmt = {"model": profile.model, "host": host, "port": port}
     lines = [line.format(**fmt) for line in dialect.startup_lines]
-    log(f"INFO DayOne engine simulator: dialect={dialect.name} model={profile.model} pid={__import__('os').getpid()} restarts={restarts}")
+    log(f"INFO DayOne engine simulator: dialect={dialect.name} model={profile.model} pid={os.getpid()} restarts={restarts}")
     site = web.TCPSite(runner, host, port, reuse_address=True)
     listening = False
     if dialect.starting == "503":

@@ -42,8 +42,13 @@ def count_tokens(text: str) -> int:
 
 
 def encode(text: str) -> list[int]:
+    return piece_ids(_PIECE.findall(text))
+
+
+def piece_ids(tokens: list[str | int]) -> list[int]:
+    """Token ids of pieces (ids pass through unchanged)."""
     ids = _IDS
-    return [ids[p] if p in ids else VOCAB_SIZE + zlib.crc32(p.encode()) for p in _PIECE.findall(text)]
+    return [t if isinstance(t, int) else ids[t] if t in ids else VOCAB_SIZE + zlib.crc32(t.encode()) for t in tokens]
 
 
 def decode(ids: list[int]) -> str:

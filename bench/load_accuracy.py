@@ -7,7 +7,9 @@ closed-loop at each stream count, pinned to one core, the simulator pinned to an
 client timestamp is compared with the simulator's actual times, not with the nominal 100 ms / 5 ms:
 - TTFT error = client TTFT - simulator TTFT (its first output write - its request arrival);
 - inter-token error = |client gap - simulator gap| for each pair of consecutive output events;
-- delivery lag = client read time - simulator write time of each output event (same host clock).
+- delivery lag = client read time - simulator write time of each output event (same host clock);
+- tokens/s = output events the simulator wrote to the client's requests while all streams ran
+  (first arrival + ramp to last arrival), counted the same way for both clients.
 Each core runs a nice-19 spinner during the bench: an idle core's wake-up delay (about 1.5 ms p99
 on this VM) would otherwise be charged to any client.
 
@@ -177,14 +179,27 @@ def run_dayone(base: str, streams: int, waves: int, core: int | None, ramp: bool
     doc = json.loads(Path(out).read_text())
     os.unlink(out)
     truth = ground_truth(base, {r["id"] for r in doc["results"]})
-    return compare(doc, truth)
+    return compare(doc, truth, REQUEST_S if ramp else 0.0)
+
+
+def steady_tokens_per_s(records: list[dict[str, Any]], ramp_s: float) -> float | None:
+    """Tokens per second the simulator wrote to one client's requests while all its streams ran:
+    from the first arrival plus the ramp to the last arrival. The same count for both clients."""
+    if not records:
+        return None
+    arrivals = [g["arrival_ts"] for g in records]
+    events = [t for g in records for t, k in zip(g["event_ts"], g["event_kinds"]) if k == "output"]
+    start, end = min(arrivals) + ramp_s, max(arrivals)
+    if end - start < 0.5:  # too short a steady part: the whole run
+        start, end = min(arrivals), max(events)
+    return sum(1 for t in events if start <= t <= end) / (end - start)
 
 
 def _pcts(xs: list[float]) -> dict[str, float | None]:
     return {"p50": percentile(xs, 50), "p99": percentile(xs, 99), "max": max(xs) if xs else None}
 
 
-def compare(doc: dict[str, Any], truth: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def compare(doc: dict[str, Any], truth: dict[str, dict[str, Any]], ramp_s: float) -> dict[str, Any]:
     ttft_err, itl_err, lag, send_lag, tokens, missing, failed = [], [], [], [], 0, 0, 0
     for r in doc["results"]:
         if r["status"] != "ok":
@@ -208,7 +223,8 @@ def compare(doc: dict[str, Any], truth: dict[str, dict[str, Any]]) -> dict[str, 
         "requests": len(doc["results"]),
         "failed": failed,
         "unmatched": missing,
-        "tokens_per_s": tokens / doc["wall_s"],
+        "tokens_per_s": steady_tokens_per_s(list(truth.values()), ramp_s),
+        "tokens_per_s_wall": tokens / doc["wall_s"],
         "cpu_cores": doc["cpu_s"] / doc["wall_s"],
         "ttft_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(ttft_err).items()},
         "itl_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(itl_err).items()},
@@ -236,14 +252,12 @@ def run_aiperf(base: str, streams: int, duration_s: int, core: int | None, ramp:
            "--no-server-metrics", "--no-gpu-telemetry", "--output-artifact-dir", str(out)]
     if ramp:
         cmd += ["--concurrency-ramp-duration", f"{REQUEST_S:g}"]
-    t0 = time.monotonic()
-    since = time.time()
     proc = subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"aiperf failed ({proc.returncode}): {proc.stderr[-3000:]}")
     records = list(_aiperf_records(out))
     truth = ground_truth(base)
-    return compare_aiperf(records, truth, since, time.monotonic() - t0)
+    return compare_aiperf(records, truth, REQUEST_S if ramp else 0.0)
 
 
 def _aiperf_records(out: Path):
@@ -262,8 +276,8 @@ def _metric(rec: dict[str, Any], name: str) -> float | None:
     return m
 
 
-def compare_aiperf(records: list[dict[str, Any]], truth: dict[str, dict[str, Any]], since: float, wall: float) -> dict[str, Any]:
-    ttft_err, itl_err, tokens, missing, t_first, t_last = [], [], 0, 0, None, None
+def compare_aiperf(records: list[dict[str, Any]], truth: dict[str, dict[str, Any]], ramp_s: float) -> dict[str, Any]:
+    ttft_err, itl_err, matched, missing = [], [], [], 0
     for rec in records:
         meta = rec.get("metadata") or {}
         if meta.get("benchmark_phase", "profiling") != "profiling" or rec.get("error"):
@@ -274,6 +288,7 @@ def compare_aiperf(records: list[dict[str, Any]], truth: dict[str, dict[str, Any
         if g is None or ttft_ms is None:
             missing += 1
             continue
+        matched.append(g)
         sim_out = [t for t, k in zip(g["event_ts"], g["event_kinds"]) if k == "output"]
         ttft_err.append(abs(ttft_ms / 1e3 - (sim_out[0] - g["arrival_ts"])))
         # inter_chunk_latency: AIPerf's gaps between output chunks, aligned on the last chunk
@@ -282,17 +297,10 @@ def compare_aiperf(records: list[dict[str, Any]], truth: dict[str, dict[str, Any
         n = min(len(gaps), len(sim_gaps))
         if n:
             itl_err += [abs(a - b) for a, b in zip(gaps[-n:], sim_gaps[-n:])]
-        tokens += int(_metric(rec, "output_sequence_length") or 0)
-        start = meta.get("request_start_ns")
-        end = meta.get("request_end_ns")
-        if start and end:
-            t_first = start if t_first is None else min(t_first, start)
-            t_last = end if t_last is None else max(t_last, end)
-    span = (t_last - t_first) / 1e9 if t_first and t_last else None
     return {
         "requests": len(records),
         "unmatched": missing,
-        "tokens_per_s": tokens / span if span else None,
+        "tokens_per_s": steady_tokens_per_s(matched, ramp_s),
         "ttft_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(ttft_err).items()},
         "itl_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(itl_err).items()},
     }
@@ -309,7 +317,7 @@ def _ms(d: dict[str, float | None], key: str) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", default="32,128")
-    ap.add_argument("--waves", type=int, default=4, help="requests per stream in the measured phase")
+    ap.add_argument("--waves", type=int, default=5, help="requests per stream in the measured phase")
     ap.add_argument("--aiperf", default="", help="AIPerf stream counts, e.g. 16,64,256 (empty: skip)")
     ap.add_argument("--aiperf-duration", type=int, default=20)
     ap.add_argument("--client-core", type=int, default=0)

@@ -203,6 +203,14 @@ def report(server_name: str, n: int, label: str, runs: list[tuple[list[float], l
           f"[{', '.join(f'{x * 1000:.2f}' for x in p99s)}]")
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the process was runnable but waiting for a CPU (/proc/PID/schedstat, field 2)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def ms(x: float) -> str:
     return f"{x * 1000:7.3f} ms"
 
@@ -255,12 +263,16 @@ def main() -> int:
         with start_sim("vllm", {"itl_s": gap, "ttft_base_s": 0.01, "slots": 1024, "prefix_cache": False},
                        cpus=[args.server_cpu]) as sim:
             for spread, label in ((gap, "spread"), (0.0, "together")):
-                runs = []
+                runs, waits = [], []
                 for r in range(repeat):
                     tag = f"p{n}{label}{r}-"
+                    wait0, t0 = runqueue_wait_s(sim.pid), time.monotonic()
                     out = run_client(sim.port, n, tokens, spread, tag)
+                    waits.append((runqueue_wait_s(sim.pid) - wait0) / (time.monotonic() - t0))
                     runs.append(lateness(sim.requests(prefix=tag), out))
                 report("sim", n, label, runs, target)
+                print(f"{'':9} server waited for a CPU {', '.join(f'{w:.0%}' for w in waits)} of each run's time "
+                      "(other tenants of the core)")
         runs = []
         for r in range(repeat):
             ref_proc, ref_port = start_reference(args.server_cpu, gap)

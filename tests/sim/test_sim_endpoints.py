@@ -184,3 +184,15 @@ def test_metrics_carry_the_dialect_counter_names(sim):
              "vllm": ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:time_to_first_token_seconds_bucket")}
     for name in names[sim.dialect]:
         assert name in r.text, name
+
+
+def test_dialect_extras_detokenize_model_info_version(sim):
+    if sim.dialect == "openai":
+        assert httpx.post(sim.url + "/detokenize", json={"tokens": [1, 2]}).status_code == 404
+        return
+    text = post(sim, "/detokenize", {"tokens": [0, 1, 2]}).json()["prompt"]
+    assert count_tokens(text) == 3 and post(sim, "/tokenize", {"prompt": text}).json()["tokens"] == [0, 1, 2]
+    if sim.dialect == "sglang":
+        assert httpx.get(sim.url + "/get_model_info").json()["model_path"] == "dayone-sim-model"
+    else:
+        assert "version" in httpx.get(sim.url + "/version").json()

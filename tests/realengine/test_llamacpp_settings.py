@@ -121,3 +121,15 @@ def test_startup_log_findings_use_llamacpps_level_letters():
         ("engine_warning", "warning"),
         ("engine_error", "error"),
     ]
+
+
+def test_the_container_command_serves_metrics_slots_and_erasable_slots():
+    config = llamacpp_config({"parallel": 4, "ctx_size": 8192})
+    cmd = adapter_for("llamacpp").launch_command(config.engines[0], config.model, 8080)
+    for flag in ("--metrics", "--slots", "--kv-unified"):
+        assert flag in cmd
+    assert cmd[cmd.index("--alias") + 1] == config.model.name
+    assert cmd[cmd.index("--host") + 1] == "0.0.0.0"
+    assert cmd[cmd.index("--parallel") + 1] == "4" and cmd[cmd.index("--ctx-size") + 1] == "8192"
+    assert cmd[cmd.index("--slot-save-path") + 1], "slot erase (the cache clear) needs a save path"
+    assert cmd[cmd.index("--cache-ram") + 1] == "0"

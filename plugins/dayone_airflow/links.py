@@ -1,0 +1,220 @@
+"""From a DayOne run's tasks in the Airflow UI to its report.
+
+How the report is served (chosen over a presigned S3 URL): a small FastAPI app that the plugin
+mounts on Airflow's own API server at /dayone streams report.html from the write-once archive.
+- It sits behind Airflow's login: the route requires the same DAG-run read permission as the UI
+  (Airflow's `requires_access_dag`), read from the browser's session cookie.
+- The link never expires (a presigned URL lasts at most seven days) and the S3 endpoint need not be
+  reachable from the reader's browser, only from the API server; no credential ends up in a URL.
+- Where the archive has no report (not archived yet, or no S3 reachable) it falls back to the run
+  directory on this machine (DAYONE_WORKDIR), which is where `make demo` and `make ui` keep it.
+The page is served with a Content-Security-Policy that allows no script and no outside resource:
+the report is self-contained (inline CSS, charts as data: PNG).
+
+The link itself is a global operator extra link: the API server computes it for every task of a
+DAG tagged `dayone` (or whose id starts with `dayone`) from the DAG id and run id alone, so nothing
+runs on the workers and no XCom is written.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse
+
+from airflow.sdk import BaseOperatorLink
+
+log = logging.getLogger("dayone.airflow.links")
+
+URL_PREFIX = "/dayone"
+REPORT_LINK_NAME = "DayOne report"
+DAYONE_TAG = "dayone"
+REPORT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+SERVED = {"report.html": "text/html; charset=utf-8", "summary.json": "application/json"}
+
+
+def is_dayone_dag(dag_id: str, tags: Any = None) -> bool:
+    return dag_id.startswith("dayone") or DAYONE_TAG in set(tags or ())
+
+
+def report_path(dag_id: str, airflow_run_id: str, name: str = "report.html") -> str:
+    """Where the plugin's app serves one run's report (the run id as Airflow spells it)."""
+    base = f"{URL_PREFIX}/reports/{quote(dag_id, safe='')}/{quote(airflow_run_id, safe='')}"
+    return base if name == "report.html" else f"{base}/{name}"
+
+
+def report_url(dag_id: str, airflow_run_id: str, name: str = "report.html") -> str:
+    """Absolute when [api] base_url is set (its path prefix kept), else relative to the UI's host."""
+    from airflow.configuration import conf
+
+    base_url = conf.get("api", "base_url", fallback=None) or ""
+    path = report_path(dag_id, airflow_run_id, name)
+    if not base_url:
+        return path
+    parsed = urlparse(base_url)
+    root = f"{parsed.scheme}://{parsed.netloc}" if parsed.netloc else ""
+    return f"{root}{parsed.path.rstrip('/')}{path}"
+
+
+class DayOneReportLink(BaseOperatorLink):
+    """"DayOne report" on every task of a DayOne DAG run; empty (disabled) on any other DAG."""
+
+    name = REPORT_LINK_NAME
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        dag = getattr(operator, "dag", None)
+        if not is_dayone_dag(ti_key.dag_id, getattr(dag, "tags", None)):
+            return ""
+        return report_url(ti_key.dag_id, ti_key.run_id)
+
+
+# ---- finding a run's report ------------------------------------------------------------------------
+
+
+def archive_settings(run_conf: dict[str, Any] | None) -> Any:
+    """The run's archive settings: its conf's `archive` section over the defaults."""
+    from tasks.config import ArchiveSettings
+
+    try:
+        return ArchiveSettings(**((run_conf or {}).get("archive") or {}))
+    except (TypeError, ValueError):
+        return ArchiveSettings()
+
+
+def archived_object(s3: Any, bucket: str, root: str, run_id: str, name: str) -> bytes | None:
+    """`name` from the first engine prefix of the run's index document, or None when it is not archived.
+
+    The index lives at ROOT/MODEL/_index/RUN_ID.json; the model is not known from the run id, so the
+    (few) model folders under ROOT are tried in turn.
+    """
+    from botocore.exceptions import ClientError
+
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{root}/", Delimiter="/")
+    try:
+        models = [p["Prefix"] for page in pages for p in page.get("CommonPrefixes", [])]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchBucket", "404"):
+            return None
+        raise
+    for model in models:
+        index = _get(s3, bucket, f"{model}_index/{run_id}.json")
+        if index is None:
+            continue
+        for engine in sorted(json.loads(index).get("prefixes") or {}):
+            body = _get(s3, bucket, json.loads(index)["prefixes"][engine] + name)
+            if body is not None:
+                return body
+    return None
+
+
+def _get(s3: Any, bucket: str, key: str) -> bytes | None:
+    from botocore.exceptions import ClientError
+
+    try:
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404", "NotFound"):
+            return None
+        raise
+
+
+def local_object(run_id: str, name: str) -> bytes | None:
+    from tasks.staging import default_root
+
+    path = Path(os.environ.get("DAYONE_WORKDIR") or default_root()) / run_id / name
+    return path.read_bytes() if path.is_file() else None
+
+
+def find_report(dag_id: str, airflow_run_id: str, name: str = "report.html") -> tuple[bytes, str] | None:
+    """(bytes, where) of a run's report or summary: the archive first, then this machine's run directory."""
+    from dayone_airflow.glue import dayone_run_id
+
+    run_id = dayone_run_id(airflow_run_id)
+    settings = archive_settings(_run_conf(dag_id, airflow_run_id))
+    try:
+        s3 = _s3_client(settings.conn_id)
+        body = archived_object(s3, settings.bucket, settings.prefix, run_id, name)
+        if body is not None:
+            return body, f"s3://{settings.bucket}"
+    except Exception as exc:  # noqa: BLE001  (no archive reachable: the local copy may still serve)
+        log.warning("report for %s: archive not readable (%s); trying the local run directory", run_id, exc)
+    body = local_object(run_id, name)
+    return (body, "local run directory") if body is not None else None
+
+
+def _run_conf(dag_id: str, airflow_run_id: str) -> dict[str, Any] | None:
+    try:
+        from sqlalchemy import select
+
+        from airflow.models.dagrun import DagRun
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return session.scalar(select(DagRun.conf).where(DagRun.dag_id == dag_id, DagRun.run_id == airflow_run_id))
+    except Exception as exc:  # noqa: BLE001  (no metadata database here: the defaults apply)
+        log.debug("run conf of %s/%s not read: %s", dag_id, airflow_run_id, exc)
+        return None
+
+
+def _s3_client(conn_id: str) -> Any:
+    from airflow.models.connection import Connection
+
+    from tasks.archive import make_client
+
+    conn = Connection.get_connection_from_secrets(conn_id)
+    extra = conn.extra_dejson or {}
+    return make_client(extra.get("endpoint_url"), conn.login, conn.password, extra.get("region_name"))
+
+
+# ---- the app ---------------------------------------------------------------------------------------
+
+
+def build_report_app() -> Any:
+    """The FastAPI app mounted at /dayone: GET /reports/{dag_id}/{run_id}[/summary.json]."""
+    from fastapi import Depends, FastAPI, HTTPException
+    from fastapi.responses import Response
+
+    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.core_api.security import requires_access_dag
+
+    app = FastAPI(title="DayOne reports", docs_url=None, redoc_url=None, openapi_url=None)
+    can_read_run = Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN))
+
+    def serve(dag_id: str, run_id: str, name: str) -> Response:
+        if not is_dayone_dag(dag_id):
+            raise HTTPException(404, f"{dag_id} is not a DayOne DAG")
+        found = find_report(dag_id, run_id, name)
+        if found is None:
+            raise HTTPException(404, f"no {name} for run {run_id} of {dag_id} yet: its report task has not "
+                                     "finished, or the run was never archived")
+        body, where = found
+        return Response(body, media_type=SERVED[name], headers={
+            "Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, max-age=300", "X-DayOne-Report-Source": where,
+        })
+
+    @app.get("/reports/{dag_id}/{run_id}", dependencies=[can_read_run])
+    def report(dag_id: str, run_id: str) -> Response:
+        return serve(dag_id, run_id, "report.html")
+
+    @app.get("/reports/{dag_id}/{run_id}/summary.json", dependencies=[can_read_run])
+    def summary(dag_id: str, run_id: str) -> Response:
+        return serve(dag_id, run_id, "summary.json")
+
+    return app
+
+
+class LazyReportApp:
+    """ASGI app built on its first request, so schedulers and workers that load plugins never import
+    the API server's security modules."""
+
+    def __init__(self) -> None:
+        self._app: Any = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self._app is None:
+            self._app = build_report_app()
+        await self._app(scope, receive, send)

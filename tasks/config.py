@@ -23,6 +23,8 @@ _IMAGE_RE = re.compile(
     r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
 )
 _SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+# The same grammar for JSON schema (ECMA-262 has no named groups), so the trigger form checks it too.
+IMAGE_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", _IMAGE_RE.pattern)
 
 # Hints shown after "Fix:"; keyed by the last component of the field path.
 FIX_HINTS: dict[str, str] = {
@@ -63,9 +65,11 @@ class ModelSpec(_Model):
 
 
 class EngineSpec(_Model):
-    name: str = Field(..., description="Engine name in tables and the archive, e.g. sglang or vllm-preview.")
+    name: str = Field(..., description="Engine name in tables and the archive, e.g. sglang or vllm-preview.",
+                      json_schema_extra={"pattern": _SLUG_RE.pattern})
     dialect: Dialect = Field(..., description="API dialect, which picks the engine adapter.")
-    image: str | None = Field(None, description="Image reference (tag or digest); required for target=kubernetes.")
+    image: str | None = Field(None, description="Image reference (tag or digest); required for target=kubernetes.",
+                              json_schema_extra={"pattern": IMAGE_PATTERN})
     args: list[str] = Field(default_factory=list, description="Extra engine arguments, appended to the adapter's.")
     env: dict[str, str] = Field(default_factory=dict, description="Extra environment variables for the engine.")
     gpus: int = Field(1, ge=0, le=64, description="GPUs in the slice (nvidia.com/gpu).")
@@ -78,7 +82,8 @@ class EngineSpec(_Model):
     endpoint: str | None = Field(None, description="Base URL of an already running server (launcher=external).")
     sim_profile: dict[str, Any] = Field(default_factory=dict, description="Simulator profile overrides (launcher=sim).")
     llamacpp: dict[str, Any] = Field(default_factory=dict, description="llama.cpp server settings (launcher=llamacpp).")
-    digest: str | None = Field(None, description="Pinned digest for backfills; overrides resolving the tag.")
+    digest: str | None = Field(None, description="Pinned digest for backfills; overrides resolving the tag.",
+                               json_schema_extra={"pattern": r"^sha256:[a-f0-9]{64}$"})
     ready_timeout_s: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Readiness wait for this engine in seconds; default: kubernetes.startup_timeout_s on a "
         "cluster, 120 s plus the simulator's startup delay locally."
@@ -111,11 +116,11 @@ class EngineSpec(_Model):
 
 
 class PerfScenario(_Model):
-    enabled: bool = True
-    input_tokens: PositiveInt
-    output_tokens: PositiveInt
-    concurrency: list[PositiveInt]
-    rounds: PositiveInt = 3
+    enabled: bool = Field(True, description="Run this scenario.")
+    input_tokens: PositiveInt = Field(..., description="Prompt length in tokens (exact: random token IDs).")
+    output_tokens: PositiveInt = Field(..., description="Output length in tokens (exact where the engine allows).")
+    concurrency: list[PositiveInt] = Field(..., min_length=1, description="Concurrency levels, one round set each.")
+    rounds: PositiveInt = Field(3, description="Measured rounds per concurrency level; the headline is their median.")
     requests_per_round: PositiveInt | None = Field(
         None, description="Requests per round; default 8 per unit of concurrency, at least 32."
     )
@@ -132,76 +137,86 @@ class PerfScenario(_Model):
 
 
 class ShortScenario(PerfScenario):
-    input_tokens: PositiveInt = 128
-    output_tokens: PositiveInt = 64
-    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 8, 16, 32])
+    input_tokens: PositiveInt = Field(128, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(64, description="Output length in tokens.")
+    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 4, 8, 16, 32], min_length=1,
+                                           description="Concurrency levels, one round set each.")
 
 
 class PrefillScenario(PerfScenario):
-    input_tokens: PositiveInt = 4096
-    output_tokens: PositiveInt = 128
-    concurrency: list[PositiveInt] = Field(default_factory=lambda: [4])
+    input_tokens: PositiveInt = Field(4096, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(128, description="Output length in tokens.")
+    concurrency: list[PositiveInt] = Field(default_factory=lambda: [4], min_length=1,
+                                           description="Concurrency levels, one round set each.")
 
 
 class DecodeScenario(PerfScenario):
-    input_tokens: PositiveInt = 128
-    output_tokens: PositiveInt = 1024
-    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 8])
+    input_tokens: PositiveInt = Field(128, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(1024, description="Output length in tokens.")
+    concurrency: list[PositiveInt] = Field(default_factory=lambda: [1, 8], min_length=1,
+                                           description="Concurrency levels, one round set each.")
 
 
 class RateScenario(_Model):
-    enabled: bool = False
-    input_tokens: PositiveInt = 128
-    output_tokens: PositiveInt = 64
-    rates: list[Annotated[float, Field(gt=0)]] = Field(default_factory=lambda: [1.0, 4.0])
-    rounds: PositiveInt = 3
-    requests_per_round: PositiveInt = 32
-    seed: int = 0
+    enabled: bool = Field(False, description="Run Poisson arrivals at fixed request rates (for goodput).")
+    input_tokens: PositiveInt = Field(128, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(64, description="Output length in tokens.")
+    rates: list[Annotated[float, Field(gt=0)]] = Field(default_factory=lambda: [1.0, 4.0], min_length=1,
+                                                       description="Request rates in requests per second.")
+    rounds: PositiveInt = Field(3, description="Measured rounds per rate.")
+    requests_per_round: PositiveInt = Field(32, description="Requests sent per round.")
+    seed: int = Field(0, description="Seed of the arrival times, so two runs send on the same schedule.")
 
 
 class LongContextScenario(_Model):
-    enabled: bool = True
-    lengths: list[PositiveInt] = Field(default_factory=lambda: [32_768, 131_072, 263_168, 524_288])
+    enabled: bool = Field(True, description="Run needle-in-a-haystack requests at long prompt lengths.")
+    lengths: list[PositiveInt] = Field(
+        default_factory=lambda: [32_768, 131_072, 263_168, 524_288],
+        description="Prompt lengths in tokens; each must fit the model limit minus output and template tokens.",
+    )
     include_model_limit: bool = Field(True, description="Also run at the model limit minus output and template.")
-    depths: list[Annotated[float, Field(ge=0, le=1)]] = Field(default_factory=lambda: [0.1, 0.5, 0.9])
-    output_tokens: PositiveInt = 128
-    prompt_style: Literal["chat", "completion"] = "chat"
+    depths: list[Annotated[float, Field(ge=0, le=1)]] = Field(
+        default_factory=lambda: [0.1, 0.5, 0.9], description="Needle depths as fractions of the prompt (0 to 1)."
+    )
+    output_tokens: PositiveInt = Field(128, description="Output tokens per needle request.")
+    prompt_style: Literal["chat", "completion"] = Field("chat", description="Send the haystack as chat or completion.")
 
 
 class BoundaryScenario(_Model):
-    enabled: bool = True
-    lengths: list[PositiveInt] = Field(default_factory=lambda: [261_000, 263_000, 289_000])
-    output_tokens: PositiveInt = 16
+    enabled: bool = Field(True, description="Send cold requests at lengths around a known risk; count restarts.")
+    lengths: list[PositiveInt] = Field(default_factory=lambda: [261_000, 263_000, 289_000],
+                                       description="Prompt lengths in tokens around the risk.")
+    output_tokens: PositiveInt = Field(16, description="Output tokens per request.")
 
 
 class PrefixCacheScenario(_Model):
-    enabled: bool = True
-    prompt_tokens: PositiveInt = 4400
-    repeats: PositiveInt = 5
-    output_tokens: PositiveInt = 16
+    enabled: bool = Field(True, description="One cold request after a cache clear, then exact repeats.")
+    prompt_tokens: PositiveInt = Field(4400, description="Prompt length in tokens.")
+    repeats: PositiveInt = Field(5, description="Hot repeats after the cold request.")
+    output_tokens: PositiveInt = Field(16, description="Output tokens per request.")
 
 
 class FunctionalScenario(_Model):
-    enabled: bool = True
+    enabled: bool = Field(True, description="Run the functional checks (chat, streaming, tools, reasoning, ...).")
     skip: list[str] = Field(default_factory=list, description="Check names to skip (reported not_applicable).")
 
 
 class Scenarios(_Model):
-    functional: FunctionalScenario = FunctionalScenario()
-    warmup: bool = True
-    short: ShortScenario = ShortScenario()
-    prefill: PrefillScenario = PrefillScenario()
-    decode: DecodeScenario = DecodeScenario()
-    rate: RateScenario = RateScenario()
-    long_context: LongContextScenario = LongContextScenario()
-    boundary: BoundaryScenario = BoundaryScenario()
-    prefix_cache: PrefixCacheScenario = PrefixCacheScenario()
+    functional: FunctionalScenario = Field(FunctionalScenario(), description="Functional checks: pass, fail or n/a.")
+    warmup: bool = Field(True, description="Warm every (input, output, concurrency) shape before measuring.")
+    short: ShortScenario = Field(ShortScenario(), description="Short prompts and outputs over a concurrency sweep.")
+    prefill: PrefillScenario = Field(PrefillScenario(), description="Long prompts, short outputs.")
+    decode: DecodeScenario = Field(DecodeScenario(), description="Short prompts, long outputs.")
+    rate: RateScenario = Field(RateScenario(), description="Poisson arrivals at fixed rates.")
+    long_context: LongContextScenario = Field(LongContextScenario(), description="Long-context TTFT and needles.")
+    boundary: BoundaryScenario = Field(BoundaryScenario(), description="Cold requests around a length risk.")
+    prefix_cache: PrefixCacheScenario = Field(PrefixCacheScenario(), description="Prefix cache cold vs hot.")
 
 
 class SLO(_Model):
-    ttft_s: Annotated[float, Field(gt=0)] | None = None
-    tpot_s: Annotated[float, Field(gt=0)] | None = None
-    e2e_s: Annotated[float, Field(gt=0)] | None = None
+    ttft_s: Annotated[float, Field(gt=0)] | None = Field(None, description="Goodput counts requests with TTFT at or below this (s).")
+    tpot_s: Annotated[float, Field(gt=0)] | None = Field(None, description="... and TPOT at or below this (s).")
+    e2e_s: Annotated[float, Field(gt=0)] | None = Field(None, description="... and end-to-end latency at or below this (s).")
 
 
 class KubernetesSettings(_Model):
@@ -226,25 +241,28 @@ class ArchiveSettings(_Model):
 
 
 class RegressionThresholds(_Model):
-    output_tps_drop: float = Field(0.10, ge=0, le=1)
-    ttft_p95_rise: float = Field(0.20, ge=0)
+    output_tps_drop: float = Field(0.10, ge=0, le=1, description="A drop of output throughput beyond this fraction is a regression.")
+    ttft_p95_rise: float = Field(0.20, ge=0, description="A rise of P95 TTFT beyond this fraction is a regression.")
 
 
 class RunConfig(_Model):
     run_id: str | None = Field(None, description="Set by the pipeline; letters, digits, '-', '_', '.'.")
-    model: ModelSpec = ModelSpec()
+    model: ModelSpec = Field(ModelSpec(), description="The model served by every engine, and its revision.")
     engines: list[EngineSpec] = Field(
-        default_factory=lambda: [EngineSpec(name="sim-sglang", dialect="sglang")], min_length=1
+        default_factory=lambda: [EngineSpec(name="sim-sglang", dialect="sglang")], min_length=1,
+        description="Engines to evaluate: name, dialect, image, engine args, GPU slice and node.",
     )
-    scenarios: Scenarios = Scenarios()
-    slo: SLO = SLO()
-    target: Literal["local", "kubernetes"] = "local"
-    dry_run: bool = False
-    request_timeout_s: Annotated[float, Field(gt=0)] = 600.0
+    scenarios: Scenarios = Field(Scenarios(), description="Scenario switches and their sizes (PROTOCOL.md section 4).")
+    slo: SLO = Field(SLO(), description="Service level objectives for goodput; empty means no SLO.")
+    target: Literal["local", "kubernetes"] = Field(
+        "local", description="Where engines run: local processes on this machine, or pods in a Kubernetes cluster."
+    )
+    dry_run: bool = Field(False, description="Render and check everything, deploy nothing (target=kubernetes).")
+    request_timeout_s: Annotated[float, Field(gt=0)] = Field(600.0, description="Timeout of one request (s).")
     round_error_rate_max: float = Field(0.05, ge=0, le=1, description="A round above this error rate fails.")
-    kubernetes: KubernetesSettings = KubernetesSettings()
-    archive: ArchiveSettings = ArchiveSettings()
-    thresholds: RegressionThresholds = RegressionThresholds()
+    kubernetes: KubernetesSettings = Field(KubernetesSettings(), description="Cluster settings (target=kubernetes).")
+    archive: ArchiveSettings = Field(ArchiveSettings(), description="Where the run is archived (S3).")
+    thresholds: RegressionThresholds = Field(RegressionThresholds(), description="Nightly regression thresholds.")
 
     @field_validator("run_id")
     @classmethod

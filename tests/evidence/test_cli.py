@@ -11,7 +11,7 @@ from tasks.sim import start_sim
 
 
 def test_check_longctx_and_cache_commands_write_their_tables(tmp_path, capsys):
-    with start_sim("sglang", {"context_limit": 4096, "reasoning": True}) as sim:
+    with start_sim("sglang", {"context_limit": 4096, "reasoning": True, "prefill_tokens_per_s": 10_000}) as sim:
         common = ["--endpoint", sim.url, "--dialect", "sglang", "--model", "dayone-sim-model", "--context-limit", "4096"]
         assert main(["check", *common, "--out", str(tmp_path / "check")]) == 0
         checks = pd.read_csv(tmp_path / "check" / "checks.csv")

@@ -111,6 +111,12 @@ class SimProcess:
         r.raise_for_status()
         return r.json()
 
+    def clear_requests(self) -> int:
+        """Forget the ground truth so far; returns how many rows were dropped."""
+        r = httpx.delete(self.url + "/sim/requests", timeout=10)
+        r.raise_for_status()
+        return int(r.json()["dropped"])
+
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
 

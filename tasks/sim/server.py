@@ -86,6 +86,14 @@ async def sim_requests(request: web.Request) -> web.Response:
     return web.json_response(rows)
 
 
+async def clear_sim_requests(request: web.Request) -> web.Response:
+    """Forget the ground truth so far (counters and cache are untouched)."""
+    engine = request.app[ENGINE]
+    dropped = len(engine.records)
+    engine.records.clear()
+    return web.json_response({"dropped": dropped})
+
+
 async def tokenize(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     try:
@@ -575,6 +583,7 @@ def build_app(engine: Engine) -> web.Application:
         r.add_get(path, health)
     r.add_get("/sim/state", sim_state)
     r.add_get("/sim/requests", sim_requests)
+    r.add_delete("/sim/requests", clear_sim_requests)
     if d.metrics:
         r.add_get("/metrics", metrics)
     if d.tokenize:

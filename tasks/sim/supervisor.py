@@ -33,11 +33,15 @@ def supervise(argv: list[str], backoff_s: float = 0.2) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     restarts = 0
+    delay = backoff_s
     while True:
+        started = time.monotonic()
         child = subprocess.Popen([sys.executable, "-m", "tasks.sim", *argv, "--child", "--restarts", str(restarts)])
         code = child.wait()
         if stopping or code == 0:
             return 0
         restarts += 1
+        # A server that dies right after starting (a bad port, say) must not spin: back off like kubelet.
+        delay = min(delay * 2, 5.0) if time.monotonic() - started < 2.0 else backoff_s
         _log(f"WARNING sim supervisor: server exited with code {code}; restarting it (restart {restarts})")
-        time.sleep(backoff_s)
+        time.sleep(delay)

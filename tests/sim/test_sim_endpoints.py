@@ -196,3 +196,12 @@ def test_dialect_extras_detokenize_model_info_version(sim):
         assert httpx.get(sim.url + "/get_model_info").json()["model_path"] == "dayone-sim-model"
     else:
         assert "version" in httpx.get(sim.url + "/version").json()
+
+
+def test_ground_truth_can_be_cleared():
+    with start_sim("sglang", FAST) as s:
+        post(s, "/v1/completions", {"prompt": "x", "max_tokens": 2})
+        assert len(s.requests()) == 1
+        assert s.clear_requests() == 1 and s.requests() == []
+        post(s, "/v1/completions", {"prompt": "x", "max_tokens": 2}, "after")
+        assert [r["request_id"] for r in s.requests()] == ["after"]

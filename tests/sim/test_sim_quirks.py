@@ -79,3 +79,21 @@ def test_quirk_metric_counters_absent_or_renamed(sims, dialect, standard):
     for name in standard:
         assert name not in absent_text and name not in renamed_text
     assert ("cache_hit_tokens_total" if dialect == "sglang" else "vllm:gpu_prefix_cache_hits_total") in renamed_text
+
+
+def test_seed_profiles_load_and_the_vllm_preview_shows_its_traps(sims):
+    from pathlib import Path
+
+    from tasks.sim.profile import load_profile
+
+    folder = Path(__file__).resolve().parents[2] / "tasks" / "sim" / "profiles"
+    profiles = {f.stem: load_profile(f) for f in folder.glob("*.yaml")}
+    assert {"seed-sglang", "seed-vllm-preview"} <= set(profiles)
+    preview = profiles["seed-vllm-preview"].model_dump()
+    sim = sims("vllm", {**preview, "startup_delay_s": 0, "jit_delay_s": 0})
+    echoed = httpx.post(sim.url + "/v1/completions", json={"prompt": "Echo me", "max_tokens": 2, "echo": False}).json()
+    assert echoed["choices"][0]["text"].startswith("Echo me")
+    message = httpx.post(sim.url + "/v1/chat/completions", json=chat("why?", max_tokens=20)).json()["choices"][0]["message"]
+    assert "<think>" in message["content"] and not message.get("reasoning")
+    streams = [stream(sim.url, "/v1/chat/completions", chat("go", max_tokens=20)) for _ in range(3)]
+    assert sum(all(not d.get("content") for d in s.deltas()[:-1]) for s in streams) == 1

@@ -166,7 +166,8 @@ def stream_post(
                 for choice in chunk.get("choices") or []:
                     _take_choice(result, calls, choice, adapter, now)
     except httpx.HTTPError as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
+        cut = "stream cut before data: [DONE]: " if result.status == 200 and not result.done else ""
+        result.error = f"{cut}{type(exc).__name__}: {exc}"
     if result.status == 200 and not result.done and result.error is None:
         result.error = "stream ended before data: [DONE]"
     result.tool_calls = [calls[i] for i in sorted(calls)]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tasks.evidence.prompts import (
     CalibrationError, FillerPool, calibrate, filler_words, find_code, make_code, needle_text,
@@ -57,3 +59,11 @@ def test_only_the_exact_code_passes():
 def test_a_target_smaller_than_the_question_is_refused():
     with pytest.raises(CalibrationError, match="fixed part"):
         calibrate(5, lambda w: needle_text(w, 0.5, "AB12-CD34"), count_tokens)
+
+
+@settings(max_examples=40, deadline=None)
+@given(target=st.integers(min_value=40, max_value=20_000), depth=st.floats(min_value=0.0, max_value=1.0))
+def test_calibration_is_exact_and_never_over_for_any_target(target, depth):
+    prompt = calibrate(target, lambda w: needle_text(w, depth, "AB12-CD34"), count_tokens)
+    assert count_tokens(prompt.text) == target
+    assert prompt.text.count("The secret code is AB12-CD34.") == 1

@@ -16,8 +16,8 @@ import httpx
 
 from tasks.context import StepContext
 from tasks.evidence import metrics
-from tasks.evidence.prompts import FillerPool, calibrate, plain_text, tokenize_counter
 from tasks.evidence.needles import template_tokens_for
+from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, plain_text, tokenize_counter
 from tasks.evidence.stream import excerpt, stream_post
 from tasks.staging import RowWriter
 
@@ -138,12 +138,14 @@ def run_prefix_cache(ctx: StepContext) -> dict[str, Any]:
     ):
         count = tokenize_counter(client, ep.base_url, adapter)
         template_tokens = template_tokens_for(client, ctx, count)
-        prompt = calibrate(
-            max(1, spec.prompt_tokens - template_tokens),
-            lambda words: plain_text(words) + CACHE_QUESTION,
-            count,
-            FillerPool(CACHE_PROMPT_SEED),
-        )
+        # Seeded by the run: a prompt no earlier run sent, so the cold request is cold even
+        # where the cache cannot be cleared.
+        pool = FillerPool(f"{CACHE_PROMPT_SEED}:{ep.run_id}")
+        render = lambda words: plain_text(words) + CACHE_QUESTION  # noqa: E731
+        try:
+            prompt = calibrate(max(1, spec.prompt_tokens - template_tokens), render, count, pool)
+        except (CalibrationError, httpx.HTTPError, ValueError, KeyError):
+            prompt = calibrate(max(1, spec.prompt_tokens - template_tokens), render, None, pool)  # estimated
         payload = {
             "model": ep.model,
             "messages": [{"role": "user", "content": prompt.text}],

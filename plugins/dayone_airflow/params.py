@@ -14,17 +14,45 @@ from airflow.sdk import Param
 
 from tasks.config import RunConfig
 
+# Form sections, in the order a person fills them in.
 SECTIONS = {
+    "model": "Model",
+    "engines": "Engines",
+    "scenarios": "Scenarios",
+    "slo": "SLOs and limits", "request_timeout_s": "SLOs and limits", "round_error_rate_max": "SLOs and limits",
     "target": "Where", "dry_run": "Where", "kubernetes": "Where",
-    "model": "What", "engines": "What",
-    "scenarios": "Scenarios", "slo": "Scenarios", "request_timeout_s": "Scenarios", "round_error_rate_max": "Scenarios",
     "archive": "Results", "thresholds": "Results",
 }
+ORDER = tuple(SECTIONS)
 
 
 @lru_cache(maxsize=1)
 def _schema() -> dict[str, Any]:
-    return RunConfig.model_json_schema()
+    return _nullable_inline(RunConfig.model_json_schema())
+
+
+def _nullable_inline(node: Any) -> Any:
+    """`anyOf: [X, {type: null}]` -> X with `type: [X.type, "null"]`, everywhere in the schema.
+
+    An error inside an anyOf branch loses its path in the form's message ("0 is less than the
+    minimum of 1", but which field?); inlined, the message says `On instance['short']['rounds']`.
+    """
+    if isinstance(node, list):
+        return [_nullable_inline(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _nullable_inline(v) for k, v in node.items()}
+    branches = node.get("anyOf")
+    if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
+        other = next(b for b in branches if b != {"type": "null"})
+        if isinstance(other.get("type"), str) and "$ref" not in other:
+            merged = {k: v for k, v in node.items() if k != "anyOf"}
+            merged.update(other)
+            merged["type"] = [other["type"], "null"]
+            if "enum" in other:
+                merged["enum"] = [*other["enum"], None]
+            return merged
+    return node
 
 
 def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
@@ -33,7 +61,8 @@ def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
     values = RunConfig().model_dump(mode="json")
     values.update(defaults or {})
     params: dict[str, Param] = {}
-    for name, prop in schema["properties"].items():
+    ordered = sorted(schema["properties"].items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER))
+    for name, prop in ordered:
         if name == "run_id":
             continue  # set by the pipeline from the Airflow run
         prop = dict(prop)

@@ -1,0 +1,58 @@
+"""Lanes: engines that share a node run one after another; engines on separate nodes in parallel.
+
+An idle engine on the same GPU node disturbs the measured one (memory, clocks, PCIe), so the seed
+measured one engine at a time per node. The DAG has MAX_ENGINES_PER_NODE positions, each a mapped
+task group; position p runs the p-th engine of every lane, and position p+1 deploys only after every
+teardown of position p. Engines in one lane are therefore never up together, while the lanes (nodes)
+run side by side within a position. Pure: no Airflow import, so the API check and tests use it too.
+"""
+
+from __future__ import annotations
+
+from tasks.config import ConfigError, EngineSpec, RunConfig
+
+MAX_ENGINES_PER_NODE = 4
+
+
+def lane_key(engine: EngineSpec) -> str:
+    """The node an engine runs on, as far as the config says.
+
+    An explicit node names the lane. Engines placed only by node labels share a lane per label set,
+    and engines with no placement share one lane: they may land on the same node, so they wait.
+    """
+    if engine.node:
+        return f"node:{engine.node}"
+    if engine.node_selector:
+        return "selector:" + ",".join(f"{k}={v}" for k, v in sorted(engine.node_selector.items()))
+    return "unplaced"
+
+
+def lanes(config: RunConfig) -> dict[str, list[str]]:
+    """Lane key -> engine names in config order."""
+    out: dict[str, list[str]] = {}
+    for e in config.engines:
+        out.setdefault(lane_key(e), []).append(e.name)
+    return out
+
+
+def check_lanes(config: RunConfig) -> None:
+    """Reject more engines on one node than the DAG has positions, naming the field."""
+    for key, names in lanes(config).items():
+        if len(names) > MAX_ENGINES_PER_NODE:
+            index = next(i for i, e in enumerate(config.engines) if e.name == names[MAX_ENGINES_PER_NODE])
+            raise ConfigError([(
+                f"engines[{index}].node",
+                f"{len(names)} engines share {key} ({', '.join(names)}); at most {MAX_ENGINES_PER_NODE} run one "
+                f"after another on a node in one run",
+                f"split them over runs or nodes (engines[].node), at most {MAX_ENGINES_PER_NODE} per node",
+            )])
+
+
+def positions(config: RunConfig) -> list[list[str]]:
+    """positions[p] = the p-th engine of every lane, always MAX_ENGINES_PER_NODE lists (some empty)."""
+    check_lanes(config)
+    out: list[list[str]] = [[] for _ in range(MAX_ENGINES_PER_NODE)]
+    for names in lanes(config).values():
+        for p, name in enumerate(names):
+            out[p].append(name)
+    return out

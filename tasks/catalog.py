@@ -1,0 +1,149 @@
+"""The digest catalog: per logical date, the digest each engine was pinned to (PROTOCOL.md section 7).
+
+`s3://BUCKET/catalog/MODEL/<logical date>.json` = {"logical_date", "run_id", "engines": {name: {image,
+image_digest, index_digest, platform_digest}}}. A nightly run records the digests it pinned; any later
+run for the same logical date (a retry, a rerun, a backfill) reads them and deploys exactly those, so a
+date always means the same images. Entries are written once, like the archive.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from typing import Any
+
+from tasks.archive import ensure_bucket, json_bytes, model_slug, put_once
+from tasks.config import RunConfig, parse_run_config
+
+log = logging.getLogger("dayone.catalog")
+
+CATALOG_ROOT = "catalog"
+
+
+class CatalogError(RuntimeError):
+    """The catalog cannot give what a run needs; the message says what to do."""
+
+
+def date_label(logical_date: dt.datetime) -> str:
+    """A logical date as a key segment: 2026-11-30T00-00-00Z (UTC)."""
+    if logical_date.tzinfo is None:
+        logical_date = logical_date.replace(tzinfo=dt.timezone.utc)
+    return logical_date.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+
+
+def entry_key(cfg: RunConfig, logical_date: dt.datetime) -> str:
+    return f"{CATALOG_ROOT}/{model_slug(cfg.model.name)}/{date_label(logical_date)}.json"
+
+
+def read_entry(s3: Any, cfg: RunConfig, logical_date: dt.datetime) -> dict[str, Any] | None:
+    from botocore.exceptions import ClientError
+
+    try:
+        body = s3.get_object(Bucket=cfg.archive.bucket, Key=entry_key(cfg, logical_date))["Body"].read()
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound", "NoSuchBucket"):
+            return None
+        raise
+    return json.loads(body)
+
+
+def record(s3: Any, cfg: RunConfig, logical_date: dt.datetime, pinned: dict[str, dict[str, Any]],
+           run_id: str) -> dict[str, Any]:
+    """Write the date's entry once; a retry of the same run writes the same bytes and succeeds."""
+    entry = {
+        "logical_date": date_label(logical_date),
+        "model": cfg.model.name,
+        "run_id": run_id,
+        "engines": {
+            name: {
+                "image": p.get("image") or cfg.engine(name).image,
+                "image_digest": p["image_digest"],
+                "index_digest": p.get("index_digest"),
+                "platform_digest": p.get("platform_digest"),
+            }
+            for name, p in sorted(pinned.items())
+        },
+    }
+    ensure_bucket(s3, cfg.archive.bucket)
+    put_once(s3, cfg.archive.bucket, entry_key(cfg, logical_date), json_bytes(entry), "application/json")
+    return entry
+
+
+def list_dates(s3: Any, cfg: RunConfig) -> list[str]:
+    prefix = f"{CATALOG_ROOT}/{model_slug(cfg.model.name)}/"
+    out: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=cfg.archive.bucket, Prefix=prefix):
+        out += [o["Key"][len(prefix):].removesuffix(".json") for o in page.get("Contents", [])]
+    return sorted(out)
+
+
+def with_digests(config: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """The run config with each engine's digest taken from a catalog entry (explicit digests win)."""
+    engines = []
+    missing = []
+    for i, e in enumerate(config.get("engines") or parse_run_config(config).model_dump(mode="json")["engines"]):
+        e = dict(e)
+        recorded = (entry.get("engines") or {}).get(e["name"])
+        if not e.get("digest"):
+            if recorded is None:
+                missing.append(f"engines[{i}] ({e['name']})")
+            else:
+                e["digest"] = recorded["image_digest"]
+        engines.append(e)
+    if missing:
+        raise CatalogError(
+            f"{', '.join(missing)}: no digest recorded for {entry.get('logical_date')}. "
+            f"Fix: give engines[].digest in the run conf, or use engines the catalog has "
+            f"({', '.join(sorted(entry.get('engines') or {})) or 'none'})"
+        )
+    return {**config, "engines": engines}
+
+
+def pin_for_date(config: dict[str, Any], run_id: str, logical_date: dt.datetime, s3: Any,
+                 backfill: bool) -> dict[str, Any]:
+    """Pin a dated run: reuse the date's catalog entry, or pin now and record it.
+
+    - explicit engines[].digest in the conf: those are used (nothing is resolved for them);
+    - the date has an entry: its digests are used; an engine whose identity cannot be pinned to
+      an older digest (a local process) must still match it, or the run fails saying so;
+    - no entry and a backfill: fail, naming the date and the fix (a backfill never pins today's images
+      under an old date);
+    - no entry and a scheduled run: pin the current digests and record them.
+    """
+    from tasks import steps
+
+    cfg = parse_run_config({**config, "run_id": run_id})
+    entry = read_entry(s3, cfg, logical_date)
+    explicit = all(e.digest for e in cfg.engines)
+    if entry is None and backfill and not explicit:
+        raise CatalogError(
+            f"no digests recorded in s3://{cfg.archive.bucket}/{entry_key(cfg, logical_date)} for "
+            f"{date_label(logical_date)}. Fix: give engines[].digest in the run conf, or backfill dates the "
+            f"catalog has ({', '.join(list_dates(s3, cfg)[-5:]) or 'none yet'})"
+        )
+    if entry is not None:
+        config = with_digests(config, entry)
+    digests = steps.pin(config, run_id)
+    if entry is not None:
+        wrong = {name: (entry["engines"][name]["image_digest"], got) for name, got in digests.items()
+                 if name in entry["engines"] and not _explicit(config, name, cfg)
+                 and entry["engines"][name]["image_digest"] != got}
+        if wrong:
+            raise CatalogError("; ".join(
+                f"engine {name}: the catalog has {want} for {date_label(logical_date)} but it pins to {got} "
+                f"(a local engine cannot be run at an older identity). Fix: run it on target=kubernetes with "
+                f"an image, or give engines[].digest" for name, (want, got) in sorted(wrong.items())))
+        source = "catalog"
+    else:
+        from tasks.staging import RunDir
+
+        entry = record(s3, cfg, logical_date, RunDir(run_id).read_json("pinned.json", {}), run_id)
+        source = "pinned now" if not explicit else "run conf"
+    log.info("run %s pinned from %s for %s: %s", run_id, source, date_label(logical_date), digests)
+    return {"source": source, "logical_date": date_label(logical_date), "digests": digests}
+
+
+def _explicit(config: dict[str, Any], name: str, cfg: RunConfig) -> bool:
+    """The conf (not the catalog) gave this engine's digest."""
+    return bool(cfg.engine(name).digest)

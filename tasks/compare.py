@@ -1,0 +1,264 @@
+"""Regression comparison against the last good run (the nightly's compare step).
+
+The baseline of one (model, engine, scenario) is the most recent archived run before this one that
+was validated and not quarantined and that measured that engine and scenario (the run index under
+`runs/MODEL/_index/` says which runs exist and whether they were quarantined). Compared, with the
+thresholds of `config.thresholds`:
+
+- output throughput per shape (median over measured rounds): a drop beyond `output_tps_drop`;
+- P95 TTFT per shape (median over rounds): a rise beyond `ttft_p95_rise`, only where TTFT is
+  publishable on both sides (tasks/evidence/reliability.py);
+- every functional check, needle (length x depth) and prefix-cache verdict that passed in the
+  baseline and now fails.
+
+Every comparison is a row of the `regressions` table (regressed true or false); any regressed row
+makes `compare` raise RegressionFound after the rows are written, so the table is archived and the
+Airflow task fails.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import statistics
+from typing import Any
+
+import pandas as pd
+
+from tasks.archive import model_slug
+from tasks.config import RunConfig
+from tasks.staging import RunDir
+
+log = logging.getLogger("dayone.compare")
+
+HEADLINE_METRICS = ("output_tps", "ttft_p95_s")
+
+
+class RegressionFound(RuntimeError):
+    """The run regressed against its baseline; the message lists what."""
+
+
+# ---- reading the archive -------------------------------------------------------------------------
+
+
+def run_index(s3: Any, cfg: RunConfig) -> list[dict[str, Any]]:
+    """All archived runs of the model, newest first."""
+    prefix = f"{cfg.archive.prefix}/{model_slug(cfg.model.name)}/_index/"
+    docs: list[dict[str, Any]] = []
+    try:
+        pages = list(s3.get_paginator("list_objects_v2").paginate(Bucket=cfg.archive.bucket, Prefix=prefix))
+    except Exception as exc:  # noqa: BLE001
+        if "NoSuchBucket" in str(exc):
+            return []
+        raise
+    for page in pages:
+        for obj in page.get("Contents", []):
+            docs.append(json.loads(s3.get_object(Bucket=cfg.archive.bucket, Key=obj["Key"])["Body"].read()))
+    return sorted(docs, key=lambda d: d.get("created_ts") or 0, reverse=True)
+
+
+def _read_table(s3: Any, bucket: str, prefix: str, table: str) -> pd.DataFrame:
+    from botocore.exceptions import ClientError
+
+    from tasks.tables import to_frame
+
+    try:
+        body = s3.get_object(Bucket=bucket, Key=f"{prefix}tables/{table}.parquet")["Body"].read()
+    except ClientError:
+        return to_frame(table, [])
+    return pd.read_parquet(io.BytesIO(body))
+
+
+def _read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+    from botocore.exceptions import ClientError
+
+    try:
+        return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    except ClientError:
+        return None
+
+
+class Side:
+    """One engine's figures in one run: headline per shape, check/needle outcomes, cache verdict."""
+
+    def __init__(self, run_id: str, rounds: pd.DataFrame, checks: pd.DataFrame, needles: pd.DataFrame,
+                 cache_verdict: str | None):
+        self.run_id = run_id
+        self.rounds = rounds
+        self.checks = checks
+        self.needles = needles
+        self.cache_verdict = cache_verdict
+
+    def scenarios(self) -> set[str]:
+        found = set(self.rounds["scenario"].dropna()) if not self.rounds.empty else set()
+        if not self.checks.empty:
+            found.add("functional")
+        if not self.needles.empty:
+            found.add("long_context")
+        if self.cache_verdict:
+            found.add("prefix_cache")
+        return {str(s) for s in found}
+
+    def headline(self) -> dict[tuple[str, int, float | None], dict[str, float | None]]:
+        """(scenario, concurrency, rate) -> median over measured, ok rounds of each headline metric."""
+        r = self.rounds
+        if r.empty:
+            return {}
+        r = r[(r["warmup"].fillna(False) == False) & (r["status"] == "ok")]  # noqa: E712
+        out: dict[tuple[str, int, float | None], dict[str, float | None]] = {}
+        for (scenario, conc, rate), g in r.groupby(["scenario", "concurrency", "rate_rps"], dropna=False, sort=True):
+            key = (str(scenario), int(conc), None if pd.isna(rate) else float(rate))
+            out[key] = {m: _median(g[m]) for m in HEADLINE_METRICS}
+        return out
+
+    def check_outcomes(self) -> dict[str, str]:
+        return {str(r["check"]): str(r["outcome"]) for _, r in self.checks.iterrows()}
+
+    def needle_outcomes(self) -> dict[tuple[int, float], bool]:
+        """(length, depth) -> passed on every attempt."""
+        if self.needles.empty:
+            return {}
+        return {(int(t), float(d)): bool(g["passed"].fillna(False).all())
+                for (t, d), g in self.needles.groupby(["target_tokens", "depth"])}
+
+    def ttft_reliable(self) -> bool:
+        from tasks.evidence.reliability import ttft_verdict
+
+        rows = [{k: (None if pd.isna(v) else v) if not isinstance(v, (list, dict)) else v for k, v in r.items()}
+                for r in self.checks.to_dict("records")]
+        for row in rows:
+            if isinstance(row.get("evidence"), str):
+                try:
+                    row["evidence"] = json.loads(row["evidence"])
+                except json.JSONDecodeError:
+                    pass
+        return bool(ttft_verdict(rows)["reliable"])
+
+
+def _median(series: pd.Series) -> float | None:
+    values = [float(v) for v in series.tolist() if v is not None and not pd.isna(v)]
+    return statistics.median(values) if values else None
+
+
+def current_side(run_dir: RunDir, engine: str) -> Side:
+    verdict = run_dir.read_json(f"verdicts/{engine}/prefix_cache.json") or {}
+    return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
+                run_dir.frame("needles", engine), verdict.get("verdict"))
+
+
+def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
+    bucket, prefix = cfg.archive.bucket, index["prefixes"][engine]
+    summary = _read_json(s3, bucket, prefix + "summary.json") or {}
+    cache = ((summary.get("engines") or {}).get(engine) or {}).get("prefix_cache") or {}
+    return Side(index["run_id"], _read_table(s3, bucket, prefix, "rounds"), _read_table(s3, bucket, prefix, "checks"),
+                _read_table(s3, bucket, prefix, "needles"), cache.get("verdict"))
+
+
+def baselines(s3: Any, cfg: RunConfig, engine: str, scenarios: set[str], before_ts: float | None,
+              runs: list[dict[str, Any]] | None = None) -> dict[str, Side]:
+    """scenario -> the last good run that measured it for this engine (validated, not quarantined)."""
+    found: dict[str, Side] = {}
+    for doc in runs if runs is not None else run_index(s3, cfg):
+        if len(found) == len(scenarios):
+            break
+        if doc.get("quarantined") or doc.get("run_id") == cfg.run_id or engine not in (doc.get("prefixes") or {}):
+            continue
+        if before_ts is not None and (doc.get("created_ts") or 0) >= before_ts:
+            continue  # a baseline is an earlier run
+        side = archived_side(s3, cfg, doc, engine)
+        for scenario in (scenarios & side.scenarios()) - set(found):
+            found[scenario] = side
+    return found
+
+
+# ---- comparing -----------------------------------------------------------------------------------
+
+
+def compare_engine(cfg: RunConfig, engine: str, digest: str | None, current: Side,
+                   bases: dict[str, Side]) -> list[dict[str, Any]]:
+    """The regressions rows of one engine: every comparison made, regressed or not."""
+    t = cfg.thresholds
+    rows: list[dict[str, Any]] = []
+
+    def row(scenario: str, metric: str, base: Side, baseline_value: float | None, value: float | None,
+            change: float | None, threshold: float | None, regressed: bool, concurrency: int | None = None) -> None:
+        rows.append({"run_id": cfg.run_id, "engine": engine, "image_digest": digest, "scenario": scenario,
+                     "round": 0, "concurrency": concurrency, "metric": metric, "baseline_run_id": base.run_id,
+                     "baseline_value": baseline_value, "value": value, "change": change, "threshold": threshold,
+                     "regressed": bool(regressed)})
+
+    now_head = current.headline()
+    ttft_ok_now = current.ttft_reliable() if not current.checks.empty else False
+    for scenario in sorted({k[0] for k in now_head} & set(bases)):
+        base = bases[scenario]
+        base_head = base.headline()
+        ttft_ok = ttft_ok_now and base.ttft_reliable()
+        for key in sorted((k for k in now_head if k[0] == scenario), key=lambda k: (k[1], k[2] or 0)):
+            if key not in base_head:
+                continue
+            suffix = f"@{key[2]:g}rps" if key[2] is not None else ""
+            now, was = now_head[key], base_head[key]
+            if was["output_tps"] and now["output_tps"] is not None:
+                change = now["output_tps"] / was["output_tps"] - 1
+                row(scenario, "output_tps" + suffix, base, was["output_tps"], now["output_tps"], change,
+                    -t.output_tps_drop, change < -t.output_tps_drop, key[1])
+            if ttft_ok and was["ttft_p95_s"] and now["ttft_p95_s"] is not None:
+                change = now["ttft_p95_s"] / was["ttft_p95_s"] - 1
+                row(scenario, "ttft_p95_s" + suffix, base, was["ttft_p95_s"], now["ttft_p95_s"], change,
+                    t.ttft_p95_rise, change > t.ttft_p95_rise, key[1])
+    if "functional" in bases and not current.checks.empty:
+        base = bases["functional"]
+        now_checks = current.check_outcomes()
+        for check, was in sorted(base.check_outcomes().items()):
+            if was == "pass" and check in now_checks:
+                now = now_checks[check]
+                row("functional", f"check:{check}", base, 1.0, 1.0 if now == "pass" else 0.0, None, None,
+                    now == "fail")
+    if "long_context" in bases and not current.needles.empty:
+        base = bases["long_context"]
+        now_needles = current.needle_outcomes()
+        for (length, depth), was in sorted(base.needle_outcomes().items()):
+            if was and (length, depth) in now_needles:
+                now = now_needles[(length, depth)]
+                row("long_context", f"needle:{length}@{depth:g}", base, 1.0, 1.0 if now else 0.0, None, None, not now)
+    if "prefix_cache" in bases and current.cache_verdict:
+        base = bases["prefix_cache"]
+        if base.cache_verdict == "effective":
+            now_ok = current.cache_verdict == "effective"
+            row("prefix_cache", "cache_verdict", base, 1.0, 1.0 if now_ok else 0.0, None, None, not now_ok)
+    return rows
+
+
+def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
+    """Write the run's regressions rows per engine; raise RegressionFound when any row regressed."""
+    pinned = run_dir.read_json("pinned.json", {})
+    created = (run_dir.read_json("manifest.json", {}) or {}).get("created_ts")
+    runs = run_index(s3, cfg)
+    regressed: list[str] = []
+    result: dict[str, Any] = {"engines": {}}
+    for e in cfg.engines:
+        current = current_side(run_dir, e.name)
+        bases = baselines(s3, cfg, e.name, current.scenarios(), created, runs)
+        rows = compare_engine(cfg, e.name, pinned.get(e.name, {}).get("image_digest"), current, bases)
+        with run_dir.rows("regressions", e.name, "compare") as out:
+            for r in rows:
+                out.write(r)
+        bad = [r for r in rows if r["regressed"]]
+        regressed += [_describe(r) for r in bad]
+        result["engines"][e.name] = {
+            "baselines": {s: b.run_id for s, b in sorted(bases.items())},
+            "compared": len(rows), "regressed": len(bad),
+        }
+    run_dir.write_json("regressions.json", {**result, "regressions": regressed})
+    if regressed:
+        raise RegressionFound(f"{len(regressed)} regression(s) against the last good run: " + "; ".join(regressed))
+    return result
+
+
+def _describe(r: dict[str, Any]) -> str:
+    where = f"{r['engine']}/{r['scenario']}" + (f" c={r['concurrency']}" if r.get("concurrency") is not None else "")
+    if r.get("change") is not None:
+        return (f"{where} {r['metric']}: {r['baseline_value']:.4g} -> {r['value']:.4g} ({r['change']:+.1%}, "
+                f"threshold {r['threshold']:+.0%}) vs {r['baseline_run_id']}")
+    return f"{where} {r['metric']}: passed in {r['baseline_run_id']}, fails now"

@@ -17,8 +17,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 _ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -49,6 +47,8 @@ class SimProcess:
 
     def wait_ready(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Wait until /sim/state says ready; raises SimError if the process exits or time runs out."""
+        import httpx
+
         deadline = time.monotonic() + timeout_s
         last = "no answer yet"
         while time.monotonic() < deadline:
@@ -65,6 +65,8 @@ class SimProcess:
         raise SimError(f"simulator not ready after {timeout_s} s ({last}):\n{self.log()[-2000:]}")
 
     def wait_listening(self, timeout_s: float = 30.0) -> None:
+        import httpx
+
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if not self.alive():
@@ -97,6 +99,7 @@ class SimProcess:
 
     # ---- ground truth -------------------------------------------------------------------------
     def state(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        import httpx  # here, not at import: the server process does not need it
         r = httpx.get(self.url + "/sim/state", timeout=timeout_s)
         r.raise_for_status()
         return r.json()
@@ -106,6 +109,7 @@ class SimProcess:
 
     def requests(self, request_id: str | None = None, prefix: str | None = None) -> list[dict[str, Any]]:
         """Ground truth rows (GET /sim/requests), all or those of one request id or id prefix."""
+        import httpx
         params = {k: v for k, v in (("request_id", request_id), ("prefix", prefix)) if v}
         r = httpx.get(self.url + "/sim/requests", params=params, timeout=30)
         r.raise_for_status()
@@ -113,6 +117,7 @@ class SimProcess:
 
     def clear_requests(self) -> int:
         """Forget the ground truth so far; returns how many rows were dropped."""
+        import httpx
         r = httpx.delete(self.url + "/sim/requests", timeout=10)
         r.raise_for_status()
         return int(r.json()["dropped"])

@@ -51,15 +51,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+NICE = 0  # set from --nice: the priority of the simulator and both clients
+
+
 def taskset(core: int | None) -> list[str]:
-    return ["taskset", "-c", str(core)] if core is not None and shutil.which("taskset") else []
+    """Pin to a core, at the bench's priority (a negative nice keeps a shared box's other work
+    from delaying the measured processes; the spinners stay at nice 19)."""
+    pin = ["taskset", "-c", str(core)] if core is not None and shutil.which("taskset") else []
+    return pin + (["nice", "-n", str(NICE)] if NICE else [])
 
 
 def start_spinners(cores: list[int]) -> list[subprocess.Popen]:
     """One nice-19 busy loop per core: keeps cores out of deep idle, yields to real work."""
     procs = []
     for core in cores:
-        cmd = [*taskset(core), "nice", "-n", "19", sys.executable, "-c", "while True: pass"]
+        pin = ["taskset", "-c", str(core)] if shutil.which("taskset") else []
+        cmd = [*pin, "nice", "-n", "19", sys.executable, "-c", "while True: pass"]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs
 
@@ -323,6 +330,8 @@ def main() -> None:
     ap.add_argument("--client-core", type=int, default=0)
     ap.add_argument("--sim-core", type=int, default=1)
     ap.add_argument("--no-spinners", action="store_true")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="niceness of the simulator and both clients, e.g. -10 on a shared machine (needs root)")
     ap.add_argument("--ramp", action="store_true",
                     help="start the streams over one request's duration (both clients), so they do not finish in lockstep")
     ap.add_argument("--json", help="also write the figures here")
@@ -334,6 +343,8 @@ def main() -> None:
         worker(args.url, int(args.streams), args.waves, args.out, args.ramp)
         return
 
+    global NICE
+    NICE = args.nice
     ncpu = os.cpu_count() or 1
     client_core = args.client_core if ncpu > 1 else None
     sim_core = args.sim_core if ncpu > 1 else None
@@ -343,7 +354,8 @@ def main() -> None:
     print(f"  environment: {json.dumps(env)}")
     print(f"  pinning: client on core {client_core}, simulator on core {sim_core} (taskset); "
           f"spinners: {'none' if args.no_spinners else f'nice-19 busy loop on each of {ncpu} cores'}; "
-          f"start: {'ramped over %.2f s' % REQUEST_S if args.ramp else 'all streams at once (lockstep waves)'}")
+          f"start: {'ramped over %.2f s' % REQUEST_S if args.ramp else 'all streams at once (lockstep waves)'}; "
+          f"simulator and clients at nice {NICE}")
     spinners = [] if args.no_spinners else start_spinners(list(range(ncpu)))
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -161,7 +161,7 @@ def throughput_chart(summary: dict[str, Any]) -> bytes | None:
         ax.set_xlabel("concurrency", fontsize=9)
         _style(ax, f"short scenario: {ylabel} vs concurrency", ylabel)
         ax.set_ylim(bottom=0)
-        _legend(ax, loc="upper left")
+        _legend(ax, loc="best")
     return _png(fig)
 
 
@@ -203,7 +203,7 @@ def ttft_chart(summary: dict[str, Any]) -> bytes | None:
         else:
             title = f"{name}: E2E by concurrency (short)\nTTFT not published: {_short(e['ttft'].get('reason'), 110)}"
         _style(ax, title, f"{metric.upper()} (log scale)")
-        _legend(ax, loc="upper left", ncols=3)
+        _legend(ax, loc="best", ncols=3)
     return _png(fig)
 
 
@@ -246,7 +246,7 @@ def decode_prefill_chart(summary: dict[str, Any]) -> bytes | None:
         ax.set_xticks(range(len(labels)), labels)
         note = f"\n{', '.join(withheld)}: not published (TTFT unreliable)" if withheld else ""
         _style(ax, title + note, ylabel)
-        _legend(ax, loc="upper left")
+        _legend(ax, loc="best")
     return _png(fig)
 
 
@@ -296,7 +296,7 @@ def long_context_chart(summary: dict[str, Any]) -> bytes | None:
             ax.set_xticks(ticks, [_tokens(t) for t in ticks])
             ax.minorticks_off()
             ax.set_ylim(bottom=0)
-            _legend(ax, loc="upper left")
+            _legend(ax, loc="best")
         ax.set_xlabel("prompt tokens", fontsize=9)
         note = f"\n{', '.join(withheld)}: not published (TTFT unreliable)" if withheld and drawn else ""
         _style(ax, title + note, "seconds")
@@ -339,7 +339,7 @@ def prefix_cache_chart(summary: dict[str, Any]) -> bytes | None:
         withheld = [n for n in engines if n not in names]
         note = f"\n{', '.join(withheld)}: not published (TTFT unreliable)" if withheld else ""
         _style(ax, f"prefix cache: {words} cold vs repeats{note}", "seconds")
-        _legend(ax, loc="upper right")
+        _legend(ax, loc="best")
     return _png(fig)
 
 

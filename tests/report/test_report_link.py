@@ -1,0 +1,99 @@
+"""The Airflow plugin: a task's "DayOne report" link leads, through Airflow's own API server and its
+login, to the run's report as archived in S3."""
+
+from __future__ import annotations
+
+import pytest
+
+LINK_NAME = "DayOne report"
+
+
+@pytest.fixture(scope="module")
+def published(sim_run, s3_server):
+    """The simulator run archived and its report published to the real S3 server (default bucket)."""
+    from tasks.archive import archive_run
+    from tasks.report import publish_report
+
+    s3 = s3_server.client()
+    archive_run(sim_run.run_dir(), sim_run.cfg(), s3)
+    result = publish_report(sim_run.run_dir(), sim_run.cfg(), s3)
+    return s3, result
+
+
+@pytest.fixture(scope="module")
+def api(airflow_db, s3_server):
+    """Airflow's API server app, in process, with the plugins folder loaded, and a signed-in user's token."""
+    import os
+
+    os.environ["AIRFLOW_CONN_DAYONE_S3"] = s3_server.connection_uri()
+    from fastapi.testclient import TestClient
+
+    from airflow.api_fastapi.app import create_app, get_auth_manager
+    from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
+
+    app = create_app("core")
+    with TestClient(app) as client:
+        token = get_auth_manager().generate_jwt(SimpleAuthManagerUser(username="admin", role="admin"))
+        yield client, token
+    os.environ.pop("AIRFLOW_CONN_DAYONE_S3", None)
+
+
+def _link():
+    from airflow import plugins_manager
+
+    links = [link for link in plugins_manager.get_global_operator_extra_links() if link.name == LINK_NAME]
+    assert len(links) == 1, "the dayone_report plugin must register exactly one global link"
+    return links[0]
+
+
+def test_plugin_adds_the_report_link_to_dayone_tasks_only(sim_run):
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    link = _link()
+    url = link.get_link(None, ti_key=TaskInstanceKey("dayone_eval", "report", sim_run.airflow_run_id))
+    assert url == "/dayone/reports/dayone_eval/manual__2026-11-30T08%3A00%3A00.123456%2B00%3A00"
+    nightly = link.get_link(None, ti_key=TaskInstanceKey("dayone_nightly", "engines_0.engine.short", "x"))
+    assert nightly.endswith("/dayone/reports/dayone_nightly/x")
+    assert link.get_link(None, ti_key=TaskInstanceKey("someone_elses_dag", "t", "r")) == ""
+
+
+def test_link_opens_the_archived_report_behind_airflow_login(sim_run, published, api):
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    s3, result = published
+    client, token = api
+    url = _link().get_link(None, ti_key=TaskInstanceKey("dayone_eval", "conclude", sim_run.airflow_run_id))
+
+    client.cookies.clear()
+    assert client.get(url).status_code == 401, "the report is behind Airflow's login"
+
+    client.cookies.set("_token", token)
+    page = client.get(url)
+    assert page.status_code == 200, page.text[:500]
+    report_key = next(k for k in result["keys"] if k.endswith("/report.html"))
+    archived = s3.get_object(Bucket=result["bucket"], Key=report_key)["Body"].read()
+    assert page.content == archived
+    assert page.headers["x-dayone-report-source"] == f"s3://{result['bucket']}"
+    assert page.headers["content-type"].startswith("text/html")
+    assert "script-src" not in page.headers["content-security-policy"]
+    assert "default-src 'none'" in page.headers["content-security-policy"]
+
+    summary = client.get(url + "/summary.json")
+    assert summary.status_code == 200 and summary.json()["run_id"] == sim_run.run_id
+
+    missing = client.get("/dayone/reports/dayone_eval/manual__2026-01-01T00%3A00%3A00%2B00%3A00")
+    assert missing.status_code == 404 and "report task has not finished" in missing.json()["detail"]
+    assert client.get(f"/dayone/reports/someone_elses_dag/{sim_run.run_id}").status_code == 404
+
+
+def test_publish_writes_charts_beside_the_report_once(sim_run, published):
+    from tasks.report import publish_report
+
+    s3, result = published
+    prefixes = sim_run.run_dir().read_json("archive.json")["prefixes"]
+    for prefix in prefixes.values():
+        for rel in ("report.html", "summary.json", "charts/throughput.png", "charts/ttft.png",
+                    "charts/long_context.png", "charts/prefix_cache.png", "charts/decode_prefill.png"):
+            assert prefix + rel in result["keys"], rel
+    again = publish_report(sim_run.run_dir(), sim_run.cfg(), s3)  # a retried report task
+    assert again["keys"] == result["keys"]

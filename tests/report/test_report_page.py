@@ -1,0 +1,130 @@
+"""report.html in a real browser: headless Chromium renders it, and the charts and tables are there."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+CHART_NAMES = ("throughput", "ttft", "decode_prefill", "long_context", "prefix_cache")
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _chromium(binary: str, *args: str) -> subprocess.CompletedProcess:
+    profile = tempfile.mkdtemp(prefix="dayone-chromium-")
+    try:
+        return subprocess.run([binary, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
+                              capture_output=True, timeout=120, check=False)
+    finally:
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+class _Dom(HTMLParser):
+    """The rendered DOM's images, tables (with their rows' text) and section ids."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.images: list[dict[str, str]] = []
+        self.tables: list[list[str]] = []
+        self.ids: set[str] = set()
+        self._depth = 0
+        self._row: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if "id" in a:
+            self.ids.add(a["id"])
+        if tag == "img":
+            self.images.append(a)
+        elif tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self._row = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "tr" and self._row is not None and self.tables:
+            self.tables[-1].append(" ".join(self._row))
+            self._row = None
+
+    def handle_data(self, data: str) -> None:
+        if self._row is not None and data.strip():
+            self._row.append(data.strip())
+
+
+@pytest.fixture(scope="module")
+def report(sim_run):
+    from tasks.report import write_report
+
+    built = write_report(sim_run.run_dir(), sim_run.cfg())
+    return sim_run.run_dir().path / "report.html", built
+
+
+def test_chromium_renders_every_chart_and_table(report, chromium, tmp_path):
+    page, built = report
+    shot = tmp_path / "report.png"
+    run = _chromium(chromium, f"--screenshot={shot}", "--window-size=1400,3000", "--hide-scrollbars",
+                    page.as_uri())
+    assert shot.exists(), run.stderr.decode(errors="replace")[-2000:]
+    png = shot.read_bytes()
+    assert png.startswith(PNG_MAGIC)
+    assert len(png) > 100_000, f"screenshot of {len(png)} bytes: the page did not render"
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(shot))[:, :, :3]
+    assert pixels.shape[:2] == (3000, 1400)
+    colours = {tuple(p) for p in (pixels[::7, ::7] * 255).astype(int).reshape(-1, 3).tolist()}
+    non_white = float((pixels.min(axis=2) < 0.9).mean())
+    assert len(colours) > 200, f"only {len(colours)} colours: charts are missing from the screenshot"
+    assert non_white > 0.05, f"the screenshot is {non_white:.1%} ink: mostly blank"
+    if os.environ.get("DAYONE_REPORT_SCREENSHOT"):  # docs/report-screenshot.png is made this way
+        shutil.copyfile(shot, os.environ["DAYONE_REPORT_SCREENSHOT"])
+
+    dom_run = _chromium(chromium, "--dump-dom", page.as_uri())
+    dom = _Dom()
+    dom.feed(dom_run.stdout.decode())
+    charts = [img for img in dom.images if img.get("src", "").startswith("data:image/png;base64,")]
+    assert len(charts) == len(CHART_NAMES) == len(built["charts"]), [i.get("alt") for i in dom.images]
+    for img in charts:
+        body = base64.b64decode(img["src"].split(",", 1)[1])
+        assert body.startswith(PNG_MAGIC) and len(body) > 10_000, img.get("alt")
+    assert not [i for i in dom.images if not i.get("src", "").startswith("data:")], "the page must be self-contained"
+    for section in ("decision", "comparison", *CHART_NAMES, "startup", "checks", "not-tested"):
+        assert section in dom.ids, f"section {section} missing from the rendered page"
+    text = {i: "\n".join(rows) for i, rows in enumerate(dom.tables)}
+    everything = "\n".join(text.values())
+    for engine in ("sim-sglang", "sim-vllm"):
+        assert engine in everything
+    assert any("completions_echo_false" in t and "fail" in t for t in text.values()), "functional checks table"
+    assert any("fallback_backend" in t and "warning" in t for t in text.values()), "startup findings table"
+    assert any("needle at 50%" in t for t in text.values()), "needle table"
+    assert any("TTFT not published" in t for t in text.values()), "the unreliable engine's TTFT must be withheld"
+    assert any("sim-down" in t and "wait_ready" in t for t in text.values()), "not-tested table with the failed step"
+
+
+def test_report_is_self_contained_and_deterministic(sim_run, report):
+    from tasks.report import write_report
+
+    page, built = report
+    html = page.read_text(encoding="utf-8")
+    for forbidden in ("<script", "src='http", 'src="http', "<link ", "url(", "@import"):
+        assert forbidden not in html, f"{forbidden} in a report that must work offline"
+    again = write_report(sim_run.run_dir(), sim_run.cfg())
+    assert again["page"] == built["page"], "the same run must give the same bytes (write-once archive)"
+    assert again["charts"] == built["charts"]
+    for name in CHART_NAMES:
+        assert (sim_run.run_dir().path / "charts" / f"{name}.png").read_bytes() == built["charts"][name]
+
+
+def test_screenshot_in_docs_is_small_and_a_png():
+    shot = Path(__file__).resolve().parents[2] / "docs" / "report-screenshot.png"
+    assert shot.exists(), "docs/report-screenshot.png: run this file with DAYONE_REPORT_SCREENSHOT set to it"
+    assert shot.read_bytes().startswith(PNG_MAGIC)
+    assert shot.stat().st_size < 1_000_000

@@ -39,6 +39,7 @@ def judge_stream(s: StreamResult) -> str | None:
 
 def _summary(s: StreamResult) -> dict[str, Any]:
     return {
+        "request_id": s.request_id,
         "events": s.events,
         "output_events": len(s.output_events),
         "completion_tokens": s.completion_tokens,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,7 @@ class StreamResult:
     done: bool = False  # saw data: [DONE]
     error: str | None = None
     body_excerpt: str = ""
+    request_id: str | None = None  # sent as X-Request-Id; the server's echo when it has one
 
     @property
     def ok(self) -> bool:
@@ -121,20 +123,26 @@ def stream_post(
     payload: dict[str, Any],
     adapter: EngineAdapter,
     timeout_s: float | None = None,
+    request_id: str | None = None,
 ) -> StreamResult:
     """POST with stream=true and read the server-sent events as they arrive.
 
-    Works for chat completions (choices[].delta) and completions (choices[].text).
+    Works for chat completions (choices[].delta) and completions (choices[].text). The request
+    carries X-Request-Id (a fresh one by default), so evidence can name the request to the
+    server's own logs or ground truth.
     """
     payload = {**payload, "stream": True}
     calls: dict[int, dict[str, Any]] = {}
+    request_id = request_id or f"dayone-{uuid.uuid4().hex[:16]}"
     sent = time.perf_counter()
-    result = StreamResult(status=None)
+    result = StreamResult(status=None, request_id=request_id)
     try:
         with client.stream(
-            "POST", url, json=payload, timeout=timeout_s if timeout_s is not None else client.timeout
+            "POST", url, json=payload, headers={"X-Request-Id": request_id},
+            timeout=timeout_s if timeout_s is not None else client.timeout,
         ) as r:
             result.status = r.status_code
+            result.request_id = r.headers.get("x-request-id", request_id)
             if r.status_code != 200:
                 r.read()
                 result.error = f"HTTP {r.status_code}"

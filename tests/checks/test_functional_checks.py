@@ -34,23 +34,26 @@ def test_clean_profile_passes_every_check(sim_ctx, dialect):
     assert ttft_verdict(rows)["reliable"] is True
 
 
-# (name, profile, the check that must fail, reason part, excerpt part, TTFT still publishable?)
+# (quirk, profile, the check that must fail, reason part, excerpt part, TTFT still publishable?)
 QUIRKS = [
     ("reasoning_inline", {"quirks": {"reasoning_inline": True}}, "reasoning_split", "inline", "<think>", True),
     ("echo_ignored", {"quirks": {"echo_ignored": True}}, "completions_echo_false", "echo=false ignored",
      "DayOne echo probe", False),
-    ("output_not_streamed", {"quirks": {"unstreamed_every_nth": 2}}, "output_streams", "one event", "", False),
+    ("unstreamed", {"quirks": {"unstreamed_every_nth": 2}}, "output_streams", "one event", "", False),
     ("usage_missing", {"quirks": {"usage_missing": True}}, "streaming_usage", "no usage", "None", True),
 ]
 
 
-@pytest.mark.parametrize("name,profile,failing,reason_part,excerpt_part,ttft_reliable", QUIRKS,
+@pytest.mark.parametrize("quirk,profile,failing,reason_part,excerpt_part,ttft_reliable", QUIRKS,
                          ids=[q[0] for q in QUIRKS])
 def test_each_quirk_fails_exactly_its_check_with_evidence(
-    sim_ctx, name, profile, failing, reason_part, excerpt_part, ttft_reliable
+    sim_ctx, quirk, profile, failing, reason_part, excerpt_part, ttft_reliable
 ):
-    with sim_ctx("vllm", {**CLEAN, **profile}) as (_, ctx):
+    with sim_ctx("vllm", {**CLEAN, **profile}) as (sim, ctx):
         rows = run_functional(ctx)
+        truth = sim.requests()
+    # the simulator really applied the quirk (its ground truth says so)
+    assert any(quirk in r["quirks"] for r in truth)
     expected = {c: "pass" for c in CHECK_NAMES}
     expected[failing] = "fail"
     assert outcomes(rows) == expected, [(r["check"], r["evidence"]["reason"]) for r in rows if r["outcome"] != "pass"]
@@ -64,6 +67,10 @@ def test_each_quirk_fails_exactly_its_check_with_evidence(
     if not ttft_reliable:
         assert failing in verdict["reason"] or "echo=false" in verdict["reason"]
         assert "E2E only" in verdict["reason"]
+    if failing == "output_streams":  # the evidence names the streams; the server marked the same one
+        flagged = {r["request_id"] for r in truth if "unstreamed" in r["quirks"]}
+        index = int(evidence["reason"].split()[1]) - 1  # "stream 2 of 4: ..."
+        assert evidence["streams"][index]["request_id"] in flagged
 
 
 def test_counters_absent_change_no_functional_check(sim_ctx):

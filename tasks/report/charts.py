@@ -353,7 +353,7 @@ def _seconds_axis(ax: Any) -> None:
 
 
 def _tokens(n: int) -> str:
-    return f"{n / 1024:g}K" if n >= 1024 and n % 1024 == 0 else (f"{n / 1000:.0f}k" if n >= 1000 else str(n))
+    return f"{round(n / 1024)}K" if n >= 1024 else str(n)
 
 
 def _short(text: Any, limit: int = 70) -> str:

@@ -80,7 +80,7 @@ def _leads(engines: dict[str, Any]) -> list[str]:
             if c is None:
                 continue
             if c["on_par"]:
-                parts.append(f"on par at {label} (within {c['gap']:.0%})")
+                parts.append(f"on par at {label} (within {_pct(c['gap'])})")
                 continue
             leaders.add(c["leader"])
             better = "higher" if higher else "lower"
@@ -231,6 +231,10 @@ def _regressions(rows: list[dict[str, Any]]) -> list[str]:
         f"{r['metric']} {_change(r.get('change'))}" for r in bad[:5]
     )
     return [f"{len(bad)} regression(s){against}: {listed}."]
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction:.1%}" if fraction < 0.1 else f"{fraction:.0%}"
 
 
 def _change(change: Any) -> str:

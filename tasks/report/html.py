@@ -239,7 +239,7 @@ def _leader_cell(values: dict[str, dict[str, Any] | None], higher: bool) -> str:
     if c is None:
         return "<td class='na'>-</td>"
     if c["on_par"]:
-        return f"<td>on par ({c['gap']:.0%})</td>"
+        return f"<td>on par ({c['gap']:.1%})</td>"
     uncertain = " <span class='spread'>uncertain</span>" if c["uncertain"] else ""
     return f"<td><b>{_e(c['leader'])}</b> by {c['gap']:.0%}{uncertain}</td>"
 

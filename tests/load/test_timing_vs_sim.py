@@ -93,3 +93,25 @@ def test_a_ramp_starts_the_streams_apart(sim):
     gaps = [b - a for a, b in zip(sends, sends[1:])]
     # each request takes about 0.36 s, longer than the ramp: every worker sends one, 0.1 s apart
     assert all(0.07 <= g <= 0.2 for g in gaps), gaps
+
+
+def test_reads_are_stamped_by_the_connection_not_on_wake_up(sim):
+    """The client's sessions use the stamping protocol: if aiohttp drops the hook, this fails
+    instead of the client silently falling back to coroutine wake-up times."""
+    from tasks.engines import adapter_for
+    from tasks.load.client import _StampedHandler, new_session, run_async, send_request
+    from tasks.load.plan import Shape, plan_requests
+
+    adapter = adapter_for("vllm")
+    spec = plan_requests(model="dayone-sim-model", adapter=adapter, shape=Shape(8, 4, 1), count=1,
+                         id_prefix="stamp", seed="s")[0]
+
+    async def go():
+        async with new_session() as session:
+            result = await send_request(session, sim.url, spec, adapter, 30)
+            protocols = [p for conns in session.connector._conns.values() for p, _ in conns]
+            return result, protocols
+
+    result, protocols = run_async(go())
+    assert result.status == "ok"
+    assert protocols and all(isinstance(p, _StampedHandler) and p.rx_t > 0 for p in protocols)

@@ -27,6 +27,9 @@ def decide(summary: dict[str, Any]) -> list[dict[str, str]]:
     """[{topic, text}] with topic one of leads, reliability, not_tested, regressions."""
     engines = summary.get("engines") or {}
     out: list[dict[str, str]] = []
+    if summary.get("dry_run"):
+        out.append({"topic": "not_tested", "text": "Dry run: manifests were rendered, nothing was deployed or "
+                                                   "measured."})
     out += [{"topic": "leads", "text": t} for t in _leads(engines)]
     out += [{"topic": "reliability", "text": t} for t in _reliability(summary)]
     out += [{"topic": "not_tested", "text": t} for t in _not_tested(summary)]
@@ -95,9 +98,16 @@ def _leads(engines: dict[str, Any]) -> list[str]:
 
 def _single_engine(engines: dict[str, Any]) -> str:
     name, e = next(iter(engines.items()))
-    checks = list((e.get("checks") or {}).values())
-    return (f"One engine ({name}): nothing to compare against; {checks.count('pass')}/{len(checks)} functional "
-            f"checks passed, needles {e['needles']['passed']}/{e['needles']['total']}.")
+    if not e.get("ready"):
+        return f"One engine ({name}), which never became ready: nothing was measured."
+    checks = [o for o in (e.get("checks") or {}).values() if o != "not_applicable"]
+    text = (f"One engine ({name}), so no comparison: {checks.count('pass')}/{len(checks)} functional checks "
+            f"passed, needles {e['needles']['passed']}/{e['needles']['total']}")
+    peak = max(((lv["figures"].get("output_tps") or {}).get("median") or 0, lv["label"])
+               for lv in ((e.get("perf") or {}).get("short") or {}).get("levels", [{"figures": {}, "label": ""}]))
+    if peak[0]:
+        text += f", peak short output {_num(peak[0])} tokens/s at {peak[1]}"
+    return text + "."
 
 
 def _evidence_leads(engines: dict[str, Any]) -> list[str]:

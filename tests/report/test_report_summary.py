@@ -139,3 +139,18 @@ def test_planted_secrets_never_reach_the_summary_or_the_page(sim_run, tmp_path):
     assert "planted" in published  # the finding itself is shown ...
     for secret in planted:
         assert secret not in published  # ... without what it leaked
+
+
+def test_a_run_that_measured_nothing_still_renders_and_says_why(tmp_path):
+    from tasks.config import parse_run_config
+    from tasks.report import write_report
+    from tasks.staging import RunDir
+
+    cfg = parse_run_config({"run_id": "dry-run-1", "dry_run": True})
+    built = write_report(RunDir("dry-run-1", root=tmp_path), cfg)
+    assert built["charts"] == {}
+    texts = [d["text"] for d in built["summary"]["decision"]]
+    assert texts[0].startswith("Dry run: ") and "never became ready" in texts[1]
+    assert {"engine": "sim-sglang", "what": "every scenario",
+            "why": "engine never became ready: not deployed"} in built["summary"]["not_tested"]
+    assert "<img" not in built["page"] and "id='not-tested'" in built["page"]

@@ -114,6 +114,24 @@ def ground_truth(base: str, ids: set[str] | None = None) -> dict[str, dict[str, 
     return out
 
 
+_PROBE = """
+import json, time
+over, end = [], time.perf_counter() + {seconds}
+while time.perf_counter() < end:
+    t = time.perf_counter(); time.sleep(0.001); over.append(time.perf_counter() - t - 0.001)
+over.sort()
+print(json.dumps({{"p50": over[len(over) // 2] * 1e3, "p99": over[int(len(over) * 0.99)] * 1e3, "max": over[-1] * 1e3}}))
+"""
+
+
+def noise_floor(core: int | None, seconds: float = 3.0) -> dict[str, float]:
+    """How late a process on the client's core wakes from a 1 ms sleep, with nothing else of ours
+    running: the machine's own floor under every figure below (ms)."""
+    out = subprocess.run([*taskset(core), sys.executable, "-c", _PROBE.format(seconds=seconds)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
 def environment() -> dict[str, Any]:
     model = ""
     try:
@@ -357,6 +375,10 @@ def main() -> None:
           f"start: {'ramped over %.2f s' % REQUEST_S if args.ramp else 'all streams at once (lockstep waves)'}; "
           f"simulator and clients at nice {NICE}")
     spinners = [] if args.no_spinners else start_spinners(list(range(ncpu)))
+    floor = noise_floor(client_core)
+    env["wake_late_ms"] = floor
+    print(f"  noise floor: a 1 ms sleep on the client core wakes late by p50 {floor['p50']:.2f} / "
+          f"p99 {floor['p99']:.2f} / max {floor['max']:.2f} ms (other work on this machine)")
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     levels = [int(x) for x in args.streams.split(",") if x]

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -347,6 +349,25 @@ def new_session() -> aiohttp.ClientSession:
 OnResult = Callable[[RequestResult], Any]
 
 
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """No garbage-collector pauses while requests are timed.
+
+    Measured here, a full collection stalled the event loop for 57 ms in the middle of a round,
+    and every stream read late by as much. A request's garbage is freed by reference counting;
+    the few reference cycles wait for the collection after the round.
+    """
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.collect()
+
+
 async def run_closed_loop(
     session: aiohttp.ClientSession,
     base_url: str,
@@ -380,7 +401,8 @@ async def run_closed_loop(
             if on_result is not None:
                 on_result(r)
 
-    await asyncio.gather(*(worker(k) for k in range(workers)))
+    with gc_paused():
+        await asyncio.gather(*(worker(k) for k in range(workers)))
     return [r for r in results if r is not None]
 
 
@@ -408,7 +430,8 @@ async def run_open_loop(
             on_result(r)
         return r
 
-    return list(await asyncio.gather(*(one(s, a) for s, a in zip(specs, arrivals_s))))
+    with gc_paused():
+        return list(await asyncio.gather(*(one(s, a) for s, a in zip(specs, arrivals_s))))
 
 
 def run_async(coro: Awaitable[Any]) -> Any:

@@ -15,6 +15,8 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+from tasks.load.stats import median
+
 DPI = 100
 PASS_COLOR, FAIL_COLOR, SPREAD_COLOR = "#2e7d32", "#c62828", "#d32f2f"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -273,8 +275,7 @@ def long_context_chart(summary: dict[str, Any]) -> bytes | None:
             for n in lengths:
                 # The warmed attempt (the last one) is the headline; the first shape is drawn but not joined.
                 last = max(r["attempt"] for r in rows if r["target_tokens"] == n)
-                vals = sorted(r[key] for r in rows if r["target_tokens"] == n and r["attempt"] == last)
-                meds.append(vals[len(vals) // 2])
+                meds.append(median(r[key] for r in rows if r["target_tokens"] == n and r["attempt"] == last))
             ax.plot(lengths, meds, "-", color=colors[name], label=name, linewidth=1.5)
             for r in rows:
                 if not r["passed"]:
@@ -323,8 +324,7 @@ def prefix_cache_chart(summary: dict[str, Any]) -> bytes | None:
             if cold:
                 ax.bar(i - 0.2, cold[0], 0.38, color=colors[name], alpha=0.45, label="cold (after a cache clear)")
             if hot:
-                med = hot[len(hot) // 2] if len(hot) % 2 else (hot[len(hot) // 2 - 1] + hot[len(hot) // 2]) / 2
-                ax.bar(i + 0.2, med, 0.38, color=colors[name], label="repeats (median)")
+                ax.bar(i + 0.2, median(hot), 0.38, color=colors[name], label="repeats (median)")
                 ax.scatter([i + 0.2] * len(hot), hot, s=9, color="black", zorder=3)
             pc = e.get("prefix_cache") or {}
             hit = pc.get("hit_rate")

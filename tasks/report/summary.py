@@ -16,7 +16,7 @@ from typing import Any
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.reliability import ttft_verdict
-from tasks.load.stats import HEADLINE_FIGURES, first_encounter_tail, median, over_rounds
+from tasks.load.stats import HEADLINE_FIGURES, first_encounter_tail, over_rounds
 from tasks.staging import RunDir
 
 SCHEMA = "dayone.summary/1"
@@ -283,12 +283,3 @@ def _regressions(run_dir: RunDir) -> list[dict[str, Any]]:
     rows = [{k: r.get(k) for k in keep} for r in run_dir.read_rows("regressions")]
     return sorted(rows, key=lambda r: (not r["regressed"], str(r["engine"]), str(r["scenario"]), str(r["metric"])))
 
-
-def headline(level: dict[str, Any], figure: str) -> float | None:
-    """The median of one figure at one level, or None when it is not published."""
-    f = (level.get("figures") or {}).get(figure)
-    return None if f is None else f.get("median")
-
-
-def needle_ttft_median(rows: list[dict[str, Any]], key: str = "ttft_s") -> float | None:
-    return median([r.get(key) for r in rows if r.get("status") == "ok"])

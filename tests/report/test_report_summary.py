@@ -124,7 +124,7 @@ def test_regressions_table_is_rendered_when_the_run_has_rows(sim_run, tmp_path):
     assert text.startswith("1 regression(s)") and "output_tps -22.2%" in text
 
 
-def test_planted_secrets_never_reach_the_summary_or_the_page(sim_run, tmp_path):
+def test_planted_secrets_never_reach_the_summary_or_the_page_and_markup_stays_text(sim_run, tmp_path):
     from tasks.report import build_summary, render_html
 
     run = sim_run.copy(tmp_path)
@@ -133,12 +133,13 @@ def test_planted_secrets_never_reach_the_summary_or_the_page(sim_run, tmp_path):
         out.write({"run_id": run.run_id, "engine": "sim-sglang", "image_digest": None, "scenario": "startup",
                    "round": 0, "finding": "planted", "severity": "warning",
                    "line": f"WARNING token {planted[0]} from http://{planted[1]}:8000 on {planted[2]} "
-                           f"password={planted[3]}"})
+                           f"password={planted[3]} <script>alert(1)</script>"})
     summary = build_summary(run.run_dir(), run.cfg())
     published = json.dumps(summary) + render_html(summary, charts={})
     assert "planted" in published  # the finding itself is shown ...
     for secret in planted:
         assert secret not in published  # ... without what it leaked
+    assert "<script" not in render_html(summary, charts={}) and "&lt;script&gt;" in published  # shown as text
 
 
 def test_a_run_that_measured_nothing_still_renders_and_says_why(tmp_path):

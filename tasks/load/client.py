@@ -419,10 +419,9 @@ async def run_open_loop(
     if len(arrivals_s) != len(specs):
         raise ValueError("one arrival time per request is needed")
     loop = asyncio.get_running_loop()
-    start = loop.time()
 
-    async def one(spec: RequestSpec, at: float) -> RequestResult:
-        delay = start + at - loop.time()
+    async def one(spec: RequestSpec, due: float) -> RequestResult:
+        delay = due - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
         r = await send_request(session, base_url, spec, adapter, timeout_s)
@@ -431,7 +430,8 @@ async def run_open_loop(
         return r
 
     with gc_paused():
-        return list(await asyncio.gather(*(one(s, a) for s, a in zip(specs, arrivals_s))))
+        start = loop.time()  # after the collection that opens the pause
+        return list(await asyncio.gather(*(one(s, start + a) for s, a in zip(specs, arrivals_s))))
 
 
 def run_async(coro: Awaitable[Any]) -> Any:

@@ -159,6 +159,23 @@ def _run_conf(dag_id: str, airflow_run_id: str) -> dict[str, Any] | None:
         return None
 
 
+def _dag_tags(dag_id: str) -> list[str]:
+    """The DAG's tags from the metadata database (the link is offered on the same test)."""
+    if dag_id.startswith("dayone"):
+        return []
+    try:
+        from sqlalchemy import select
+
+        from airflow.models.dag import DagTag
+        from airflow.utils.session import create_session
+
+        with create_session() as session:
+            return list(session.scalars(select(DagTag.name).where(DagTag.dag_id == dag_id)))
+    except Exception as exc:  # noqa: BLE001  (no metadata database: only the id decides)
+        log.debug("tags of %s not read: %s", dag_id, exc)
+        return []
+
+
 def _s3_client(conn_id: str) -> Any:
     from airflow.models.connection import Connection
 
@@ -184,7 +201,7 @@ def build_report_app() -> Any:
     can_read_run = Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN))
 
     def serve(dag_id: str, run_id: str, name: str) -> Response:
-        if not is_dayone_dag(dag_id):
+        if not is_dayone_dag(dag_id, _dag_tags(dag_id)):
             raise HTTPException(404, f"{dag_id} is not a DayOne DAG")
         found = find_report(dag_id, run_id, name)
         if found is None:

@@ -52,6 +52,7 @@ def render_html(summary: dict[str, Any], charts: dict[str, bytes] | None = None)
         f"<title>DayOne report: {_e(summary.get('model'))} run {_e(summary.get('run_id'))}</title>",
         f"<style>{CSS}</style></head><body>",
         f"<h1>DayOne report: {_e(summary.get('model'))}</h1>",
+        _contents(summary, charts),
         _run_meta(summary),
         _decision(summary),
         _comparison(engines),
@@ -140,6 +141,18 @@ def _badge(outcome: Any) -> str:
 
 
 # ---- sections --------------------------------------------------------------------------------------
+
+
+def _contents(summary: dict[str, Any], charts: dict[str, bytes]) -> str:
+    sections = [("decision", "decision"), ("comparison", "engine vs engine")]
+    if summary.get("regressions"):
+        sections.append(("regressions", "regressions"))
+    sections += [(c, words) for c, words in (("throughput", "throughput"), ("ttft", "TTFT"),
+                                             ("decode_prefill", "decode and prefill"),
+                                             ("long_context", "long context"), ("prefix_cache", "prefix cache"))
+                 if c in charts]
+    sections += [("startup", "startup"), ("checks", "functional checks"), ("not-tested", "not tested")]
+    return "<p class='note'>" + " · ".join(f"<a href='#{i}'>{w}</a>" for i, w in sections) + "</p>"
 
 
 def _run_meta(summary: dict[str, Any]) -> str:

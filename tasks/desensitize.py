@@ -26,7 +26,10 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:sk|hf|ghp|gho|xox[bap])[-_][A-Za-z0-9_-]{16,}\b"), REDACTED),  # common token shapes
     (re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b"), REDACTED),  # JWTs
     (re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"), "<ip>"),
-    (re.compile(r"\[?\b(?:[0-9a-f]{1,4}:){2,7}[0-9a-f]{1,4}\b\]?", re.I), "<ip>"),
+    # IPv6: eight groups, or a "::" compression (so times of day like 07:46:24 are left alone)
+    (re.compile(r"\[?\b(?:[0-9a-f]{1,4}:){7}[0-9a-f]{1,4}\b\]?", re.I), "<ip>"),
+    (re.compile(r"\[?(?<![\w:])(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4}){0,6})?::(?:[0-9a-f]{1,4}(?::[0-9a-f]{1,4}){0,6})?(?![\w:])\]?",
+                re.I), "<ip>"),
     # internal hostnames: anything under a private-looking domain, or a cluster service name
     (re.compile(r"\b[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|corp|intra|cluster\.local|svc)\b(?::\d+)?", re.I),
      "<host>"),

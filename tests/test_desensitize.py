@@ -19,3 +19,9 @@ def test_secrets_hosts_and_ips_are_removed_but_figures_stay():
         assert planted not in text, planted
     assert out["prompt_tokens"] == 4400
     assert out["image"] == "lmsysorg/sglang:v0.5.0"
+
+
+def test_times_of_day_are_not_mistaken_for_ipv6_but_ipv6_goes():
+    out = desensitize("[2026-11-30 07:46:24] listening on [fe80::1%eth0] and 2001:db8:0:0:0:0:2:1")
+    assert "07:46:24" in out
+    assert "fe80::1" not in out and "2001:db8" not in out

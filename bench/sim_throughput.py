@@ -11,6 +11,8 @@ Method
     and also all at once (every stream on the same 5 ms grid: the worst case). Server lateness =
     ground-truth send time - scheduled time (/sim/requests); client lateness = receive time -
     scheduled time.
+  * Events per CPU-second: output events / CPU time the server process really got
+    (/proc/PID/schedstat), the capacity of one core that is not shared.
   * Reference in the same run: a plain asyncio+uvloop server with the same one-timer-per-process
     scheduler and preformatted SSE bytes (no HTTP framework, no JSON, no ground truth), on the
     same core. Ratios sim/reference say what the framework and the bookkeeping cost.
@@ -203,6 +205,14 @@ def report(server_name: str, n: int, label: str, runs: list[tuple[list[float], l
           f"[{', '.join(f'{x * 1000:.2f}' for x in p99s)}]")
 
 
+def cpu_s(pid: int) -> float:
+    """Seconds the process has run on a CPU (/proc/PID/schedstat, field 1)."""
+    try:
+        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def runqueue_wait_s(pid: int) -> float:
     """Seconds the process was runnable but waiting for a CPU (/proc/PID/schedstat, field 2)."""
     try:
@@ -237,11 +247,16 @@ def main() -> int:
     ref_runs, sim_runs = [], []
     with start_sim("vllm", {"itl_s": 0, "ttft_base_s": 0, "slots": 1024, "prefix_cache": False},
                    cpus=[args.server_cpu]) as sim:
+        ref_per_cpu, sim_per_cpu = [], []
         for r in range(repeat):
             ref_proc, ref_port = start_reference(args.server_cpu, 0.0)
+            cpu0 = cpu_s(ref_proc.pid)
             ref_runs.append(events_per_s(run_client(ref_port, streams, tokens, 0.0, f"ref{r}"), tokens)[0])
+            ref_per_cpu.append(streams * tokens / (cpu_s(ref_proc.pid) - cpu0))
             ref_proc.kill()
+            cpu0 = cpu_s(sim.pid)
             out = run_client(sim.port, streams, tokens, 0.0, f"tp{r}-")
+            sim_per_cpu.append(streams * tokens / (cpu_s(sim.pid) - cpu0))
             sim_runs.append(events_per_s(out, tokens)[0])
             truth = sum(row["event_kinds"].count("output") for row in sim.requests(prefix=f"tp{r}-"))
             received = sum(len(o["times"]) for o in out.values()) - streams
@@ -250,7 +265,9 @@ def main() -> int:
     print(f"reference server : {max(ref_runs):10,.0f} events/s  (runs: {fmt(ref_runs)})")
     print(f"DayOne simulator : {max(sim_runs):10,.0f} events/s  (runs: {fmt(sim_runs)}); "
           f"ratio {max(sim_runs) / max(ref_runs):.2f}; target >= 20,000")
-    print(f"ground truth output events = events the client received = {streams * tokens:,} per run\n")
+    print(f"ground truth output events = events the client received = {streams * tokens:,} per run")
+    print(f"per CPU-second the server actually ran (free of other tenants): reference {max(ref_per_cpu):,.0f}, "
+          f"simulator {max(sim_per_cpu):,.0f} events (ratio {max(sim_per_cpu) / max(ref_per_cpu):.2f})\n")
 
     # Precision at 5 ms gaps.
     gap, tokens = 0.005, int(200 * scale)
@@ -263,16 +280,18 @@ def main() -> int:
         with start_sim("vllm", {"itl_s": gap, "ttft_base_s": 0.01, "slots": 1024, "prefix_cache": False},
                        cpus=[args.server_cpu]) as sim:
             for spread, label in ((gap, "spread"), (0.0, "together")):
-                runs, waits = [], []
+                runs, waits, cpu_per_event = [], [], []
                 for r in range(repeat):
                     tag = f"p{n}{label}{r}-"
-                    wait0, t0 = runqueue_wait_s(sim.pid), time.monotonic()
+                    wait0, cpu0, t0 = runqueue_wait_s(sim.pid), cpu_s(sim.pid), time.monotonic()
                     out = run_client(sim.port, n, tokens, spread, tag)
                     waits.append((runqueue_wait_s(sim.pid) - wait0) / (time.monotonic() - t0))
+                    cpu_per_event.append((cpu_s(sim.pid) - cpu0) / (n * tokens))
                     runs.append(lateness(sim.requests(prefix=tag), out))
                 report("sim", n, label, runs, target)
                 print(f"{'':9} server waited for a CPU {', '.join(f'{w:.0%}' for w in waits)} of each run's time "
-                      "(other tenants of the core)")
+                      f"(other tenants of the core); server CPU per event (request handling included) "
+                      f"{min(cpu_per_event) * 1e6:.1f} us = {min(cpu_per_event) * n / gap:.0%} of one core at this rate")
         runs = []
         for r in range(repeat):
             ref_proc, ref_port = start_reference(args.server_cpu, gap)

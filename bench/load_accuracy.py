@@ -363,9 +363,16 @@ def main() -> None:
 
     global NICE
     NICE = args.nice
+    if NICE:
+        # With autogroup scheduling, nice only ranks processes inside their session's group and
+        # each session's group gets an equal share of the machine: raise this group's weight too.
+        try:
+            Path("/proc/self/autogroup").write_text(str(NICE))
+        except OSError as exc:
+            print(f"  (could not set the autogroup nice: {exc})")
     ncpu = os.cpu_count() or 1
-    client_core = args.client_core if ncpu > 1 else None
-    sim_core = args.sim_core if ncpu > 1 else None
+    client_core = args.client_core if ncpu > 1 and args.client_core >= 0 else None  # -1: not pinned
+    sim_core = args.sim_core if ncpu > 1 and args.sim_core >= 0 else None
     env = environment()
     print("DayOne load-client accuracy: client timestamps vs the simulator's ground truth")
     print(f"  workload: closed loop, {INPUT} in / {OUTPUT} out, sim TTFT {TTFT_S * 1e3:.0f} ms, 1 token / {ITL_S * 1e3:.0f} ms")
@@ -375,6 +382,14 @@ def main() -> None:
           f"start: {'ramped over %.2f s' % REQUEST_S if args.ramp else 'all streams at once (lockstep waves)'}; "
           f"simulator and clients at nice {NICE}")
     spinners = [] if args.no_spinners else start_spinners(list(range(ncpu)))
+    try:
+        run_levels(args, env, client_core, sim_core)
+    finally:
+        for p in spinners:
+            p.kill()
+
+
+def run_levels(args: argparse.Namespace, env: dict[str, Any], client_core: int | None, sim_core: int | None) -> None:
     floor = noise_floor(client_core)
     env["wake_late_ms"] = floor
     print(f"  noise floor: a 1 ms sleep on the client core wakes late by p50 {floor['p50']:.2f} / "
@@ -411,8 +426,6 @@ def main() -> None:
                       f"(unmatched AIPerf records: {a['unmatched']})")
     finally:
         sim.terminate()
-        for p in spinners:
-            p.kill()
         sim.wait(timeout=10)
     print(f"\n  load average after: {os.getloadavg()}")
     if args.json:

@@ -344,3 +344,24 @@ def parse_run_config(data: dict[str, Any] | None) -> RunConfig:
                 continue
             problems.append((path, msg, _fix_for(path)))
         raise ConfigError(problems) from None
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """A run config from a YAML or JSON file; an unreadable or malformed file is a ConfigError."""
+    import yaml  # only the CLI entry points read files
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            config = yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([("--config", f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}",
+                            "give the path of a YAML or JSON run config file")]) from None
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ConfigError([("--config", f"{path} is not valid YAML or JSON ({first})", "fix the file's syntax")]) from None
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise ConfigError([("config", f"{path} holds a {type(config).__name__}, not a mapping of run config fields",
+                            "give an object, e.g. {engines: [{name: sim-a, dialect: sglang}]}")])
+    return config

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
 
-from tasks.config import RunConfig, parse_run_config
+from tasks.config import RunConfig, parse_run_config, read_config_file
 from tasks.context import StepContext, endpoint_for
 from tasks.staging import RunDir
 from tasks.targets.base import Deployment, DeployError, target_for
@@ -284,10 +284,8 @@ def register(sub: Any) -> None:
 
 
 def _run_cli(args: Any) -> int:
-    import yaml
-
-    with open(args.config, encoding="utf-8") as fh:
-        config = yaml.safe_load(fh) or {}
+    config = read_config_file(args.config)
+    load_config(config, args.run_id)  # bad config or run id: exit 2 before any file is written
     if args.name in PERF_SCENARIOS:
         result = perf(config, args.run_id, args.engine, args.name)
     elif args.name in ("archive", "report"):

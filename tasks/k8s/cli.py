@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from tasks.config import EngineSpec, RunConfig, parse_run_config
+from tasks.config import EngineSpec, RunConfig, parse_run_config, read_config_file
 from tasks.k8s.manifests import ManifestError, render_engine, validate_objects
 
 
@@ -82,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from tasks.registry import RegistryError, credentials_from_env, resolve
 
-    data = yaml.safe_load(args.config.read_text(encoding="utf-8")) or {}
+    data = read_config_file(str(args.config))
     if args.run_id or not data.get("run_id"):
         data["run_id"] = args.run_id or "dry-run"
     data["target"] = "kubernetes"

@@ -55,6 +55,34 @@ def _nullable_inline(node: Any) -> Any:
     return node
 
 
+def _referenced(node: Any, defs: dict[str, Any], found: set[str] | None = None) -> set[str]:
+    """Names of the $defs a schema reaches. Every task of the DAG carries the params, so each param
+    keeps only the definitions it uses (all of them on every param made the serialized DAG 8 MB)."""
+    found = set() if found is None else found
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref.removeprefix("#/$defs/")
+            if name not in found:
+                found.add(name)
+                _referenced(defs[name], defs, found)
+        for value in node.values():
+            _referenced(value, defs, found)
+    elif isinstance(node, list):
+        for value in node:
+            _referenced(value, defs, found)
+    return found
+
+
+def _without_object_defaults(node: Any) -> Any:
+    """Drop nested object defaults (a whole sub-config repeated in the schema); the param's value has them."""
+    if isinstance(node, dict):
+        return {k: _without_object_defaults(v) for k, v in node.items() if not (k == "default" and isinstance(v, dict))}
+    if isinstance(node, list):
+        return [_without_object_defaults(v) for v in node]
+    return node
+
+
 def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
     schema = _schema()
     defs = schema.get("$defs", {})

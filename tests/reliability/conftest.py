@@ -1,0 +1,41 @@
+"""Fixtures of the reliability suite: the DAG, and an S3 server this suite may stop and start.
+
+The S3 server here carries planted credentials (so the secrets test can grep for them) and is
+owned by this suite alone, so stopping it for an outage disturbs no other test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rel_helpers import PLANTED_ACCESS_KEY, PLANTED_SECRET_KEY, REPO
+
+
+@pytest.fixture(scope="session")
+def planted_s3(tmp_path_factory: pytest.TempPathFactory):
+    """A real S3 server (SeaweedFS) whose credentials are the planted ones."""
+    from tasks.devstack import SeaweedS3
+
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweed-planted"), access_key=PLANTED_ACCESS_KEY,
+                       secret_key=PLANTED_SECRET_KEY)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def eval_dag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.get_dag("dayone_eval")
+
+
+@pytest.fixture
+def isolated_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    root = tmp_path / "runs"
+    monkeypatch.setenv("DAYONE_WORKDIR", str(root))
+    yield root

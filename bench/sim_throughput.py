@@ -48,7 +48,15 @@ from tasks.sim.timer import PreciseTimer  # noqa: E402
 # ---- the raw client ------------------------------------------------------------------------------
 async def _one_stream(port: int, body: bytes, request_id: str, start_at: float, timer: PreciseTimer,
                       out: dict) -> None:
+    """One streamed request at `start_at`; out[request_id] gets send time, receive time per event, body."""
     await timer.sleep_until(start_at)
+    try:
+        await _read_stream(port, body, request_id, out)
+    except OSError as exc:  # a reset stream is counted and reported, not fatal to the run
+        out[request_id] = {"sent": time.time(), "times": [], "body": b"", "error": f"{type(exc).__name__}: {exc}"}
+
+
+async def _read_stream(port: int, body: bytes, request_id: str, out: dict) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     head = (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
             f"X-Request-Id: {request_id}\r\nContent-Length: {len(body)}\r\n\r\n").encode()
@@ -89,7 +97,11 @@ async def _drive(port: int, streams: int, tokens: int, spread_s: float, tag: str
 
 def run_client(port: int, streams: int, tokens: int, spread_s: float, tag: str) -> dict:
     uvloop.install()
-    return asyncio.run(_drive(port, streams, tokens, spread_s, tag))
+    out = asyncio.run(_drive(port, streams, tokens, spread_s, tag))
+    failed = [o["error"] for o in out.values() if o.get("error")]
+    if failed:
+        print(f"{'':9} ({len(failed)} of {streams} streams failed, e.g. {failed[0]})")
+    return {k: o for k, o in out.items() if not o.get("error")}
 
 
 # ---- the reference server -------------------------------------------------------------------------

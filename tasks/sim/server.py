@@ -615,7 +615,7 @@ async def serve(dialect_name: str, profile: Profile, host: str, port: int, resta
     fmt = {"model": profile.model, "host": host, "port": port}
     lines = [line.format(**fmt) for line in dialect.startup_lines]
     log(f"INFO DayOne engine simulator: dialect={dialect.name} model={profile.model} pid={os.getpid()} restarts={restarts}")
-    site = web.TCPSite(runner, host, port, reuse_address=True)
+    site = web.TCPSite(runner, host, port, reuse_address=True, backlog=2048)  # bursts of many streams, like uvicorn
     listening = False
     if dialect.starting == "503":
         await site.start()

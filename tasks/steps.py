@@ -65,10 +65,17 @@ def plan(config: dict[str, Any], run_id: str) -> dict[str, Any]:
         "scenarios": cfg.scenarios.model_dump(mode="json"),
         "slo": cfg.slo.model_dump(mode="json"),
         "matrix": matrix,
-        "config": cfg.model_dump(mode="json"),
+        "config": _without_env_values(cfg.model_dump(mode="json")),
     }
     run_dir.write_json("manifest.json", manifest)
     return {"run_id": run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix)}
+
+
+def _without_env_values(config: dict[str, Any]) -> dict[str, Any]:
+    """The config for the manifest: engine environment values may be credentials, so only names stay."""
+    for engine in config.get("engines", []):
+        engine["env"] = {name: "<redacted>" for name in engine.get("env") or {}}
+    return config
 
 
 def _enabled(cfg: RunConfig, step: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,9 @@ class EvalRun:
         return self.run_dir.read_rows(table, engine)
 
 
-def run_eval(dag: Any, conf: dict[str, Any], root: Path, env: dict[str, str]) -> EvalRun:
-    """dag.test() with DAYONE_WORKDIR=root and `env` set for the run only."""
+def run_eval(dag: Any, conf: dict[str, Any], root: Path, env: dict[str, str],
+             setup: Callable[[pytest.MonkeyPatch], None] | None = None) -> EvalRun:
+    """dag.test() with DAYONE_WORKDIR=root and `env` set for the run only; `setup` may add patches."""
     from dayone_airflow.glue import dayone_run_id
     from tasks.staging import RunDir
 
@@ -42,6 +44,8 @@ def run_eval(dag: Any, conf: dict[str, Any], root: Path, env: dict[str, str]) ->
         mp.setenv("DAYONE_WORKDIR", str(root))
         for k, v in env.items():
             mp.setenv(k, v)
+        if setup is not None:
+            setup(mp)
         run = dag.test(run_conf=conf)
         run_dir = RunDir(dayone_run_id(run.run_id), root)
     return EvalRun(run, run_dir, root)

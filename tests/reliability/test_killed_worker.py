@@ -1,0 +1,124 @@
+"""A worker killed mid-round (kill -9 of `dayone step short`), then the task retried.
+
+Rows stream to disk as requests complete, so the kill loses at most the requests in flight,
+counted against the simulator's ground truth (/sim/requests). The retry, the same step with the
+same run id as Airflow's retry or a re-run pod would do, rewrites the partition whole: no row of
+the killed attempt survives beside the retry's, and no request is there twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from rel_helpers import REPO
+
+RUN_ID = "killed-worker-run"
+CONCURRENCY = 4
+REQUESTS = 160
+KILL_AFTER_ROWS = 40
+
+
+def _conf(url: str) -> dict:
+    return {
+        "model": {"name": "dayone-sim-model", "context_limit_tokens": 4096},
+        "engines": [{"name": "ext", "dialect": "sglang", "launcher": "external", "endpoint": url}],
+        "scenarios": {
+            "functional": {"enabled": False}, "warmup": False,
+            "short": {"concurrency": [CONCURRENCY], "rounds": 1, "requests_per_round": REQUESTS,
+                      "input_tokens": 32, "output_tokens": 8},
+            "prefill": {"enabled": False}, "decode": {"enabled": False}, "rate": {"enabled": False},
+            "long_context": {"enabled": False}, "boundary": {"enabled": False}, "prefix_cache": {"enabled": False},
+        },
+        "request_timeout_s": 30,
+    }
+
+
+def _lines(path: Path) -> tuple[list[dict], int]:
+    """(complete rows, torn lines) of a partition file."""
+    rows, torn = [], 0
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            torn += 1
+    return rows, torn
+
+
+def _step(config_file: Path, root: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tasks.cli", "step", "short", "--config", str(config_file), "--run-id", RUN_ID,
+         "--engine", "ext"],
+        cwd=REPO, env={**os.environ, "DAYONE_WORKDIR": str(root)}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, start_new_session=True,
+    )
+
+
+@pytest.fixture
+def sim():
+    from tasks.sim import start_sim
+
+    # ~0.2 s a request: a round of 160 at concurrency 4 lasts long enough to be killed mid-way
+    s = start_sim("sglang", {"ttft_base_s": 0.02, "itl_s": 0.02})
+    yield s
+    s.stop()
+
+
+def test_kill_9_mid_round_loses_only_requests_in_flight_and_the_retry_replaces_the_partition(
+        sim, tmp_path, monkeypatch):
+    from tasks import steps
+
+    root = tmp_path / "runs"
+    monkeypatch.setenv("DAYONE_WORKDIR", str(root))
+    conf = _conf(sim.url)
+    for step in ("plan", "pin"):
+        getattr(steps, step)(conf, RUN_ID)
+    steps.deploy(conf, RUN_ID, "ext")
+    steps.wait_ready(conf, RUN_ID, "ext", timeout_s=30)
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(yaml.safe_dump(conf))
+    partition = root / RUN_ID / "tables" / "requests" / "ext" / "short.jsonl"
+
+    worker = _step(config_file, root)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (not partition.exists() or
+                                           partition.read_text().count("\n") < KILL_AFTER_ROWS):
+        assert worker.poll() is None, worker.stderr.read().decode()[-2000:]
+        time.sleep(0.02)
+    os.killpg(worker.pid, signal.SIGKILL)
+    worker.wait(10)
+    killed_at = time.time()
+    assert worker.returncode == -signal.SIGKILL
+
+    rows, torn = _lines(partition)
+    assert torn <= 1  # at most the line being written at the kill
+    truth = [r for r in sim.requests() if r["request_id"].startswith("short-")]
+    completed = {r["request_id"] for r in truth if r["status"] == 200 and r["finish_reason"] and not r["error"]}
+    written = {r["request_id"] for r in rows if r["status"] == "ok"}
+    assert KILL_AFTER_ROWS <= len(written) < REQUESTS, "the kill did not land mid-round"
+    assert written <= completed  # no invented rows
+    lost = completed - written
+    assert len(lost) <= CONCURRENCY, f"{len(lost)} completed requests lost, more than the {CONCURRENCY} in flight"
+    # every request that completed well before the kill is on disk
+    done_before = {r["request_id"] for r in truth if r["request_id"] in completed
+                   and r["last_event_ts"] is not None and r["last_event_ts"] < killed_at - 1.0}
+    assert done_before <= written
+
+    retry_started = time.time()
+    retry = _step(config_file, root)
+    assert retry.wait(180) == 0, retry.stderr.read().decode()[-2000:]
+    retried, torn = _lines(partition)
+    ids = [r["request_id"] for r in retried]
+    assert torn == 0 and len(ids) == REQUESTS and len(set(ids)) == REQUESTS
+    assert all(r["send_ts"] >= retry_started for r in retried), "rows of the killed attempt were kept"
+    assert written <= set(ids)  # request ids repeat across tries: a duplicate would have shown
+    assert all(r["status"] == "ok" for r in retried)
+    rounds, _ = _lines(root / RUN_ID / "tables" / "rounds" / "ext" / "short.jsonl")
+    assert len(rounds) == 1 and rounds[0]["requests_ok"] == REQUESTS

@@ -20,7 +20,7 @@ def test_sglang_starts_with_503s_then_serves(sims):
     assert httpx.get(sim.url + "/health").status_code == 503
     assert httpx.get(sim.url + "/health_generate").status_code == 503
     assert httpx.post(sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 503
-    state = sim.wait_ready(timeout_s=10)
+    state = sim.wait_ready(timeout_s=30)
     assert state["ready_ts"] - state["started_ts"] >= 1.4
     assert httpx.get(sim.url + "/health").status_code == 200
     assert httpx.post(sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 200
@@ -31,7 +31,7 @@ def test_vllm_port_closed_until_started(sims):
     time.sleep(0.3)
     with pytest.raises(httpx.TransportError):
         httpx.get(sim.url + "/health", timeout=1)
-    sim.wait_ready(timeout_s=10)
+    sim.wait_ready(timeout_s=30)
     assert httpx.get(sim.url + "/health").status_code == 200
 
 
@@ -77,7 +77,7 @@ def test_cli_merges_profile_file_json_and_overrides(tmp_path):
                                  "--profile", str(profile), "--profile-json", '{"seed": 6}', "--set", "slots=3",
                                  "--itl-s", "0.001"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     with SimProcess(proc, "vllm", port, log) as sim:
-        state = sim.wait_ready(timeout_s=20)
+        state = sim.wait_ready(timeout_s=30)
         p = state["profile"]
         assert (p["slots"], p["seed"], p["itl_s"], p["quirks"]["metrics"]) == (3, 6, 0.001, "renamed")
 

@@ -36,6 +36,12 @@ from tasks.engines.base import EngineAdapter
 from tasks.load.stats import tpot
 
 
+# Bounds on what a hostile or broken server can make the client hold or record.
+MAX_EVENT_BYTES = 1 << 20  # one SSE event; real ones are well under a KiB
+MAX_ERROR_BODY = 500  # bytes of a non-200 body kept in the error text
+MAX_TOKEN_COUNT = 2**31 - 1  # a usage count beyond this (or negative) is not a count
+
+
 class StreamError(Exception):
     """The stream broke the SSE/OpenAI protocol: malformed data, an error object, or cut short."""
 
@@ -78,6 +84,8 @@ class StreamParser:
                 break
             block, buf = buf[:end], buf[end + 2 :]
             self._event(block, t)
+        if len(buf) > MAX_EVENT_BYTES:
+            raise StreamError(f"SSE event over {MAX_EVENT_BYTES // (1 << 20)} MiB without an end: {buf[:200]!r}")
         self._buf = buf
 
     def finish(self) -> None:
@@ -143,7 +151,7 @@ class StreamParser:
         or when the completion-token count equals the number of output events (one token each).
         """
         n = len(self.output_t)
-        if n and all(x is not None for x in self.output_usage_tokens):
+        if n and all(_count_or_none(x) is not None for x in self.output_usage_tokens):
             counts, prev = [], 0
             for x in self.output_usage_tokens:
                 counts.append(int(x) - prev)  # type: ignore[arg-type]
@@ -214,9 +222,15 @@ def build_result(spec: RequestSpec, send_ts: float, t_send: float, parser: Strea
         r.itl_s = [b - a for a, b in zip(r.output_event_s, r.output_event_s[1:])]
     usage = parser.usage or {}
     r.usage_present = "completion_tokens" in usage
-    r.prompt_tokens = _int_or_none(usage.get("prompt_tokens"))
-    r.completion_tokens = _int_or_none(usage.get("completion_tokens"))
+    r.prompt_tokens = _count_or_none(usage.get("prompt_tokens"))
+    r.completion_tokens = _count_or_none(usage.get("completion_tokens"))
     r.tokens_per_event = parser.tokens_per_event(r.completion_tokens)
+    if r.tokens_per_event is not None and any(not 0 <= n <= MAX_TOKEN_COUNT for n in r.tokens_per_event):
+        r.tokens_per_event = None
+    absurd = {k: usage[k] for k in ("prompt_tokens", "completion_tokens")
+              if usage.get(k) is not None and _count_or_none(usage[k]) is None}
+    if absurd:  # kept out of the counts, but on the row: the engine said it
+        r.error = f"usage out of range, recorded as unknown: {json.dumps(absurd, default=str)[:200]}"
     r.tpot_s = tpot(r.e2e_s, r.ttft_s, r.completion_tokens)
     r.length_deviation = length_deviation(
         spec.expected_prompt_tokens, r.prompt_tokens, spec.expected_completion_tokens, r.completion_tokens
@@ -241,8 +255,14 @@ def length_deviation(
 def _int_or_none(v: Any) -> int | None:
     try:
         return None if v is None else int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
+
+
+def _count_or_none(v: Any) -> int | None:
+    """A token count from usage, or None when it is missing or absurd (negative, huge, not a number)."""
+    n = _int_or_none(v)
+    return n if n is not None and 0 <= n <= MAX_TOKEN_COUNT and not isinstance(v, bool) else None
 
 
 async def send_request(
@@ -270,7 +290,7 @@ async def send_request(
                     send_ts = wall0 + (t_send - t0)
                 http_status = resp.status
                 if resp.status != 200:
-                    body = (await resp.read())[:500].decode("utf-8", "replace")
+                    body = (await resp.content.read(MAX_ERROR_BODY)).decode("utf-8", "replace")
                     return _failed(spec, send_ts, t_send, parser, "error", f"HTTP {resp.status}: {body}", http_status)
                 proto = resp.connection.protocol if resp.connection is not None else None
                 stamp = proto.read_stamp if isinstance(proto, _StampedHandler) else clock

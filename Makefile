@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-DEMO ?= llamacpp
+DEMO ?= llamacpp-ab
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
 .PHONY: venv demo test ui bench system-packages clean

@@ -39,3 +39,30 @@ def isolated_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[P
     root = tmp_path / "runs"
     monkeypatch.setenv("DAYONE_WORKDIR", str(root))
     yield root
+
+
+@pytest.fixture
+def apiserver():
+    """The local Kubernetes REST API of tests/k8s (objects in memory, bearer-token auth)."""
+    import sys
+
+    sys.path.insert(0, str(REPO / "tests" / "k8s"))
+    from fake_apiserver import FakeApiServer
+
+    server = FakeApiServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def kube_conn_id(apiserver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An Airflow Kubernetes connection whose kubeconfig points at the local API server."""
+    import json
+
+    import yaml
+
+    path = tmp_path / "kubeconfig.yaml"
+    path.write_text(yaml.safe_dump(apiserver.kubeconfig()))
+    monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_RELIABILITY",
+                       json.dumps({"conn_type": "kubernetes", "extra": {"kube_config_path": str(path)}}))
+    return "kubernetes_reliability"

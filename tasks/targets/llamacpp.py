@@ -18,6 +18,7 @@ Settings come from `engines[i].llamacpp` (every key optional):
 | chat_template   | "" (the model's own)    | a built-in template name (e.g. "chatml") or a Jinja template    |
 | reasoning_format| "deepseek"              | none, auto, deepseek, deepseek-legacy                           |
 | flash_attn      | "auto"                  | auto, on, off                                                   |
+| temperature     | llama.cpp's (0.8)       | default sampling temperature of requests that do not set one    |
 
 The server always listens on 127.0.0.1, serves /metrics and /slots, and has a slot save path
 (needed by the adapter's cache clear, which erases every slot).
@@ -69,6 +70,7 @@ _SETTINGS: dict[str, _Setting] = {
     "chat_template": _Setting(str, "", help="give a built-in template name such as chatml, or a Jinja template"),
     "reasoning_format": _Setting(str, "deepseek", choices=("none", "auto", "deepseek", "deepseek-legacy")),
     "flash_attn": _Setting(str, "auto", choices=("auto", "on", "off")),
+    "temperature": _Setting(float, None, 0, help="give a temperature >= 0, e.g. 0 for greedy decoding"),
 }
 
 
@@ -92,6 +94,8 @@ def resolve_settings(config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
         if value is None:
             out[key] = None
             continue
+        if spec.kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
         ok = isinstance(value, spec.kind) and not (spec.kind is int and isinstance(value, bool))
         if ok and spec.minimum is not None and value < spec.minimum:
             ok = False
@@ -213,6 +217,8 @@ def build_params(settings: dict[str, Any], host: str, port: int, alias: str, slo
         p.chat_template = settings["chat_template"]
     p.reasoning_format = getattr(xllamacpp.common_reasoning_format, _REASONING[settings["reasoning_format"]])
     p.flash_attn_type = getattr(xllamacpp.llama_flash_attn_type, _FLASH_ATTN[settings["flash_attn"]])
+    if settings["temperature"] is not None:
+        p.sampling.temp = settings["temperature"]
     p.endpoint_metrics = True
     p.endpoint_slots = True
     p.endpoint_props = True

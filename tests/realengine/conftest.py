@@ -13,7 +13,7 @@ from llamacpp_helpers import RunningEngine, llamacpp_config, running_engine
 def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
     """SmolLM2-135M-Instruct (chat template included), two slots, for one test module."""
     config = llamacpp_config(
-        {"model": "smollm2", "ctx_size": 2048, "parallel": 2},
+        {"model": "smollm2", "ctx_size": 2048, "parallel": 2, "temperature": 0},
         scenarios={
             "functional": {"skip": []},
             "short": {"input_tokens": 32, "output_tokens": 8, "concurrency": [1, 2], "rounds": 1,

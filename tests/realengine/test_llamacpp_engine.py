@@ -39,6 +39,13 @@ def test_ready_means_health_model_list_and_a_generation(smollm2: RunningEngine, 
     assert smollm2.target.restart_count(smollm2.deployment) == 0
 
 
+def test_launcher_settings_reach_the_server(smollm2: RunningEngine, client: httpx.Client):
+    props = client.get(smollm2.base_url + "/props").json()
+    assert props["total_slots"] == 2
+    assert props["default_generation_settings"]["params"]["temperature"] == 0
+    assert props["model_alias"] == SERVED_MODEL
+
+
 def test_the_startup_log_is_captured_for_the_findings_scan(smollm2: RunningEngine):
     log = smollm2.target.startup_log(smollm2.deployment)
     assert "dayone llamacpp_server: listening on http://127.0.0.1:" in log

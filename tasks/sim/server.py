@@ -445,21 +445,22 @@ async def stream_answer(
         if chat and answer.reasoning and quirks.reasoning_inline:
             record.quirks.append("reasoning_inline")
         # Every frame is built before the first one is due: the timed path only writes.
-        frames = [_frame(head + payload) for payload in _payloads(engine, answer, events, chat, echo, unstreamed)]
+        payloads = _payloads(engine, answer, events, chat, echo, unstreamed)
+        frames = [_frame(head + payload) for payload in payloads]
         if 0 <= malformed_at < len(frames):
-            text = head + _payloads(engine, answer, events, chat, echo, unstreamed)[malformed_at]
-            frames[malformed_at] = _frame(text[: len(text) // 2])
+            text = head + payloads[malformed_at]
+            frames[malformed_at] = _frame(text[: len(text) // 2])  # JSON cut in half
             record.faults.append("malformed_sse")
         gaps = _gaps(engine, record, len(events))
         event_ts, event_planned = record.event_ts, record.event_scheduled_ts
         event_kinds, event_tokens = record.event_kinds, record.event_tokens
 
-        def send(kind: str, tokens: int, planned: float | None, frame: bytes) -> float:
+        def send(event_kind: str, tokens: int, planned: float | None, frame: bytes) -> float:
             at = mono()  # taken before the write: no client can see the event earlier
             transport.write(frame)
             event_ts.append(at)
             event_planned.append(planned)
-            event_kinds.append(kind)
+            event_kinds.append(event_kind)
             event_tokens.append(tokens)
             if record.first_event_ts is None:
                 record.first_event_ts = engine.epoch(at)

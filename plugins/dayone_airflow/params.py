@@ -97,7 +97,8 @@ def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
         title = prop.pop("title", name)
         description = prop.pop("description", None) or title
         prop.pop("default", None)
-        if "$ref" in prop or "anyOf" in prop or "items" in prop:
-            prop["$defs"] = defs
+        needed = _referenced(prop, defs)
+        if needed:
+            prop["$defs"] = {k: _without_object_defaults(defs[k]) for k in sorted(needed)}
         params[name] = Param(values[name], title=title, description=description, section=SECTIONS.get(name), **prop)
     return params

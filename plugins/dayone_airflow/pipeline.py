@@ -143,7 +143,7 @@ def evaluation(nightly: bool = False) -> None:
     def pin_images(params=None, run_id=None):
         return run_step("pin", params, run_id)
 
-    @task(task_id="pin_images", **ARCHIVE_RETRIES)
+    @task(task_id="pin_images")
     def pin_dated(params=None, run_id=None, logical_date=None, dag_run=None):
         backfill = str(getattr(dag_run, "run_type", "")).lower().endswith("backfill")
         return run_recorded("pin", _pin_dated(logical_date, backfill), params, run_id)

@@ -79,7 +79,8 @@ def standalone():
     try:
         token = _wait_for_token(proc, home, base)
         client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-        _wait_for_dag(proc, client, "dayone_eval", home)
+        for dag_id in ("dayone_eval", "dayone_nightly"):
+            _wait_for_dag(proc, client, dag_id, home)
         yield client
         client.close()
     finally:

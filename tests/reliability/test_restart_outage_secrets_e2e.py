@@ -24,6 +24,7 @@ from rel_helpers import (PLANTED, PLANTED_ENGINE_LICENSE, PLANTED_ENGINE_TOKEN, 
                          s3_env)
 
 BUCKET = "dayone-outage"
+INTERNAL_IP, INTERNAL_HOST = "10.41.7.13", "gpu-node-7.cluster.local"
 SHORT_REQUESTS = 4
 # finished generations before the crash: readiness probe, the short requests, the boundary's own
 # readiness probe and its chat-template probe, then the first boundary needle
@@ -36,6 +37,8 @@ CONF = {
     "engines": [{
         "name": "restart", "dialect": "sglang",
         "env": {"HF_TOKEN": PLANTED_ENGINE_TOKEN, "ENGINE_LICENSE": PLANTED_ENGINE_LICENSE},
+        # internal addresses in the engine's flags: recorded in the run, never published
+        "args": ["--dist-init-addr", f"{INTERNAL_IP}:5000", "--host", INTERNAL_HOST],
         "sim_profile": {"ttft_base_s": 0.002, "itl_s": 0.002,
                         "faults": {"crash_after_requests": CRASH_AFTER, "restart_on_crash": True}},
     }],
@@ -197,3 +200,21 @@ def test_planted_secrets_appear_in_no_produced_byte(outage_run, planted_s3):
     # the manifest keeps the names of the engine's environment, never the values
     manifest = run.run_dir.read_json("manifest.json")
     assert manifest["config"]["engines"][0]["env"] == {"HF_TOKEN": "<redacted>", "ENGINE_LICENSE": "<redacted>"}
+
+
+def test_archived_summaries_carry_no_internal_hosts_ips_or_tokens(outage_run, planted_s3):
+    import re
+
+    run, _, _ = outage_run
+    s3 = planted_s3.client()
+    published = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]
+                 if o["Key"].endswith(("summary.json", "manifest.json", "report.html", "validation.json"))
+                 or "/_index/" in o["Key"]]
+    assert {k.rsplit("/", 1)[-1] for k in published} >= {"summary.json", "manifest.json", "report.html"}
+    for key in published:
+        text = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read().decode()
+        for needle in (INTERNAL_IP, INTERNAL_HOST, "127.0.0.1", "localhost"):
+            assert needle not in text, (key, needle)
+        assert not re.search(r"\b(?:\d{1,3}\.){3}\d{1,3}:\d+\b", text), key
+    # the run directory keeps what was configured (it is private to the run)
+    assert INTERNAL_HOST in (run.run_dir.path / "manifest.json").read_text()

@@ -84,7 +84,7 @@ class EngineSpec(_Model):
     llamacpp: dict[str, Any] = Field(default_factory=dict, description="llama.cpp server settings (launcher=llamacpp).")
     digest: str | None = Field(None, description="Pinned digest for backfills; overrides resolving the tag.",
                                json_schema_extra={"pattern": r"^sha256:[a-f0-9]{64}$"})
-    ready_timeout_s: Annotated[float, Field(gt=0)] | None = Field(
+    ready_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
         None, description="Readiness wait for this engine in seconds; default: kubernetes.startup_timeout_s on a "
         "cluster, 120 s plus the simulator's startup delay locally."
     )
@@ -258,7 +258,8 @@ class RunConfig(_Model):
         "local", description="Where engines run: local processes on this machine, or pods in a Kubernetes cluster."
     )
     dry_run: bool = Field(False, description="Render and check everything, deploy nothing (target=kubernetes).")
-    request_timeout_s: Annotated[float, Field(gt=0)] = Field(600.0, description="Timeout of one request (s).")
+    # finite: an infinite timeout would let a stalled stream hold its round forever
+    request_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(600.0, description="Timeout of one request (s).")
     round_error_rate_max: float = Field(0.05, ge=0, le=1, description="A round above this error rate fails.")
     kubernetes: KubernetesSettings = Field(KubernetesSettings(), description="Cluster settings (target=kubernetes).")
     archive: ArchiveSettings = Field(ArchiveSettings(), description="Where the run is archived (S3).")

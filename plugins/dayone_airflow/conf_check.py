@@ -45,11 +45,17 @@ def check_conf(params: dict[str, Any], conf: dict[str, Any] | None) -> list[dict
 def _dag_params(dag_id: str) -> dict[str, Any] | None:
     """The DAG's param values, or None when it is not a DayOne DAG (or not known)."""
     from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.serialization.serialized_objects import DagSerialization
 
-    dag = SerializedDagModel.get_dag(dag_id)
-    if dag is None or DAYONE_TAG not in (dag.tags or ()) or "engines" not in dag.params:
+    row = SerializedDagModel.get(dag_id)
+    # Only the params and tags are read: deserializing the whole DAG costs seconds per trigger.
+    encoded = ((row.data if row else None) or {}).get("dag") or {}
+    if DAYONE_TAG not in (encoded.get("tags") or ()):
         return None
-    return {k: dag.params.get_param(k).value for k in dag.params}
+    params = DagSerialization._deserialize_params_dict(encoded.get("params") or [])
+    if "engines" not in params:
+        return None
+    return {k: params.get_param(k).value for k in params}
 
 
 def problems_for(path: str, body: bytes) -> tuple[str, list[dict[str, str]]] | None:

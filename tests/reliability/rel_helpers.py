@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +36,11 @@ class EvalRun:
 
 
 def run_eval(dag: Any, conf: dict[str, Any], root: Path, env: dict[str, str],
-             setup: Callable[[pytest.MonkeyPatch], None] | None = None) -> EvalRun:
-    """dag.test() with DAYONE_WORKDIR=root and `env` set for the run only; `setup` may add patches."""
+             setup: Callable[[pytest.MonkeyPatch], None] | None = None, when: datetime | None = None) -> EvalRun:
+    """dag.test() with DAYONE_WORKDIR=root and `env` set for the run only; `setup` may add patches.
+
+    `when` fixes the run's logical date, so its run id (manual__<when>) is known beforehand.
+    """
     from dayone_airflow.glue import dayone_run_id
     from tasks.staging import RunDir
 
@@ -46,7 +50,7 @@ def run_eval(dag: Any, conf: dict[str, Any], root: Path, env: dict[str, str],
             mp.setenv(k, v)
         if setup is not None:
             setup(mp)
-        run = dag.test(run_conf=conf)
+        run = dag.test(run_conf=conf) if when is None else dag.test(run_conf=conf, logical_date=when, run_after=when)
         run_dir = RunDir(dayone_run_id(run.run_id), root)
     return EvalRun(run, run_dir, root)
 

@@ -58,9 +58,39 @@ for _e in CONF["engines"]:
     _e["node"] = f"node-{_e['name']}"  # one lane each: engines on one node are limited per run
 
 
+# What a killed earlier try of the burst engine's short task left on disk: its rows (with the ids
+# a retry sends again) and a line torn by the kill. The retry must keep none of it.
+STALE_IDS = [f"short-killed-try-{i}" for i in range(5)]
+
+
+def _seed_killed_try(root, run_id: str) -> None:
+    from tasks.staging import RunDir
+
+    run_dir = RunDir(run_id, root)
+    keys = {"run_id": run_id, "engine": "burst", "image_digest": "sha256:" + "0" * 64, "scenario": "short",
+            "round": 1, "concurrency": 2, "rate_rps": None, "first_encounter": True}
+    with run_dir.rows("requests", "burst", "short") as out:
+        for rid in STALE_IDS:
+            out.write({**keys, "request_id": rid, "send_ts": 1.0, "status": "ok"})
+    with open(run_dir.path / "tables" / "requests" / "burst" / "short.jsonl", "a", encoding="utf-8") as fh:
+        fh.write('{"run_id": "torn by the kill", "request_')
+    with run_dir.rows("rounds", "burst", "short") as out:
+        out.write({**keys, "warmup": False, "status": "ok", "requests_ok": 5})
+
+
 @pytest.fixture(scope="module")
 def faults_run(eval_dag, planted_s3, tmp_path_factory):
-    return run_eval(eval_dag, CONF, tmp_path_factory.mktemp("faults-runs"), s3_env(planted_s3))
+    import datetime as dt
+
+    from dayone_airflow.glue import dayone_run_id
+
+    root = tmp_path_factory.mktemp("faults-runs")
+    when = dt.datetime.now(dt.timezone.utc)
+    expected_run_id = dayone_run_id(f"manual__{when.isoformat()}")
+    _seed_killed_try(root, expected_run_id)
+    run = run_eval(eval_dag, CONF, root, s3_env(planted_s3), when=when)
+    assert run.run_dir.run_id == expected_run_id, "the killed try was seeded under another run id"
+    return run
 
 
 def _archived(run, planted_s3, engine: str, table: str) -> pd.DataFrame:
@@ -147,3 +177,17 @@ def test_malformed_sse_and_cut_streams_are_error_rows_and_the_client_keeps_going
              for r in errors}
     assert kinds == {"malformed", "cut"}, kinds
     assert len([r for r in rows if r["status"] == "ok"]) == n - len(bad_streams)
+
+
+def test_a_retried_benchmark_task_keeps_no_row_of_the_killed_try(faults_run, planted_s3):
+    partition = faults_run.run_dir.path / "tables" / "requests" / "burst" / "short.jsonl"
+    lines = partition.read_text(encoding="utf-8").splitlines()
+    assert all(line.startswith("{") and line.endswith("}") for line in lines)  # the torn line went too
+    rows = _short(faults_run.rows("requests", "burst"))
+    ids = [r["request_id"] for r in rows]
+    assert len(ids) == SHORT_ROUNDS * SHORT_REQUESTS and len(set(ids)) == len(ids)
+    assert not set(STALE_IDS) & set(ids) and all(r["send_ts"] > 1.0 for r in rows)
+    rounds = [r for r in faults_run.rows("rounds", "burst") if r["scenario"] == "short"]
+    assert sorted(r["round"] for r in rounds) == [1, 2]
+    archived = _archived(faults_run, planted_s3, "burst", "requests")
+    assert not set(STALE_IDS) & set(archived["request_id"]) and archived["request_id"].is_unique

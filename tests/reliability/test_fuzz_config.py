@@ -13,6 +13,7 @@ import copy
 import io
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,7 @@ NON_POSITIVE_INT = st.integers(max_value=0)
 FRACTIONAL = st.floats(allow_nan=False, allow_infinity=False).filter(lambda f: f != int(f))
 BAD_POSINT = st.one_of(NON_POSITIVE_INT, FRACTIONAL, _NO_DIGITS, _CONTAINERS)
 BAD_POSFLOAT = st.one_of(st.floats(max_value=0, allow_nan=False), st.just(float("nan")), _NO_DIGITS, _CONTAINERS)
+BAD_TIMEOUT = st.one_of(BAD_POSFLOAT, st.sampled_from(["inf", "Infinity", float("inf"), 1e400]))
 BAD_FRACTION = st.one_of(st.floats(min_value=1.0001, allow_nan=False, allow_infinity=False),
                          st.floats(max_value=-0.0001, allow_nan=False, allow_infinity=False), _NO_DIGITS, _CONTAINERS)
 _BOOL_WORDS = {"0", "off", "f", "false", "n", "no", "1", "on", "t", "true", "y", "yes"}
@@ -98,7 +100,7 @@ LEAVES: list[tuple[tuple[Any, ...], st.SearchStrategy[Any]]] = [
     (("engines", 0, "env"), st.one_of(st.lists(st.integers(), max_size=2), st.integers(), _NO_DIGITS,
                                        st.dictionaries(st.text(min_size=1, max_size=5), st.one_of(st.integers(), _CONTAINERS),
                                                        min_size=1, max_size=2))),
-    (("engines", 0, "ready_timeout_s"), BAD_POSFLOAT),
+    (("engines", 0, "ready_timeout_s"), BAD_TIMEOUT),
     (("scenarios", "functional", "enabled"), BAD_BOOL),
     (("scenarios", "warmup"), BAD_BOOL),
     (("scenarios", "short", "concurrency"), _bad_list(BAD_POSINT)),
@@ -119,7 +121,7 @@ LEAVES: list[tuple[tuple[Any, ...], st.SearchStrategy[Any]]] = [
     (("slo", "e2e_s"), BAD_POSFLOAT),
     (("target",), _literal(("local", "kubernetes"))),
     (("dry_run",), BAD_BOOL),
-    (("request_timeout_s",), BAD_POSFLOAT),
+    (("request_timeout_s",), BAD_TIMEOUT),
     (("round_error_rate_max",), BAD_FRACTION),
     (("kubernetes", "startup_timeout_s"), BAD_POSINT),
     (("kubernetes", "cleanup_age_s"), BAD_POSINT),
@@ -200,15 +202,23 @@ def test_the_base_config_is_valid_for_the_config_and_the_form():
         form[key] = value
 
 
-@settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(bad_configs())
-def test_every_bad_config_is_rejected_naming_the_field(case):
-    doc, field, _how = case
-    with pytest.raises(ConfigError) as info:  # anything else escapes and fails the test with its traceback
-        parse_run_config(doc)
-    message = str(info.value)
-    assert field in message, message
-    assert info.value.problems and all(p[2] for p in info.value.problems)  # every problem says how to fix it
+def test_every_bad_config_is_rejected_naming_the_field():
+    seen: Counter[str] = Counter()
+
+    @settings(max_examples=1200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(bad_configs())
+    def check(case):
+        doc, field, how = case
+        with pytest.raises(ConfigError) as info:  # anything else escapes and fails the test with its traceback
+            parse_run_config(doc)
+        message = str(info.value)
+        assert field in message, message
+        assert info.value.problems and all(p[2] for p in info.value.problems)  # every problem says how to fix it
+        seen[how] += 1
+
+    check()
+    assert sum(seen.values()) >= 1000 and set(seen) == {"leaf", "unknown", "section", "too_long",
+                                                        "boundary_too_long", "duplicate", "k8s_image"}, seen
 
 
 _FORM_STATS = {"form": 0, "plan": 0}
@@ -222,11 +232,16 @@ def _form_params():
     _FORM.update(eval_params())
 
 
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(bad_configs())
-def test_the_trigger_form_or_the_plan_rejects_every_bad_config(case):
+def test_the_trigger_form_or_the_plan_rejects_every_bad_config():
     """The trigger form checks the JSON schema; what a schema cannot say (cross-field rules), the
     plan step rejects through parse_run_config, still before any deploy."""
+    check_form()
+    assert _FORM_STATS["form"] + _FORM_STATS["plan"] >= 1000 and _FORM_STATS["form"] > _FORM_STATS["plan"], _FORM_STATS
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bad_configs())
+def check_form(case):
     from airflow.sdk.definitions.param import ParamsDict
     from airflow.sdk.exceptions import ParamValidationError
 

@@ -1,0 +1,17 @@
+"""A config the trigger form accepts but the plan rejects (a cross-field rule) must fail the run,
+not end green with every task skipped, and nothing may be deployed."""
+
+from __future__ import annotations
+
+from rel_helpers import run_eval, s3_env
+
+# Two engines with one name: valid for the form's JSON schema, rejected by parse_run_config.
+CONF = {"engines": [{"name": "twin", "dialect": "sglang"}, {"name": "twin", "dialect": "vllm"}]}
+
+
+def test_a_config_rejected_by_the_plan_fails_the_run_before_any_deploy(eval_dag, planted_s3, tmp_path):
+    run = run_eval(eval_dag, CONF, tmp_path / "runs", s3_env(planted_s3))
+    assert str(run.run.state).endswith("failed"), run.run.state
+    plan = run.outcome("plan")
+    assert plan["status"] == "failed" and "engines" in plan["detail"] and "distinct" in plan["detail"]
+    assert not list((tmp_path / "runs").glob("*/deployments/*.json")), "an engine was deployed on bad input"

@@ -127,7 +127,7 @@ def pin_for_date(config: dict[str, Any], run_id: str, logical_date: dt.datetime,
     digests = steps.pin(config, run_id)
     if entry is not None:
         wrong = {name: (entry["engines"][name]["image_digest"], got) for name, got in digests.items()
-                 if name in entry["engines"] and not _explicit(config, name, cfg)
+                 if name in entry["engines"] and not cfg.engine(name).digest  # the conf's own digest wins
                  and entry["engines"][name]["image_digest"] != got}
         if wrong:
             raise CatalogError("; ".join(
@@ -143,7 +143,3 @@ def pin_for_date(config: dict[str, Any], run_id: str, logical_date: dt.datetime,
     log.info("run %s pinned from %s for %s: %s", run_id, source, date_label(logical_date), digests)
     return {"source": source, "logical_date": date_label(logical_date), "digests": digests}
 
-
-def _explicit(config: dict[str, Any], name: str, cfg: RunConfig) -> bool:
-    """The conf (not the catalog) gave this engine's digest."""
-    return bool(cfg.engine(name).digest)

@@ -110,6 +110,8 @@ def test_kill_9_mid_round_loses_only_requests_in_flight_and_the_retry_replaces_t
     done_before = {r["request_id"] for r in truth if r["request_id"] in completed
                    and r["last_event_ts"] is not None and r["last_event_ts"] < killed_at - 1.0}
     assert done_before <= written
+    print(f"kill -9 after {len(written)} rows: {len(completed)} completed on the engine, {len(lost)} lost "
+          f"(in flight), {torn} torn line(s)")
 
     retry_started = time.time()
     retry = _step(config_file, root)

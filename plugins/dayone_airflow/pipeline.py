@@ -33,7 +33,7 @@ NIGHTLY_SCHEDULE_DEFAULT = "@daily"
 def run_recorded(step: str, fn: Callable[[dict[str, Any], str], dict[str, Any]], params: dict[str, Any],
                  airflow_run_id: str) -> dict[str, Any]:
     """Run a run-level step that needs Airflow's context, recording its outcome as glue.run_step does."""
-    from airflow.exceptions import AirflowSkipException
+    from airflow.sdk.exceptions import AirflowSkipException
 
     from tasks.desensitize import desensitize
     from tasks.staging import RunDir

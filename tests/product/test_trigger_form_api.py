@@ -148,10 +148,14 @@ def test_bad_confs_get_400_naming_the_field_and_a_good_one_is_accepted(standalon
     assert run["conf"]["engines"][0]["image"] == "lmsysorg/sglang:v0.5.0"
     assert run["dag_run_id"] in {d["dag_run_id"] for d in _runs(client)}
 
-    # The same conf through the nightly DAG, and a backfill request with a bad conf, go through the check too.
+    # The nightly DAG, and a backfill request of it, go through the same check.
     r = client.post("/api/v2/dags/dayone_nightly/dagRuns",
                     json={"logical_date": None, "conf": BAD_CONFS[1][0]})
     assert r.status_code == 400 and BAD_CONFS[1][1] in r.json()["detail"], r.text
+    r = client.post("/api/v2/backfills", json={
+        "dag_id": "dayone_nightly", "from_date": "2026-11-20T00:00:00Z", "to_date": "2026-11-22T00:00:00Z",
+        "dag_run_conf": BAD_CONFS[0][0]})
+    assert r.status_code == 400 and BAD_CONFS[0][1] in r.json()["detail"], r.text
 
 
 def test_the_form_schema_is_served_with_sections_titles_and_descriptions(standalone):

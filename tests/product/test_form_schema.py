@@ -6,7 +6,11 @@ schemas alone, as the API server deserializes them, reject the per-field mistake
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 BAD = [
     ({"engines": [{"name": "sim-a", "dialect": "sglang", "image": "Not An Image!"}]}, "engines", "Not An Image!"),
@@ -18,10 +22,14 @@ BAD = [
 
 
 @pytest.fixture(scope="module")
-def served_params(dagbag):
+def served_params(airflow_db):
+    """The params as the API server has them: the DAG serialized and deserialized."""
+    from airflow.dag_processing.dagbag import DagBag
     from airflow.serialization.serialized_objects import DagSerialization
 
-    dag = DagSerialization.from_dict(DagSerialization.to_dict(dagbag.get_dag("dayone_eval")))
+    bag = DagBag(dag_folder=str(REPO / "dags" / "dayone_eval.py"))
+    assert not bag.import_errors, bag.import_errors
+    dag = DagSerialization.from_dict(DagSerialization.to_dict(bag.get_dag("dayone_eval")))
     return dag.params
 
 

@@ -35,6 +35,7 @@ CHECKS = (
     tool_call_streaming,
     image_input,
     completions_echo,
+    completions_echo.EchoTrue,
     streaming_usage,
     output_streams,
     openai_sdk,

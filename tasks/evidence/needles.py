@@ -115,7 +115,7 @@ def needle_request(
     try:
         prompt = calibrate(
             max(1, trial.target_tokens - overhead),
-            lambda words: needle_text(words, trial.depth, code),
+            lambda words: needle_text(words, trial.depth, code, prompt_style),
             count,
             FillerPool(),
         )

@@ -19,6 +19,8 @@ from tasks.engines import EngineAdapter
 
 NEEDLE_TEMPLATE = "The secret code is {code}."
 QUESTION = "\n\nWhat is the secret code mentioned in the text above? Reply with the code only."
+# A base model continues text rather than answering: end a completion prompt in the answer's lead-in.
+COMPLETION_QUESTION = "\n\nQuestion: What is the secret code mentioned in the text above?\nAnswer: The secret code is"
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no look-alikes (0/O, 1/I)
 CODE_PATTERN = re.compile(r"[A-Z0-9-]+")
 # Words per token for the estimate when no tokenizer is reachable; calibration corrects it.
@@ -67,15 +69,16 @@ def filler_words(count: int, seed: str = "dayone") -> list[str]:
     return FillerPool(seed).take(count)
 
 
-def needle_text(words: list[str], depth: float, code: str) -> str:
-    """Filler with the needle sentence placed at a sentence boundary near `depth`, then the question."""
+def needle_text(words: list[str], depth: float, code: str, prompt_style: str = "chat") -> str:
+    """Filler with the needle sentence placed at a sentence boundary near `depth`, then the question
+    (for prompt_style "completion", the question and the answer's lead-in)."""
     cut = round(depth * len(words))
     while 0 < cut < len(words) and not words[cut - 1].endswith("."):
         cut -= 1  # back to the end of the previous sentence
     before, after = " ".join(words[:cut]), " ".join(words[cut:])
     needle = NEEDLE_TEMPLATE.format(code=code)
     body = " ".join(part for part in (before, needle, after) if part)
-    return body + QUESTION
+    return body + (COMPLETION_QUESTION if prompt_style == "completion" else QUESTION)
 
 
 def plain_text(words: list[str]) -> str:

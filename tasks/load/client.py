@@ -353,10 +353,16 @@ class _StampedHandler(ResponseHandler):
         return self.rx_t or time.perf_counter()
 
 
-def new_session() -> aiohttp.ClientSession:
+def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
     """A session whose keep-alive pool grows to one connection per request in flight, with the
-    read and send stamps above. Call it with the event loop running."""
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=False)
+    read and send stamps above. Call it with the event loop running.
+
+    keep_alive=False opens a connection per request, for servers that close the connection after
+    a streamed response while announcing keep-alive (reusing it fails the next request).
+    """
+    connector = aiohttp.TCPConnector(
+        limit=0, ttl_dns_cache=None, enable_cleanup_closed=False, force_close=not keep_alive
+    )
     if hasattr(connector, "_factory"):  # private in aiohttp; without it reads are stamped on wake-up
         connector._factory = functools.partial(_StampedHandler, loop=asyncio.get_running_loop())
     trace = aiohttp.TraceConfig()

@@ -42,7 +42,7 @@ def run_perf(ctx: StepContext, scenario: str) -> dict[str, Any]:
 
     async def main() -> list[dict[str, Any]]:
         levels = []
-        async with new_session() as session:
+        async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream) as session:
             with ctx.run_dir.rows("requests", engine, partition=scenario) as req_rows, ctx.run_dir.rows(
                 "rounds", engine, partition=scenario
             ) as round_rows:

@@ -84,7 +84,7 @@ def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None) -> dict[str,
 
     async def main() -> list[dict[str, Any]]:
         out = []
-        async with new_session() as session:
+        async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream) as session:
             with ctx.run_dir.rows("requests", engine, partition=WARMUP_SCENARIO) as req_rows, ctx.run_dir.rows(
                 "rounds", engine, partition=WARMUP_SCENARIO
             ) as round_rows:

@@ -58,6 +58,13 @@ def test_echo_false_holds_because_llamacpp_never_echoes(checks: dict[str, dict])
     assert "DayOne echo probe" not in row["evidence"]["excerpt"]
 
 
+def test_echo_check_fails_because_llamacpp_ignores_echo(checks: dict[str, dict]):
+    # The other side of the same quirk: echo=true must return the prompt, and llama.cpp does not.
+    row = checks["completions_echo_true"]
+    assert row["outcome"] == "fail", row["evidence"]
+    assert row["evidence"]["status"] == 200 and "echo=true ignored" in row["evidence"]["reason"]
+
+
 def test_image_input_without_a_projector_is_not_a_pass(checks: dict[str, dict]):
     row = checks["image_input"]
     assert row["outcome"] in ("fail", "not_applicable"), row["evidence"]

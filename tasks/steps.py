@@ -115,10 +115,17 @@ def deploy(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
     return {"engine": engine, "image_digest": dep.image_digest}
 
 
-def wait_ready(config: dict[str, Any], run_id: str, engine: str, timeout_s: float | None = None) -> dict[str, Any]:
+def wait_ready(config: dict[str, Any], run_id: str, engine: str, timeout_s: float | None = None,
+               sync_kubernetes: bool = False) -> dict[str, Any]:
+    """Poll until the engine serves. On Kubernetes the DAG waits with a deferrable sensor instead
+    (no worker slot held for a 30-minute cold start); `sync_kubernetes` polls here (CLI, tests)."""
     cfg = load_config(config, run_id)
     run_dir = RunDir(run_id)
     dep = _deployment(run_dir, engine)
+    if dep.handle.get("dry_run"):
+        raise NotAttempted(f"engine {engine}: dry run, nothing deployed (manifests in {dep.handle.get('rendered')})")
+    if cfg.target == "kubernetes" and not sync_kubernetes:
+        raise NotAttempted(f"engine {engine}: readiness on Kubernetes is waited for by the deferrable sensor")
     timeout = timeout_s if timeout_s is not None else _ready_timeout(cfg, engine)
     started = time.monotonic()
     try:

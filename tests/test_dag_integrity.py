@@ -41,6 +41,7 @@ def test_dags_import_without_errors_or_heavy_imports():
 
 def test_eval_dag_has_every_stage_in_order():
     tasks = _dagbag()["tasks"]["dayone_eval"]
-    for stage in ("plan", "pin_images", "engine.deploy", "engine.wait_ready", "engine.functional", "engine.short",
-                  "engine.prefix_cache", "engine.teardown", "validate", "archive", "report", "conclude"):
+    for stage in ("plan", "pin_images", "engines_0.deploy", "engines_0.wait_ready",
+                  "engines_0.functional", "engines_0.warmup", "engines_0.short", "engines_0.prefix_cache",
+                  "engines_0.teardown", "validate", "archive", "report", "conclude"):
         assert stage in tasks, stage

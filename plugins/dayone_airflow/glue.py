@@ -28,7 +28,7 @@ def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str | None = None,
              **kwargs: Any) -> dict[str, Any]:
-    from airflow.exceptions import AirflowSkipException
+    from airflow.sdk.exceptions import AirflowSkipException
 
     from tasks import steps
     from tasks.desensitize import desensitize

@@ -180,6 +180,9 @@ class EngineReadyTrigger(BaseTrigger):
 class EngineReadySensor(BaseSensorOperator):
     """Wait (deferred) until the engine deployed by the deploy step serves; mark it ready for the steps.
 
+    On Kubernetes it defers to EngineReadyTrigger, holding no worker slot through a cold start; for a
+    local engine it runs the wait_ready step in place (seconds).
+
     `engine` is templated, so the sensor maps over engines like the other per-engine tasks. The
     timeout defaults to `kubernetes.startup_timeout_s` of the run config.
     """
@@ -205,6 +208,15 @@ class EngineReadySensor(BaseSensorOperator):
         return config, run_dir, dep
 
     def execute(self, context: Any) -> Any:
+        from tasks.targets.base import Deployment
+
+        config, run_dir = _run_context(context)
+        dep = Deployment.load(run_dir, self.engine)
+        if config.target != "kubernetes" or dep is None or "deployment" not in dep.handle:
+            # A local engine (or a dry run): the step polls, or says why it is not attempted.
+            from dayone_airflow.glue import run_step
+
+            return run_step("wait_ready", context["params"], context["run_id"], self.engine)
         config, run_dir, dep = self._deployment(context)
         timeout_s = float(self.timeout_s or config.kubernetes.startup_timeout_s)
         run_dir.write_json(f"state/{self.engine}/ready.json", {"ready": False, "detail": "waiting for readiness"})

@@ -24,7 +24,7 @@ from dayone_airflow.lanes import MAX_ENGINES_PER_NODE, positions
 log = logging.getLogger("dayone.airflow")
 
 ARCHIVE_RETRIES = {"retries": 3, "retry_delay": pendulum.duration(seconds=10)}
-SCENARIO_STEPS = ("startup_findings", "functional", "short", "prefill", "decode", "rate",
+SCENARIO_STEPS = ("startup_findings", "functional", "warmup", "short", "prefill", "decode", "rate",
                   "long_context", "boundary", "prefix_cache")
 NIGHTLY_SCHEDULE_VARIABLE = "dayone_nightly_schedule"
 NIGHTLY_SCHEDULE_DEFAULT = "@daily"
@@ -104,10 +104,6 @@ def _engine_group(position: int, handles: dict[str, Any]) -> Any:
             run_step("deploy", params, run_id, name)
             return name
 
-        @task
-        def wait_ready(name, params=None, run_id=None):
-            return run_step("wait_ready", params, run_id, name)
-
         def step(step_name):
             @task(task_id=step_name, trigger_rule="all_done")
             def _step(name, params=None, run_id=None):
@@ -119,8 +115,10 @@ def _engine_group(position: int, handles: dict[str, Any]) -> Any:
         def teardown(name, params=None, run_id=None):
             return run_step("teardown", params, run_id, name)
 
+        from dayone_airflow.kubernetes import EngineReadySensor
+
         deployed = deploy(name)
-        ready = wait_ready(deployed)
+        ready = EngineReadySensor(task_id="wait_ready", engine=deployed)  # deferrable on Kubernetes
         scenario_steps = [step(s) for s in SCENARIO_STEPS]
         ready >> scenario_steps[0]
         for before, after in zip(scenario_steps, scenario_steps[1:]):

@@ -173,7 +173,7 @@ def test_teardown_after_a_failed_benchmark_deletes_everything_of_the_run(apiserv
         apiserver.set_available(NS, f"dayone-{engine}-run-1")
     # the Service address answers nothing: the engine never serves, the benchmark steps fail
     with pytest.raises(DeployError):
-        steps.wait_ready(config, "run-1", "sglang", timeout_s=0.5)
+        steps.wait_ready(config, "run-1", "sglang", timeout_s=0.5, sync_kubernetes=True)
     with pytest.raises(steps.NotAttempted):
         steps.functional(config, "run-1", "sglang")
     selector = "dayone/run-id=run-1"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("dayone.airflow")
@@ -28,11 +29,7 @@ def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str | None = None,
              **kwargs: Any) -> dict[str, Any]:
-    from airflow.sdk.exceptions import AirflowSkipException
-
     from tasks import steps
-    from tasks.desensitize import desensitize
-    from tasks.staging import RunDir
 
     run_id = dayone_run_id(airflow_run_id)
     config = config_from_params(params)
@@ -51,21 +48,33 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
     if fn is None:
         raise KeyError(f"unknown step {step!r}")
     args = (config, run_id) if engine is None else (config, run_id, engine)
+    return recorded(step, engine, run_id, lambda: fn(*args, **kwargs))
+
+
+def recorded(step: str, engine: str | None, run_id: str, call: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run `call`, writing the step's outcome to state/steps/ (ok, failed with the desensitized
+    error, or not attempted -> a skipped task) for the report and the final verdict."""
+    from airflow.sdk.exceptions import AirflowSkipException
+
+    from tasks import steps
+    from tasks.desensitize import desensitize
+    from tasks.staging import RunDir
+
     name = f"{engine}-{step}" if engine else step
+    outcome = {"step": step, "engine": engine}
     try:
-        result = fn(*args, **kwargs)
+        result = call()
     except steps.NotAttempted as exc:
-        RunDir(run_id).write_json(f"state/steps/{name}.json", {"step": step, "engine": engine,
-                                                                "status": "not_attempted", "detail": str(exc)})
+        RunDir(run_id).write_json(f"state/steps/{name}.json", {**outcome, "status": "not_attempted", "detail": str(exc)})
         raise AirflowSkipException(str(exc)) from None
     except Exception as exc:
         RunDir(run_id).write_json(f"state/steps/{name}.json", {
-            "step": step, "engine": engine, "status": "failed",
+            **outcome, "status": "failed",
             "detail": desensitize(f"{type(exc).__name__}: {exc}"),
             "trace": desensitize(traceback.format_exc(limit=5)),
         })
         raise
-    RunDir(run_id).write_json(f"state/steps/{name}.json", {"step": step, "engine": engine, "status": "ok"})
+    RunDir(run_id).write_json(f"state/steps/{name}.json", {**outcome, "status": "ok"})
     log.info("step %s done: %s", name, desensitize(result))
     return result
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +17,7 @@ import pendulum
 from airflow.sdk import task, task_group
 
 from dayone_airflow.assets import ARCHIVED_RUN, archive_event_extra
-from dayone_airflow.glue import config_from_params, conclude, dayone_run_id, run_step
+from dayone_airflow.glue import config_from_params, conclude, dayone_run_id, recorded, run_step
 from dayone_airflow.lanes import MAX_ENGINES_PER_NODE, positions
 
 log = logging.getLogger("dayone.airflow")
@@ -33,29 +32,8 @@ NIGHTLY_SCHEDULE_DEFAULT = "@daily"
 def run_recorded(step: str, fn: Callable[[dict[str, Any], str], dict[str, Any]], params: dict[str, Any],
                  airflow_run_id: str) -> dict[str, Any]:
     """Run a run-level step that needs Airflow's context, recording its outcome as glue.run_step does."""
-    from airflow.sdk.exceptions import AirflowSkipException
-
-    from tasks.desensitize import desensitize
-    from tasks.staging import RunDir
-    from tasks.steps import NotAttempted
-
     run_id = dayone_run_id(airflow_run_id)
-    try:
-        result = fn(config_from_params(params), run_id)
-    except NotAttempted as exc:
-        RunDir(run_id).write_json(f"state/steps/{step}.json", {"step": step, "engine": None,
-                                                                "status": "not_attempted", "detail": str(exc)})
-        raise AirflowSkipException(str(exc)) from None
-    except Exception as exc:
-        RunDir(run_id).write_json(f"state/steps/{step}.json", {
-            "step": step, "engine": None, "status": "failed",
-            "detail": desensitize(f"{type(exc).__name__}: {exc}"),
-            "trace": desensitize(traceback.format_exc(limit=5)),
-        })
-        raise
-    RunDir(run_id).write_json(f"state/steps/{step}.json", {"step": step, "engine": None, "status": "ok"})
-    log.info("step %s done: %s", step, desensitize(result))
-    return result
+    return recorded(step, None, run_id, lambda: fn(config_from_params(params), run_id))
 
 
 # ---- run-level steps -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from tasks.context import StepContext
-from tasks.evidence.needles import LengthOverLimit, NeedleTrial, needle_request, template_tokens_for
+from tasks.evidence.needles import NeedleTrial, needle_request, refuse_over_limit, template_tokens_for
 from tasks.evidence.prompts import tokenize_counter
 
 SCENARIO = "boundary"
@@ -71,13 +71,7 @@ def run_boundary(
     """Needle rows (scenario "boundary") plus one `boundary_restarts` check row; both written
     to partition "boundary" of their tables and returned, needles first."""
     spec = ctx.config.scenarios.boundary
-    limit = ctx.config.usable_context_tokens(spec.output_tokens)
-    for i, n in enumerate(spec.lengths):
-        if n > limit:
-            raise LengthOverLimit(
-                f"scenarios.boundary.lengths[{i}]: {n} tokens is over the model limit ({limit} after output "
-                "and template). Fix: lower it or raise model.context_limit_tokens"
-            )
+    refuse_over_limit(ctx, "boundary")
     ep = ctx.endpoint
     prompt_style = ctx.config.scenarios.long_context.prompt_style
     wait_ready(ctx)  # an earlier step may have left the engine restarting

@@ -45,19 +45,27 @@ class NeedleTrial:
     first_encounter: bool
 
 
-def needle_lengths(ctx: StepContext) -> list[int]:
-    """The configured lengths, plus the model limit minus output and template when asked;
-    refused with a clear error, before anything is sent, when one does not fit."""
-    spec = ctx.config.scenarios.long_context
+def refuse_over_limit(ctx: StepContext, section: str) -> int:
+    """The usable length for scenarios.<section>; a configured length over it is refused with a
+    clear error before anything is sent."""
+    spec = getattr(ctx.config.scenarios, section)
     limit = ctx.config.usable_context_tokens(spec.output_tokens)
     for i, n in enumerate(spec.lengths):
         if n > limit:
             raise LengthOverLimit(
-                f"scenarios.long_context.lengths[{i}]: {n} tokens is over the model limit "
+                f"scenarios.{section}.lengths[{i}]: {n} tokens is over the model limit "
                 f"({ctx.config.model.context_limit_tokens} minus output {spec.output_tokens} and template "
                 f"{ctx.config.model.template_overhead_tokens} = {limit}). Fix: lower it or raise "
                 "model.context_limit_tokens"
             )
+    return limit
+
+
+def needle_lengths(ctx: StepContext) -> list[int]:
+    """The configured lengths, plus the model limit minus output and template when asked;
+    refused with a clear error, before anything is sent, when one does not fit."""
+    spec = ctx.config.scenarios.long_context
+    limit = refuse_over_limit(ctx, "long_context")
     lengths = list(dict.fromkeys(spec.lengths))
     if spec.include_model_limit and limit not in lengths:
         lengths.append(limit)

@@ -37,7 +37,7 @@ test: venv system-packages
 ui: venv
 	AIRFLOW_HOME=$(CURDIR)/.dayone/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
 	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 \
-	DAYONE_WORKDIR=$(CURDIR)/.dayone/runs PYTHONPATH=$(CURDIR)/plugins \
+	DAYONE_WORKDIR=$(CURDIR)/.dayone/runs PYTHONPATH=$(CURDIR)/plugins PATH=$(CURDIR)/$(VENV)/bin:$$PATH \
 	$(VENV)/bin/airflow standalone
 
 bench: venv

@@ -318,7 +318,8 @@ def _run_cli(args: Any) -> int:
         result = {"archive": archive, "report": report}[args.name](config, args.run_id, client_from_env())
     else:
         fn = STEPS[args.name]
-        result = fn(config, args.run_id, args.engine) if args.engine else fn(config, args.run_id)
+        extra = {"sync_kubernetes": True} if args.name == "wait_ready" else {}  # a pod has no sensor: poll
+        result = fn(config, args.run_id, args.engine, **extra) if args.engine else fn(config, args.run_id)
     print(json.dumps(result, indent=2, default=str))
     return 0
 

@@ -23,6 +23,7 @@ class Column:
     nullable: bool = True
     values: tuple[str, ...] = ()  # allowed values, when a closed set
     min_value: float | None = None
+    max_value: float | None = None
     description: str = ""
 
 
@@ -71,7 +72,10 @@ REQUESTS = Table(
         _secs("e2e_s"),
         _secs("tpot_s"),
         Column("itl_s", "list", description="Gaps between consecutive output events."),
-        Column("tokens_per_event", "list"),
+        Column("tokens_per_event", "list", description="Tokens each output event carried, where the stream tells."),
+        Column("output_events", "int", min_value=0, description="Events that carried visible output."),
+        Column("last_event_share", "float", min_value=0.0, max_value=1.0,
+               description="Share of the visible output (characters) carried by the last output event."),
         Column("prompt_tokens", "int", min_value=0),
         Column("completion_tokens", "int", min_value=0),
         Column("expected_prompt_tokens", "int", min_value=0),
@@ -90,6 +94,8 @@ ROUNDS = Table(
     + (
         Column("concurrency", "int", nullable=False, min_value=1),
         Column("rate_rps", "float"),
+        Column("input_tokens", "int", min_value=1, description="The round's prompt length (its shape)."),
+        Column("output_tokens", "int", min_value=1, description="The round's output length (its shape)."),
         Column("first_encounter", "bool", nullable=False),
         Column("warmup", "bool", description="True for warmup rounds (kept, never headline)."),
         Column("requests_ok", "int", nullable=False, min_value=0),

@@ -45,9 +45,9 @@ def build_suite(table: Table) -> dict[str, Any]:
         if c.values:
             exps.append({"type": "expect_column_values_to_be_in_set",
                          "kwargs": {"column": c.name, "value_set": list(c.values)}})
-        if c.min_value is not None and c.dtype in ("int", "float"):
-            exps.append({"type": "expect_column_values_to_be_between",
-                         "kwargs": {"column": c.name, "min_value": c.min_value}})
+        if (c.min_value is not None or c.max_value is not None) and c.dtype in ("int", "float"):
+            bounds = {k: v for k, v in (("min_value", c.min_value), ("max_value", c.max_value)) if v is not None}
+            exps.append({"type": "expect_column_values_to_be_between", "kwargs": {"column": c.name, **bounds}})
     if table.key:
         exps.append({"type": "expect_compound_columns_to_be_unique",
                      "kwargs": {"column_list": list(table.key), "ignore_row_if": "never"}})

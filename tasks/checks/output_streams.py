@@ -1,44 +1,45 @@
 """Output really streams: text arrives over several events as it is generated.
 
-A role-only or empty first event is normal (OpenAI's own API sends one). A stream fails when its
-text never appears in the deltas, or when it arrives only in the last event (all of it, or more
-than half of a multi-token output). The quirk may hit only some streams (the seed saw "some
-requests" without a visible first chunk), so several streams are sent and every one must pass.
+Judged on both APIs the run times: chat streams, and completions streams of exactly the shape the
+benchmarks send (a token-ID prompt, the output length forced), since a server may stream one and
+not the other. A role-only or empty first event is normal (OpenAI's own API sends one). A stream
+fails by the one rule of tasks/evidence/reliability.py: no text in any event, all of a multi-token
+output in one event, or more than half of it in the last event. The quirk may hit only some
+streams (the seed saw "some requests" without a visible first chunk), so several streams are sent
+on each API and every one must pass.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tasks.checks.base import CHAT_PATH, FAIL, PASS, CheckResult, Probe, evidence, request_failed
+from tasks.checks.base import CHAT_PATH, COMPLETIONS_PATH, FAIL, PASS, CheckResult, Probe, evidence, request_failed
+from tasks.evidence.reliability import stream_defect
 from tasks.evidence.stream import StreamResult
+from tasks.load.plan import completion_body, random_token_ids
 
 NAME = "output_streams"
-STREAMS = 4
+STREAMS = 4  # per API
 OUTPUT_TOKENS = 32
-# Below this many tokens one long word can outweigh the rest: only the one-event rule applies.
-MIN_TOKENS_FOR_SHARE_RULE = 4
+COMPLETIONS_PROMPT_TOKENS = 32
 PROMPT = "Count from one to forty in words, separated by commas."
 
 
 def judge_stream(s: StreamResult) -> str | None:
     """Why this stream does not really stream, or None when it does."""
     text = s.content + s.reasoning
-    if not s.output_events:
-        return "no delta carried any text"
     tokens = s.completion_tokens
     size = tokens if tokens is not None else len(text.split())  # words stand in when usage is missing
-    if len(s.output_events) == 1 and size > 1:
-        return f"all output came in one event ({tokens if tokens is not None else 'unknown'} tokens)"
-    last = s.output_events[-1]
-    last_chars = len(last.content) + len(last.reasoning)
-    if size >= MIN_TOKENS_FOR_SHARE_RULE and last_chars * 2 > len(text):
-        return f"the last event carried {last_chars} of {len(text)} characters"
-    return None
+    last_share = None
+    if s.output_events and text:
+        last = s.output_events[-1]
+        last_share = (len(last.content) + len(last.reasoning)) / len(text)
+    return stream_defect(len(s.output_events), size, last_share)
 
 
-def _summary(s: StreamResult) -> dict[str, Any]:
+def _summary(api: str, s: StreamResult) -> dict[str, Any]:
     return {
+        "api": api,
         "request_id": s.request_id,
         "events": s.events,
         "output_events": len(s.output_events),
@@ -50,24 +51,36 @@ def _summary(s: StreamResult) -> dict[str, Any]:
     }
 
 
-def run(probe: Probe) -> CheckResult:
-    payload = {
+def _payloads(probe: Probe) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(api, path, field, body) of each API's streams; the completions body is the benchmarks'."""
+    adapter = probe.endpoint.adapter
+    chat = {
         "messages": [{"role": "user", "content": PROMPT}],
         "stream_options": {"include_usage": True},
-        **probe.endpoint.adapter.exact_output_fields(OUTPUT_TOKENS),
+        **adapter.exact_output_fields(OUTPUT_TOKENS),
     }
-    streams = []
-    for i in range(STREAMS):
-        s = probe.stream(CHAT_PATH, payload)
-        if not s.ok:
-            return request_failed(NAME, s, f"stream {i + 1}: choices[0].delta")
-        streams.append(s)
-    summaries = [_summary(s) for s in streams]
-    for i, s in enumerate(streams):
-        why = judge_stream(s)
-        if why:
-            return CheckResult(NAME, FAIL, evidence(s.status, "choices[0].delta", s.content,
-                                                    f"stream {i + 1} of {STREAMS}: {why}", streams=summaries))
-    return CheckResult(NAME, PASS, evidence(200, "choices[0].delta", streams[0].content,
-                                            f"all {STREAMS} streams delivered text over several events",
-                                            streams=summaries))
+    measured = completion_body(probe.endpoint.model, random_token_ids(COMPLETIONS_PROMPT_TOKENS, NAME),
+                               OUTPUT_TOKENS, adapter)
+    return [("chat", CHAT_PATH, "choices[0].delta", chat), ("completions", COMPLETIONS_PATH, "choices[0].text", measured)]
+
+
+def run(probe: Probe) -> CheckResult:
+    summaries, first = [], None
+    payloads = _payloads(probe)
+    total = STREAMS * len(payloads)
+    for api, path, field_seen, payload in payloads:
+        for i in range(STREAMS):
+            s = probe.stream(path, payload)
+            if not s.ok:
+                return request_failed(NAME, s, f"{api} API stream {i + 1}: {field_seen}")
+            summaries.append(_summary(api, s))
+            first = first or s
+            why = judge_stream(s)
+            if why:
+                return CheckResult(NAME, FAIL, evidence(s.status, field_seen, s.content,
+                                                        f"stream {len(summaries)} of {total} ({api} API): {why}",
+                                                        streams=summaries))
+    assert first is not None
+    return CheckResult(NAME, PASS, evidence(200, "choices[0].delta and choices[0].text", first.content,
+                                            f"all {STREAMS} chat and {STREAMS} completions streams delivered "
+                                            "text over several events", streams=summaries))

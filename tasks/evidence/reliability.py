@@ -1,28 +1,101 @@
-"""May an engine's TTFT be published? (PROTOCOL.md section 5)
+"""May an engine's stream-timed figures be published? (PROTOCOL.md section 5)
 
-TTFT is unreliable when the engine's streams do not deliver output as it is generated (text
-missing from the deltas, or arriving only in the last event) or when the API ignored a parameter
-that changes what is timed (echo=false). Then the report publishes E2E only, with the reason.
+The one rule for TTFT, TPOT and ITL, read by every path that publishes them (`dayone bench`,
+`dayone check`, the pipeline's summary.json and its report).
 
-Decision rule, from the functional checks (and, when given, the measured requests):
-- `output_streams` must have passed: TTFT is only meaningful for a stream shown to stream, so a
-  failed, skipped or missing check makes TTFT unreliable.
-- `completions_echo_false` failing makes it unreliable; not applicable (skipped, or no
-  completions API) does not, since nothing was shown to be ignored.
-- Any measured streamed request whose whole output came in one event although it had more than
-  one output token makes it unreliable (the quirk can hit only some streams).
+A stream is timed from its events, so those figures mean something only for output delivered as
+it is generated. A stream is defective when no event carried output, when one event carried all
+of a multi-token output, or when the last event carried more than half of it (a role-only or
+empty first event is normal). TTFT is unreliable, and TPOT and ITL with it, when:
+- the `output_streams` check failed (it streams both the chat and the completions API), or
+- any measured stream was defective (the quirk can hit only some streams, and the benchmarks
+  measure completions streams that a chat-only check would never see), or
+- the completions API ignored echo=false (the prompt coming back changes what TTFT times), or
+- streaming was never shown: no `output_streams` pass and no measured multi-token stream.
+Then E2E alone is published, with the reason.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 STREAMING_CHECK = "output_streams"
 ECHO_CHECK = "completions_echo_false"
+# Figures timed from a stream's events: published or withheld together.
+STREAM_TIMED_PREFIXES = ("ttft_", "tpot_", "itl_")
+# Below this many output tokens one long token can outweigh the rest: only the one-event rule applies.
+MIN_TOKENS_FOR_SHARE_RULE = 8
 
 
-def _evidence_text(row: dict[str, Any]) -> str:
+def stream_defect(output_events: int, output_tokens: int | None, last_event_share: float | None) -> str | None:
+    """Why one stream did not deliver its output as generated, or None when it did.
+
+    `output_tokens` may be an estimate (words) where usage is missing; None when unknown.
+    """
+    if output_events <= 0:
+        return "no delta carried any text"
+    if output_events == 1 and (output_tokens is None or output_tokens > 1):
+        size = "an unknown number of" if output_tokens is None else str(output_tokens)
+        return f"all output ({size} tokens) came in one event"
+    if (output_tokens is not None and output_tokens >= MIN_TOKENS_FOR_SHARE_RULE
+            and last_event_share is not None and last_event_share > 0.5):
+        return f"the last event carried {last_event_share:.0%} of the output ({output_events} events)"
+    return None
+
+
+def _as_list(value: Any) -> list[Any] | None:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    return list(value) if isinstance(value, (list, tuple)) else None
+
+
+def row_output_events(row: Mapping[str, Any]) -> int | None:
+    """Output events of a requests-table row (older rows: from the gaps between them)."""
+    n = row.get("output_events")
+    if n is not None:
+        return int(n)
+    gaps = _as_list(row.get("itl_s"))
+    if gaps is not None:
+        return len(gaps) + 1
+    per_event = _as_list(row.get("tokens_per_event"))
+    return len(per_event) if per_event is not None else None
+
+
+def row_defect(row: Mapping[str, Any]) -> str | None:
+    """`stream_defect` of one completed requests-table row; None for failed rows."""
+    if row.get("status") != "ok":
+        return None
+    events = row_output_events(row)
+    if events is None:
+        return None
+    tokens = row.get("completion_tokens")
+    return stream_defect(events, None if tokens is None else int(tokens), row.get("last_event_share"))
+
+
+def unstreamed_requests(requests_rows: Iterable[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(request id, why) of every measured stream that did not deliver its output as generated."""
+    out = []
+    for r in requests_rows:
+        why = row_defect(r)
+        if why:
+            out.append((str(r.get("request_id")), why))
+    return out
+
+
+def _streamed(requests_rows: Iterable[Mapping[str, Any]]) -> bool:
+    """At least one completed measured stream delivered a multi-token output over several events."""
+    return any(
+        r.get("status") == "ok" and (row_output_events(r) or 0) > 1 and (r.get("completion_tokens") or 0) > 1
+        for r in requests_rows
+    )
+
+
+def _evidence_text(row: Mapping[str, Any]) -> str:
     evidence = row.get("evidence")
     if isinstance(evidence, str):
         try:
@@ -34,44 +107,43 @@ def _evidence_text(row: dict[str, Any]) -> str:
     return ""
 
 
-def unstreamed_requests(requests_rows: list[dict[str, Any]]) -> list[str]:
-    """Request ids whose whole output arrived in a single event despite several output tokens."""
-    out = []
-    for r in requests_rows:
-        per_event = r.get("tokens_per_event")
-        if isinstance(per_event, str):
-            per_event = json.loads(per_event)
-        tokens = r.get("completion_tokens")
-        if r.get("status") == "ok" and per_event is not None and len(per_event) == 1 and (tokens or 0) > 1:
-            out.append(str(r.get("request_id")))
-    return out
-
-
-def ttft_verdict(checks_rows: list[dict[str, Any]], requests_rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """{reliable: bool, reason: str} for one engine, from its `checks` rows (and `requests` rows)."""
-    by_check = {r.get("check"): r for r in checks_rows}
+def ttft_verdict(checks_rows: Iterable[Mapping[str, Any]] | None = None,
+                 requests_rows: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """{reliable, reason} for one engine, from its `checks` rows and its measured `requests` rows
+    (either may be missing: `dayone bench` has no checks, `dayone check` no measured streams)."""
+    by_check = {r.get("check"): r for r in (checks_rows or ())}
+    measured = list(requests_rows or ())
     reasons: list[str] = []
     streams = by_check.get(STREAMING_CHECK)
-    if streams is None:
-        reasons.append(f"the {STREAMING_CHECK} check did not run, so streaming was never shown")
-    elif streams.get("outcome") != "pass":
+    if streams is not None and streams.get("outcome") != "pass":
         detail = _evidence_text(streams)
-        reasons.append(
-            f"output does not really stream ({STREAMING_CHECK}: {streams.get('outcome')}"
-            + (f": {detail}" if detail else "")
-            + ")"
-        )
+        reasons.append(f"output does not really stream ({STREAMING_CHECK}: {streams.get('outcome')}"
+                       + (f": {detail}" if detail else "") + ")")
     echo = by_check.get(ECHO_CHECK)
     if echo is not None and echo.get("outcome") == "fail":
         detail = _evidence_text(echo)
         reasons.append("the completions API ignored echo=false" + (f" ({detail})" if detail else ""))
-    if requests_rows:
-        unstreamed = unstreamed_requests(requests_rows)
-        if unstreamed:
-            reasons.append(
-                f"{len(unstreamed)} measured stream(s) delivered all output in one event "
-                f"(e.g. {', '.join(unstreamed[:3])})"
-            )
+    unstreamed = unstreamed_requests(measured)
+    if unstreamed:
+        examples = "; ".join(f"{rid}: {why}" for rid, why in unstreamed[:2])
+        reasons.append(f"{len(unstreamed)} of {sum(1 for r in measured if r.get('status') == 'ok')} measured "
+                       f"streams did not deliver output as generated (e.g. {examples})")
+    shown_by_check = streams is not None and streams.get("outcome") == "pass"
+    if not reasons and not shown_by_check and not _streamed(measured):
+        reasons.append(f"streaming was never shown: the {STREAMING_CHECK} check did not run and no measured "
+                       "stream delivered a multi-token output over several events")
     if reasons:
-        return {"reliable": False, "reason": "TTFT not published, E2E only: " + "; ".join(reasons)}
-    return {"reliable": True, "reason": "output streams as generated and echo=false is honoured"}
+        return {"reliable": False, "reason": "TTFT not published (nor TPOT and ITL), E2E only: " + "; ".join(reasons)}
+    basis = f"the {STREAMING_CHECK} check passed" if shown_by_check else "the measured streams"
+    if measured and shown_by_check:
+        basis += " and every measured stream"
+    echo_note = "echo=false honoured" if echo is not None and echo.get("outcome") == "pass" else (
+        "echo=false not checked" if echo is None else f"echo=false {echo.get('outcome')}")
+    return {"reliable": True, "reason": f"output streams as generated ({basis}); {echo_note}"}
+
+
+def withhold_stream_timed(figures: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """`figures` without the stream-timed ones (TTFT, TPOT, ITL), for an unreliable stream."""
+    if figures is None:
+        return None
+    return {k: v for k, v in figures.items() if not k.startswith(STREAM_TIMED_PREFIXES)}

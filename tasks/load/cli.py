@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
             result = run_perf(ctx, name)
             summary["scenarios"][name] = result
             failed_rounds += sum(level["failed_rounds"] for level in result["levels"])
+    _apply_stream_rule(summary, run_dir, engine)
     summary["rows"] = write_tables(run_dir, out, engine)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     _print_summary(summary)
@@ -155,23 +156,48 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed_rounds else 0
 
 
+def _apply_stream_rule(summary: dict[str, Any], run_dir: RunDir, engine: str) -> None:
+    """The one publication rule (tasks/evidence/reliability.py) over the measured streams: where
+    they did not stream, TTFT, TPOT and ITL are withheld from the summary and the printout."""
+    from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
+
+    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF]
+    summary["ttft"] = ttft_verdict(None, measured)
+    if summary["ttft"]["reliable"]:
+        return
+    for result in summary["scenarios"].values():
+        for level in result["levels"]:
+            level["figures"] = withhold_stream_timed(level["figures"])
+            level["first_encounter"] = withhold_stream_timed(level["first_encounter"])
+
+
 def _fmt(v: Any, scale: float = 1.0, digits: int = 1) -> str:
     return "-" if v is None else f"{v * scale:.{digits}f}"
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
+    published = summary["ttft"]["reliable"]
+    if not published:
+        print(f"{summary['engine']}: {summary['ttft']['reason']}")
+    lat = "TTFT" if published else "E2E"
     for name, result in summary["scenarios"].items():
-        print(f"{summary['engine']} {name}: level | output tok/s (rounds) | TTFT p50/p99 ms | TPOT p50 ms | first-encounter TTFT p95/p99 ms")
+        tpot = " | TPOT p50 ms" if published else ""
+        print(f"{summary['engine']} {name}: level | output tok/s (rounds) | {lat} p50/p99 ms{tpot} | "
+              f"first-encounter {lat} p95/p99 ms")
         for level in result["levels"]:
             f = level["figures"]
+            key = lat.lower()
             label = f"rate {level['rate_rps']:g}/s" if level["rate_rps"] is not None else f"c={level['concurrency']}"
             rounds = "/".join(_fmt(v) for v in f["output_tps"]["rounds"])
             spread = " SPREAD>25%" if f["output_tps"]["spread"] else ""
             fe = level["first_encounter"]
-            fe_text = f"{_fmt(fe['ttft_p95_s'], 1000)}/{_fmt(fe['ttft_p99_s'], 1000)}" if fe else "-"
+            fe_text = (f"{_fmt(fe[f'{key}_p95_s'], 1000)}/{_fmt(fe[f'{key}_p99_s'], 1000)} ({fe['source']})"
+                       if fe else "-")
+            p50 = f.get(f"{key}_p50_s") or {}
+            p99 = f.get(f"{key}_p99_s") or {}
+            tpot_text = f" | {_fmt(f['tpot_p50_s']['median'], 1000, 2)}" if published else ""
             print(
                 f"  {label:>12} | {_fmt(f['output_tps']['median'])} ({rounds}){spread} | "
-                f"{_fmt(f['ttft_p50_s']['median'], 1000)}/{_fmt(f['ttft_p99_s']['median'], 1000)} | "
-                f"{_fmt(f['tpot_p50_s']['median'], 1000, 2)} | {fe_text}"
+                f"{_fmt(p50.get('median'), 1000)}/{_fmt(p99.get('median'), 1000)}{tpot_text} | {fe_text}"
                 + (f" | {level['failed_rounds']} failed rounds" if level["failed_rounds"] else "")
             )

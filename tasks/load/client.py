@@ -69,6 +69,10 @@ class StreamParser:
     output_t: list[float] = field(default_factory=list)
     # completion_tokens seen on each output event (continuous usage), None where absent
     output_usage_tokens: list[int | None] = field(default_factory=list)
+    # visible characters of all output events and of the latest one: the last event's share
+    # shows output held back to the end of a stream whose tokens per event are unknown
+    output_chars: int = 0
+    last_output_chars: int = 0
     usage: dict[str, Any] | None = None
     done: bool = False
     events: int = 0
@@ -127,30 +131,47 @@ class StreamParser:
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
-        if self._has_output(chunk.get("choices") or ()):
+        chars = self._output_chars(chunk.get("choices") or ())
+        if chars:
             self.output_t.append(t)
+            self.output_chars += chars
+            self.last_output_chars = chars
             tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
             self.output_usage_tokens.append(tokens)
 
-    def _has_output(self, choices: Sequence[Any]) -> bool:
+    def _output_chars(self, choices: Sequence[Any]) -> int:
+        """Visible output characters in an event's choices (a tool-call fragment counts as one);
+        0 for a role-only or empty event."""
+        chars = 0
         for choice in choices:
             if not isinstance(choice, dict):
                 continue
-            if choice.get("text"):
-                return True
+            text = choice.get("text")
+            if isinstance(text, str):
+                chars += len(text)
             delta = choice.get("delta")
             if isinstance(delta, dict):
-                if delta.get("content") or delta.get("tool_calls") or self.adapter.reasoning_text(delta):
-                    return True
-        return False
+                content = delta.get("content")
+                chars += len(content) if isinstance(content, str) else 0
+                chars += len(self.adapter.reasoning_text(delta))
+                chars += 1 if delta.get("tool_calls") else 0
+        return chars
+
+    @property
+    def last_event_share(self) -> float | None:
+        """The share of the visible output that the last output event carried."""
+        return self.last_output_chars / self.output_chars if self.output_chars else None
 
     def tokens_per_event(self, completion_tokens: int | None) -> list[int] | None:
         """Tokens carried by each output event, or None when the stream does not tell.
 
         Known when every output event carried a running usage count (vLLM's continuous usage),
-        or when the completion-token count equals the number of output events (one token each).
+        when the completion-token count equals the number of output events (one token each), or
+        when a single event carried the whole output: one event is a fact, not a missing value.
         """
         n = len(self.output_t)
+        if n == 1 and completion_tokens is not None:
+            return [completion_tokens]
         if n and all(_count_or_none(x) is not None for x in self.output_usage_tokens):
             counts, prev = [], 0
             for x in self.output_usage_tokens:
@@ -175,6 +196,8 @@ class RequestResult:
     tpot_s: float | None = None
     itl_s: list[float] | None = None
     tokens_per_event: list[int] | None = None
+    output_events: int = 0
+    last_event_share: float | None = None
     output_event_s: list[float] = field(default_factory=list)  # each output event, from send
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
@@ -194,6 +217,8 @@ class RequestResult:
             "tpot_s": self.tpot_s,
             "itl_s": self.itl_s,
             "tokens_per_event": self.tokens_per_event,
+            "output_events": self.output_events,
+            "last_event_share": self.last_event_share,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "expected_prompt_tokens": self.expected_prompt_tokens,
@@ -216,6 +241,8 @@ def build_result(spec: RequestSpec, send_ts: float, t_send: float, parser: Strea
     if parser.first_event_t is not None:
         r.first_event_s = parser.first_event_t - t_send
     r.output_event_s = [t - t_send for t in parser.output_t]
+    r.output_events = len(r.output_event_s)
+    r.last_event_share = parser.last_event_share
     if r.output_event_s:
         r.ttft_s = r.output_event_s[0]
         r.e2e_s = r.output_event_s[-1]

@@ -76,7 +76,8 @@ async def run_round(
             session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
         )
     figures = round_figures(rows, ctx.config.slo, ctx.config.round_error_rate_max)
-    row = {**keys, **level, "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
+    row = {**keys, **level, "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens,
+           "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
     if figures["status"] == "failed":
         errors = sorted({r.error or "" for r in results if r.status != "ok"})
         log.warning("%s: round failed, %d of %d requests failed: %s", tag, figures["requests_failed"], len(rows), errors[:3])

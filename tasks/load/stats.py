@@ -150,6 +150,7 @@ HEADLINE_FIGURES = (
     "itl_p99_s",
     "e2e_p50_s",
     "e2e_p95_s",
+    "e2e_p99_s",  # stands in for the TTFT tail where stream timing is withheld
 )
 
 
@@ -167,9 +168,27 @@ def over_rounds(rounds: Sequence[Mapping[str, Any]], figures: Sequence[str] = HE
     return out
 
 
-def first_encounter_tail(rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The first-encounter round's P95/P99 TTFT, shown beside the median; None when none was flagged."""
-    for r in rounds:
-        if r.get("first_encounter") and not r.get("warmup"):
-            return {"round": r.get("round"), "ttft_p95_s": r.get("ttft_p95_s"), "ttft_p99_s": r.get("ttft_p99_s")}
-    return None
+def _same_shape(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return all(a.get(k) == b.get(k) for k in ("input_tokens", "output_tokens", "concurrency", "rate_rps"))
+
+
+FIRST_ENCOUNTER_FIGURES = ("ttft_p95_s", "ttft_p99_s", "e2e_p95_s", "e2e_p99_s")
+
+
+def first_encounter_tail(rounds: Sequence[Mapping[str, Any]],
+                         warmup_rounds: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+    """The first round of a level's shape on a server new to it, shown beside the steady median.
+
+    With warmup on, that round is the warmup round that first met the shape; otherwise it is the
+    measured round flagged first_encounter. None when the server had met the shape before both.
+    """
+    measured = [r for r in rounds if not r.get("warmup")]
+    candidates = [w for w in warmup_rounds if w.get("first_encounter") and measured and _same_shape(w, measured[0])]
+    candidates += [r for r in measured if r.get("first_encounter")]
+    if not candidates:
+        return None
+    r = candidates[0]
+    warm = bool(r.get("warmup"))
+    return {"round": r.get("round"), "warmup": warm,
+            "source": f"warmup round {r.get('round')}" if warm else f"round {r.get('round')}",
+            **{k: r.get(k) for k in FIRST_ENCOUNTER_FIGURES}}

@@ -327,12 +327,17 @@ def _perf_table(engines: dict[str, Any], scenario: str, figures: tuple[str, ...]
 
 
 def _first_encounter(level: dict[str, Any], engine: dict[str, Any]) -> str:
+    """The first round of the shape on a new server (warmup's when it took it) beside the steady medians."""
     first = level.get("first_encounter")
     if not first:
-        return "none flagged"
-    metric = "ttft" if (engine.get("ttft") or {}).get("reliable") else "e2e"
-    return (f"round {_e(first.get('round'))}: {metric.upper()} P95 {num(first.get(f'{metric}_p95_s'), 's')}, "
-            f"P99 {num(first.get(f'{metric}_p99_s'), 's')}")
+        return "none flagged (the server had met this shape)"
+    metrics = ("ttft", "e2e") if (engine.get("ttft") or {}).get("reliable") else ("e2e",)
+    parts = []
+    for metric in metrics:
+        steady = ((level.get("figures") or {}).get(f"{metric}_p99_s") or {}).get("median")
+        parts.append(f"{metric.upper()} P95 {num(first.get(f'{metric}_p95_s'), 's')}, "
+                     f"P99 {num(first.get(f'{metric}_p99_s'), 's')} (steady P99 {num(steady, 's')})")
+    return f"{_e(first.get('source') or 'round ' + str(first.get('round')))}: " + "; ".join(parts)
 
 
 def _failures(level: dict[str, Any]) -> str:
@@ -364,7 +369,7 @@ def _latency_table(engines: dict[str, Any]) -> str:
             first = lv.get("first_encounter") or {}
             cells = "".join(figure_cell(lv["figures"].get(f"{metric}_{p}_s"), "s") for p in ("p50", "p95", "p99"))
             fe = "".join(f"<td class='num'>{num(first.get(f'{metric}_{p}_s'), 's')}"
-                         f"{' <span class=rounds>(round ' + _e(first.get('round')) + ')</span>' if first else ''}</td>"
+                         f"{' <span class=rounds>(' + _e(first.get('source')) + ')</span>' if first else ''}</td>"
                          for p in ("p95", "p99"))
             out.append(f"<tr><td>{_e(name)}</td><td>{_e(lv['label'])} {metric.upper()}</td>{cells}{fe}</tr>")
     out.append("</table>")

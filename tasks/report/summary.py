@@ -15,16 +15,13 @@ from typing import Any
 
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
-from tasks.evidence.reliability import ttft_verdict
+from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
 from tasks.load.stats import HEADLINE_FIGURES, first_encounter_tail, over_rounds
 from tasks.staging import RunDir
 
 SCHEMA = "dayone.summary/1"
 PERF_SCENARIOS = ("short", "prefill", "decode", "rate")
-# The headline figures plus the E2E tail, shown in place of TTFT where TTFT is unreliable.
-FIGURES = (*HEADLINE_FIGURES, "e2e_p99_s")
-# Figures timed from the stream's events: withheld together when the stream is not trusted.
-STREAM_TIMED_PREFIXES = ("ttft_", "tpot_", "itl_")
+FIGURES = HEADLINE_FIGURES
 SCENARIO_SWITCHES = ("functional", "short", "prefill", "decode", "rate", "long_context", "boundary", "prefix_cache")
 
 
@@ -69,9 +66,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
     ready = run_dir.read_json(f"state/{engine}/ready.json", {}) or {}
     checks = run_dir.read_rows("checks", engine)
     perf_requests = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
-    ttft = ttft_verdict(checks, perf_requests) if (checks or perf_requests) else {
-        "reliable": False, "reason": "TTFT not published, E2E only: no functional checks or measured streams ran",
-    }
+    ttft = ttft_verdict(checks, perf_requests)
     published = bool(ttft.get("reliable"))
     needles = _needle_rows(run_dir.read_rows("needles", engine), published)
     long_context = [n for n in needles if n["scenario"] == "long_context"]
@@ -105,7 +100,9 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
 
 
 def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) -> dict[str, Any]:
-    rows = [r for r in run_dir.read_rows("rounds", engine) if r.get("scenario") in PERF_SCENARIOS]
+    all_rounds = run_dir.read_rows("rounds", engine)
+    rows = [r for r in all_rounds if r.get("scenario") in PERF_SCENARIOS]
+    warmup_rounds = [r for r in all_rounds if r.get("warmup")]
     out: dict[str, Any] = {}
     for scenario in PERF_SCENARIOS:
         mine = [r for r in rows if r.get("scenario") == scenario and not r.get("warmup")]
@@ -116,7 +113,7 @@ def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) ->
         for key in sorted({(r.get("concurrency"), r.get("rate_rps")) for r in mine}, key=_level_order):
             group = sorted((r for r in mine if (r.get("concurrency"), r.get("rate_rps")) == key),
                            key=lambda r: r.get("round") or 0)
-            levels.append(_level(key, group, ttft_published))
+            levels.append(_level(key, group, ttft_published, warmup_rounds))
         out[scenario] = {
             "input_tokens": settings.input_tokens,
             "output_tokens": settings.output_tokens,
@@ -130,17 +127,14 @@ def _level_order(key: tuple[Any, Any]) -> tuple[float, float]:
     return (float(rate or 0), float(concurrency or 0))
 
 
-def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: bool) -> dict[str, Any]:
+def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: bool,
+           warmup_rounds: list[dict[str, Any]]) -> dict[str, Any]:
     concurrency, rate = key
     figures = over_rounds(rounds, FIGURES)
-    first = first_encounter_tail(rounds)
-    first_row = next((r for r in rounds if r.get("first_encounter")), None)
-    if first is not None and first_row is not None:
-        first.update({"e2e_p95_s": first_row.get("e2e_p95_s"), "e2e_p99_s": first_row.get("e2e_p99_s")})
+    first = first_encounter_tail(rounds, warmup_rounds)
     if not ttft_published:
-        figures = {k: v for k, v in figures.items() if not k.startswith(STREAM_TIMED_PREFIXES)}
-        if first is not None:
-            first = {k: v for k, v in first.items() if not k.startswith(STREAM_TIMED_PREFIXES)}
+        figures = withhold_stream_timed(figures) or {}
+        first = withhold_stream_timed(first)
     return {
         "label": f"{rate:g} req/s" if rate is not None else f"c={concurrency}",
         "concurrency": concurrency,

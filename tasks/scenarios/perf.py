@@ -39,6 +39,8 @@ def run_perf(ctx: StepContext, scenario: str) -> dict[str, Any]:
     progress = Progress(total, f"{engine} {scenario}")
     # Seed of the Poisson arrivals: the config's, so a rate round is the same schedule every run.
     seed = getattr(settings, "seed", None)
+    # The warmup may have taken each shape's first encounter: its round is the first-encounter tail.
+    warmup_rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("warmup")]
 
     async def main() -> list[dict[str, Any]]:
         levels = []
@@ -62,7 +64,7 @@ def run_perf(ctx: StepContext, scenario: str) -> dict[str, Any]:
                         mark_seen(ctx.run_dir, engine, shape)
                         rounds.append(outcome.row)
                         usage_missing += _usage_missing(outcome.results)
-                    levels.append(level_summary(shape, rounds, usage_missing))
+                    levels.append(level_summary(shape, rounds, usage_missing, warmup_rounds))
         return levels
 
     try:
@@ -76,7 +78,8 @@ def _usage_missing(results: list[Any]) -> int:
     return sum(1 for r in results if r.status == "ok" and not r.usage_present)
 
 
-def level_summary(shape: Shape, rounds: list[dict[str, Any]], usage_missing: int = 0) -> dict[str, Any]:
+def level_summary(shape: Shape, rounds: list[dict[str, Any]], usage_missing: int = 0,
+                  warmup_rounds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """One level's summary: headline figures as medians over rounds, with every round's value."""
     out: dict[str, Any] = {
         "concurrency": shape.concurrency,
@@ -88,7 +91,7 @@ def level_summary(shape: Shape, rounds: list[dict[str, Any]], usage_missing: int
             for r in rounds
         ],
         "figures": over_rounds(rounds),
-        "first_encounter": first_encounter_tail(rounds),
+        "first_encounter": first_encounter_tail(rounds, warmup_rounds or ()),
         "failed_rounds": sum(1 for r in rounds if r.get("status") == "failed"),
         "length_deviations": sum(r.get("length_deviations") or 0 for r in rounds),
     }

@@ -141,14 +141,20 @@ class PlainServer:
         await resp.write_eof()
         return resp
 
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "chat")
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, "completions")
+
     def routes(self) -> list[web.RouteDef]:
         """The server's routes; a subclass may add its own."""
         return [
             web.get("/v1/models", self._models),
             web.get("/health", self._health),
             web.get("/metrics", self._metrics),
-            web.post("/v1/chat/completions", lambda r: self._generate(r, "chat")),
-            web.post("/v1/completions", lambda r: self._generate(r, "completions")),
+            web.post("/v1/chat/completions", self._chat),
+            web.post("/v1/completions", self._completions),
         ]
 
     # ---- lifecycle ---------------------------------------------------------------------------

@@ -94,6 +94,22 @@ def test_over_rounds_keeps_every_round_value_and_skips_warmup_and_failed():
     assert out["rounds"] == [1145.4, 1156.9, 1166.4, None]
     assert out["spread"] is False
     fe = stats.first_encounter_tail(rounds)
-    assert fe == {"round": 1, "ttft_p95_s": 9.0, "ttft_p99_s": 11.0}
+    assert {k: fe[k] for k in ("round", "ttft_p95_s", "ttft_p99_s")} == {"round": 1, "ttft_p95_s": 9.0, "ttft_p99_s": 11.0}
+    assert fe["source"] == "round 1" and fe["warmup"] is False
     assert stats.first_encounter_tail(rounds[2:]) is None
     assert not math.isnan(out["median"])
+
+
+def test_first_encounter_taken_by_the_warmup_is_the_warmup_round_of_the_same_shape():
+    shape = {"input_tokens": 128, "output_tokens": 64, "concurrency": 4, "rate_rps": None}
+    other = {**shape, "concurrency": 8}
+    warmup = [
+        {**other, "round": 1, "warmup": True, "first_encounter": True, "ttft_p99_s": 7.0},
+        {**shape, "round": 2, "warmup": True, "first_encounter": True, "ttft_p95_s": 3.0, "ttft_p99_s": 4.0,
+         "e2e_p95_s": 5.0, "e2e_p99_s": 6.0},
+    ]
+    measured = [{**shape, "round": n, "status": "ok", "first_encounter": False, "ttft_p99_s": 0.1} for n in (1, 2, 3)]
+    fe = stats.first_encounter_tail(measured, warmup)
+    assert fe is not None and fe["warmup"] is True and fe["source"] == "warmup round 2"
+    assert (fe["ttft_p95_s"], fe["ttft_p99_s"], fe["e2e_p95_s"], fe["e2e_p99_s"]) == (3.0, 4.0, 5.0, 6.0)
+    assert stats.first_encounter_tail(measured, warmup[:1]) is None  # only another shape was warmed first

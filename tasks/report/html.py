@@ -499,9 +499,14 @@ def _checks_table(engines: dict[str, Any]) -> str:
 def _not_tested_table(summary: dict[str, Any]) -> str:
     items = summary.get("not_tested") or []
     out = ["<h2 id='not-tested'>Not tested</h2>"]
+    limits = summary.get("limits") or []
+    if limits:
+        out.append("<p><b>What no run of this kind proves</b></p><ul class='limits'>"
+                   + "".join(f"<li>{_e(text)}</li>" for text in limits) + "</ul>")
     if not items:
         out.append("<p>Every enabled scenario and check ran on every engine.</p>")
         return "\n".join(out)
+    out.append("<p><b>What this run did not test</b></p>")
     out.append("<table class='not-tested'><tr><th>engine</th><th>what</th><th>why</th></tr>")
     for item in items:
         out.append(f"<tr><td>{_e(item['engine'])}</td><td>{_e(item['what'])}</td>"

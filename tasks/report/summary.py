@@ -22,6 +22,15 @@ from tasks.staging import RunDir
 SCHEMA = "dayone.summary/1"
 PERF_SCENARIOS = ("short", "prefill", "decode", "rate")
 FIGURES = HEADLINE_FIGURES
+# What no DayOne run proves, whatever ran (the seed's standing caveats): said in every report.
+STANDING_LIMITS = (
+    "Performance prompts are random token IDs: they measure the serving path (scheduling, batching, "
+    "kernels, caches), not the quality of the model's answers.",
+    "A needle found is a minimum correctness threshold for long context, not proof that the model "
+    "reasons over the whole window.",
+    "Results hold for this hardware, this image digest and this configuration only; another GPU, "
+    "driver, image or engine setting is another experiment.",
+)
 SCENARIO_SWITCHES = ("functional", "short", "prefill", "decode", "rate", "long_context", "boundary", "prefix_cache")
 
 
@@ -52,6 +61,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> dict[str, Any]:
         "run_steps": steps.get("", {}),
         "regressions": _regressions(run_dir),
     }
+    summary["limits"] = list(STANDING_LIMITS)
     summary["not_tested"] = _not_tested(cfg, engines, steps.get("", {}), bool(summary["regressions"]))
     summary["decision"] = decide(summary)
     return desensitize(summary)

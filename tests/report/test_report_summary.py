@@ -155,3 +155,16 @@ def test_a_run_that_measured_nothing_still_renders_and_says_why(tmp_path):
     assert {"engine": "sim-sglang", "what": "every scenario",
             "why": "engine never became ready: not deployed"} in built["summary"]["not_tested"]
     assert "<img" not in built["page"] and "id='not-tested'" in built["page"]
+
+
+def test_the_standing_limits_are_said_in_the_summary_and_the_report(summary):
+    from tasks.report.html import render_html
+
+    limits = " ".join(summary["limits"])
+    assert "random token IDs" in limits and "not the quality" in limits
+    assert "minimum correctness threshold" in limits
+    assert "this hardware, this image digest and this configuration only" in limits
+    from html import escape
+
+    page = render_html(summary, {})
+    assert all(escape(text) in page for text in summary["limits"])

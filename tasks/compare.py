@@ -33,6 +33,7 @@ from tasks.staging import RunDir
 log = logging.getLogger("dayone.compare")
 
 HEADLINE_METRICS = ("output_tps", "ttft_p95_s")
+MEASURED_SCENARIOS = ("short", "prefill", "decode", "rate")
 
 
 class RegressionFound(RuntimeError):
@@ -83,8 +84,10 @@ class Side:
     """One engine's figures in one run: headline per shape, check/needle outcomes, cache verdict."""
 
     def __init__(self, run_id: str, rounds: pd.DataFrame, checks: pd.DataFrame, needles: pd.DataFrame,
-                 cache_verdict: str | None):
+                 cache_verdict: str | None, ttft_published: bool | None = None):
         self.run_id = run_id
+        # The run's own verdict on its stream timing, where known (tasks/evidence/reliability.py)
+        self.ttft_published = ttft_published
         self.rounds = rounds
         self.checks = checks
         self.needles = needles
@@ -125,6 +128,8 @@ class Side:
     def ttft_reliable(self) -> bool:
         from tasks.evidence.reliability import ttft_verdict
 
+        if self.ttft_published is not None:
+            return self.ttft_published
         rows = [{k: (None if pd.isna(v) else v) if not isinstance(v, (list, dict)) else v for k, v in r.items()}
                 for r in self.checks.to_dict("records")]
         for row in rows:
@@ -142,17 +147,24 @@ def _median(series: pd.Series) -> float | None:
 
 
 def current_side(run_dir: RunDir, engine: str) -> Side:
+    from tasks.evidence.reliability import ttft_verdict
+
     verdict = run_dir.read_json(f"verdicts/{engine}/prefix_cache.json") or {}
+    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in MEASURED_SCENARIOS]
+    stream = ttft_verdict(run_dir.read_rows("checks", engine), measured)
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
-                run_dir.frame("needles", engine), verdict.get("verdict"))
+                run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]))
 
 
 def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
     bucket, prefix = cfg.archive.bucket, index["prefixes"][engine]
     summary = _read_json(s3, bucket, prefix + "summary.json") or {}
-    cache = ((summary.get("engines") or {}).get(engine) or {}).get("prefix_cache") or {}
+    mine = (summary.get("engines") or {}).get(engine) or {}
+    cache = mine.get("prefix_cache") or {}
+    published = (mine.get("ttft") or {}).get("reliable")
     return Side(index["run_id"], _read_table(s3, bucket, prefix, "rounds"), _read_table(s3, bucket, prefix, "checks"),
-                _read_table(s3, bucket, prefix, "needles"), cache.get("verdict"))
+                _read_table(s3, bucket, prefix, "needles"), cache.get("verdict"),
+                None if published is None else bool(published))
 
 
 def baselines(s3: Any, cfg: RunConfig, engine: str, scenarios: set[str], before_ts: float | None,
@@ -189,7 +201,7 @@ def compare_engine(cfg: RunConfig, engine: str, digest: str | None, current: Sid
                      "regressed": bool(regressed)})
 
     now_head = current.headline()
-    ttft_ok_now = current.ttft_reliable() if not current.checks.empty else False
+    ttft_ok_now = current.ttft_reliable()
     for scenario in sorted({k[0] for k in now_head} & set(bases)):
         base = bases[scenario]
         base_head = base.headline()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from importlib.metadata import version
@@ -307,9 +308,28 @@ def register(sub: Any) -> None:
     p.set_defaults(run=_run_cli)
 
 
+RUN_LEVEL_STEPS = ("plan", "pin", "validate", "archive", "report")
+
+
+def _engine_option_error(name: str, engine: str | None, cfg: RunConfig) -> str | None:
+    """What is wrong with --engine for step `name`, in the user's words; None when it fits."""
+    engines = ", ".join(e.name for e in cfg.engines)
+    if name in RUN_LEVEL_STEPS and engine is not None:
+        return f"{name} is a run-level step and takes no --engine: drop --engine {engine}"
+    if name not in RUN_LEVEL_STEPS and engine is None:
+        return f"{name} is a per-engine step: give --engine NAME (the config's engines: {engines})"
+    if engine is not None and engine not in {e.name for e in cfg.engines}:
+        return f"--engine {engine} is not an engine of the config (its engines: {engines})"
+    return None
+
+
 def _run_cli(args: Any) -> int:
     config = read_config_file(args.config)
-    load_config(config, args.run_id)  # bad config or run id: exit 2 before any file is written
+    cfg = load_config(config, args.run_id)  # bad config or run id: exit 2 before any file is written
+    problem = _engine_option_error(args.name, args.engine, cfg)
+    if problem:
+        print(f"dayone step {args.name}: {problem}", file=sys.stderr)
+        return 2
     if args.name in PERF_SCENARIOS:
         result = perf(config, args.run_id, args.engine, args.name)
     elif args.name in ("archive", "report"):

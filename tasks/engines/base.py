@@ -52,6 +52,9 @@ def _pattern(finding: str, severity: str, regex: str) -> StartupPattern:
     return StartupPattern(finding, severity, re.compile(regex, re.IGNORECASE))
 
 
+# How an engine answered a prefix-cache clear (EngineAdapter.clear_outcome).
+CLEARED, BUSY, FAILED = "cleared", "busy", "failed"
+
 # Patterns every engine's startup log is scanned for; adapters add their own.
 COMMON_STARTUP_PATTERNS: tuple[StartupPattern, ...] = (
     _pattern("out_of_memory", "error", r"out of memory|CUDA error: out of memory|OutOfMemoryError"),
@@ -75,6 +78,8 @@ class EngineAdapter:
     cache_clear: ClassVar[tuple[str, str] | None] = None
     # Status the clear endpoint answers while requests are running; such a clear is retried.
     cache_clear_busy_status: ClassVar[int | None] = None
+    # How long a clear is retried while the engine says requests still hold the cache.
+    cache_clear_wait_s: ClassVar[float] = 30.0
     cache_counters: ClassVar[CacheCounters | None] = None
     # Fields of a message/delta that may carry reasoning text, read in this order.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
@@ -122,31 +127,49 @@ class EngineAdapter:
             return HitRate(None, None)
         return HitRate(after[q] - before[q], after[h] - before[h])
 
-    def clear_cache(self, client: httpx.Client, base_url: str) -> tuple[bool, str]:
-        """Empty the prefix cache. Returns (done, detail)."""
+    def clear_outcome(self, response: httpx.Response) -> str:
+        """How the engine answered a clear: CLEARED, BUSY (requests hold the cache: retry) or FAILED."""
+        if self.cache_clear_busy_status is not None and response.status_code == self.cache_clear_busy_status:
+            return BUSY
+        return CLEARED if response.status_code < 300 else FAILED
+
+    def clear_cache_once(self, client: httpx.Client, base_url: str) -> tuple[str, str]:
+        """One clear request: (outcome, detail), the detail naming the status and the body's start."""
         if self.cache_clear is None:
-            return False, f"{self.dialect} has no cache-clear endpoint"
+            return FAILED, f"{self.dialect} has no cache-clear endpoint"
         method, path = self.cache_clear
         r = client.request(method, base_url.rstrip("/") + path)
-        return r.status_code < 300, f"{method} {path} -> {r.status_code}"
+        body = " ".join(r.text.split())[:120]
+        return self.clear_outcome(r), f"{method} {path} -> {r.status_code}" + (f" {body}" if body else "")
+
+    def clear_cache(self, client: httpx.Client, base_url: str) -> tuple[bool, str]:
+        """Empty the prefix cache. Returns (done, detail)."""
+        outcome, detail = self.clear_cache_once(client, base_url)
+        return outcome == CLEARED, detail
 
     def clear_cache_when_idle(
-        self, client: httpx.Client, base_url: str, timeout_s: float = 30.0, interval_s: float = 0.5
+        self, client: httpx.Client, base_url: str, timeout_s: float | None = None, interval_s: float = 0.5
     ) -> tuple[bool, str]:
-        """Empty the prefix cache, retrying while the engine refuses because requests are running."""
+        """Empty the prefix cache, retrying while the engine says requests still hold it.
+
+        Done only when the engine says the cache was cleared; a refusal that outlasts the wait is
+        reported with the number of tries, never taken for a clear.
+        """
+        wait_s = self.cache_clear_wait_s if timeout_s is None else timeout_s
+        started = time.monotonic()
+        tries = 0
         try:
-            if self.cache_clear is None or self.cache_clear_busy_status is None:
-                return self.clear_cache(client, base_url)
-            method, path = self.cache_clear
-            deadline = time.monotonic() + timeout_s
-            tries = 0
             while True:
                 tries += 1
-                r = client.request(method, base_url.rstrip("/") + path)
-                busy = r.status_code == self.cache_clear_busy_status
-                if not busy or time.monotonic() >= deadline:
-                    detail = f"{method} {path} -> {r.status_code}" + (f" after {tries} tries" if tries > 1 else "")
-                    return r.status_code < 300, detail
+                outcome, detail = self.clear_cache_once(client, base_url)
+                if outcome != BUSY:
+                    return outcome == CLEARED, detail + (f" after {tries} tries" if tries > 1 else "")
+                waited_s = time.monotonic() - started
+                if waited_s >= wait_s:
+                    return False, (
+                        f"{detail} on all {tries} tries over {waited_s:.1f} s: the prefix cache never "
+                        "cleared (the engine kept refusing while requests held it)"
+                    )
                 time.sleep(interval_s)
         except httpx.HTTPError as exc:
             return False, f"cache clear failed: {type(exc).__name__}: {exc}"

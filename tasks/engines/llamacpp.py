@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import httpx
 
 from tasks.engines import register
-from tasks.engines.base import CacheCounters, EngineAdapter, HitRate, StartupPattern, _pattern
+from tasks.engines.base import CLEARED, FAILED, CacheCounters, EngineAdapter, HitRate, StartupPattern, _pattern
 
 SLOT_ERASE_PATH = "/slots/{id}?action=erase"
 
@@ -77,25 +77,25 @@ class LlamaCppAdapter(EngineAdapter):
         hits = after[cached] - before[cached]
         return HitRate((after[processed] - before[processed]) + hits, hits)
 
-    def clear_cache(self, client: httpx.Client, base_url: str) -> tuple[bool, str]:
+    def clear_cache_once(self, client: httpx.Client, base_url: str) -> tuple[str, str]:
         """Erase every slot's KV cache (llama.cpp has no global flush)."""
         base = base_url.rstrip("/")
         r = client.get(base + self.slots_path)
         if r.status_code != 200:
-            return False, f"GET {self.slots_path} -> {r.status_code} (start the server with slots listed)"
+            return FAILED, f"GET {self.slots_path} -> {r.status_code} (start the server with slots listed)"
         try:
             ids = [int(slot["id"]) for slot in r.json()]
         except (ValueError, KeyError, TypeError) as exc:
-            return False, f"GET {self.slots_path}: unreadable slot list ({exc})"
+            return FAILED, f"GET {self.slots_path}: unreadable slot list ({exc})"
         erased = []
         for slot_id in ids:
             path = SLOT_ERASE_PATH.format(id=slot_id)
             r = client.post(base + path)
             if r.status_code >= 300:
                 hint = " (start the server with a slot save path)" if r.status_code == 501 else ""
-                return False, f"POST {path} -> {r.status_code}{hint}: {r.text[:200]}"
+                return FAILED, f"POST {path} -> {r.status_code}{hint}: {r.text[:200]}"
             erased.append(f"{slot_id}:{r.json().get('n_erased', '?')}")
-        return True, f"erased {len(ids)} slot(s) via POST {SLOT_ERASE_PATH} (slot:tokens {' '.join(erased)})"
+        return CLEARED, f"erased {len(ids)} slot(s) via POST {SLOT_ERASE_PATH} (slot:tokens {' '.join(erased)})"
 
     # ---- deployment -------------------------------------------------------------------------
     def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tasks.engines.base import CacheCounters, EngineAdapter, StartupPattern, _pattern
+import httpx
+
+from tasks.engines.base import BUSY, CLEARED, FAILED, CacheCounters, EngineAdapter, StartupPattern, _pattern
 
 
 class VLLMAdapter(EngineAdapter):
@@ -23,6 +25,20 @@ class VLLMAdapter(EngineAdapter):
         _pattern("missing_tuned_config", "warning", r"Using default MoE config"),
         _pattern("fallback_backend", "warning", r"no .{0,30}backend.{0,60}(?:fall|using)"),
     )
+
+    def clear_outcome(self, response: httpx.Response) -> str:
+        """A 2xx is not a clear: current vLLM answers 200 {"success": false} while running requests
+        (or in-flight KV offloads) hold blocks, and clears nothing. Older versions answer an empty
+        200 whatever happened; that is all they say, so it counts as a clear."""
+        if response.status_code >= 300:
+            return FAILED
+        try:
+            body = response.json()
+        except ValueError:
+            return CLEARED
+        if isinstance(body, dict) and body.get("success") is False:
+            return BUSY
+        return CLEARED
 
     def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
         cmd = [

@@ -92,6 +92,12 @@ class Profile(_Model):
         16, ge=1, description="Where the model 'stops' by itself when neither ignore_eos nor min_tokens asks for more."
     )
     dev_mode: bool = Field(False, description="vLLM only: serve /reset_prefix_cache (VLLM_SERVER_DEV_MODE=1).")
+    vllm_reset_reply: Literal["success_flag", "empty"] = Field(
+        "success_flag",
+        description="vLLM only: how /reset_prefix_cache answers. success_flag (current vLLM): 200 "
+        '{"success": false} while requests run, clearing nothing, else {"success": true}. empty (older '
+        "vLLM): an empty 200 either way, though nothing is cleared while requests run.",
+    )
     needle_max_depth: float | None = Field(None, ge=0, le=1)
     needle_max_tokens: int | None = Field(None, ge=1)
     faults: Faults = Field(default_factory=Faults)

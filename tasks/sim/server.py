@@ -129,6 +129,15 @@ async def clear_cache(request: web.Request) -> web.Response:
         return web.Response(status=404, text="Not Found")
     if engine.dialect.name == "sglang" and engine.running:
         return web.Response(status=400, text="Cache not flushed because there are pending requests.")
+    if engine.dialect.name == "vllm":
+        # Running requests hold blocks: vLLM clears nothing, and says so only in the body.
+        cleared = not engine.running
+        if cleared:
+            engine.cache.clear()
+            log(f"INFO prefix cache cleared via {request.path}")
+        if engine.profile.vllm_reset_reply == "empty":
+            return web.Response(status=200)
+        return web.json_response({"success": cleared})
     engine.cache.clear()
     log(f"INFO prefix cache cleared via {request.path}")
     return web.Response(status=200, text="Cache flushed.")

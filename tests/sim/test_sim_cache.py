@@ -80,3 +80,34 @@ def test_capacity_evicts_least_recently_used_and_switch_off(sims):
         httpx.post(off.url + "/v1/completions", json={"prompt": a, "max_tokens": 1}, headers={"X-Request-Id": request_id})
     assert off.requests("x2")[0]["cached_tokens"] == 0
     assert scrape(off.url)["sglang:cached_tokens_total"] == 0
+
+
+def _while_one_request_runs(sim, action):
+    """Run `action()` while a long completion is running on `sim`; return what it returned."""
+    body = {"prompt": "long running", "max_tokens": 50, "ignore_eos": True}
+    t = threading.Thread(target=lambda: httpx.post(sim.url + "/v1/completions", json=body, timeout=30))
+    t.start()
+    try:
+        for _ in range(200):
+            if httpx.get(sim.url + "/sim/state").json()["running"]:
+                break
+        return action()
+    finally:
+        t.join()
+
+
+@pytest.mark.parametrize("reply", ["success_flag", "empty"])
+def test_vllm_reset_clears_nothing_while_requests_run_and_says_so_only_in_the_body(sims, reply):
+    sim = sims("vllm", {"dev_mode": True, "itl_s": 0.02, "vllm_reset_reply": reply})
+    prompt = list(range(0, 97))  # 6 full blocks
+    httpx.post(sim.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1})
+    busy = _while_one_request_runs(sim, lambda: httpx.post(sim.url + "/reset_prefix_cache"))
+    assert busy.status_code == 200  # a 2xx either way: the status says nothing
+    assert busy.content == (b"" if reply == "empty" else b'{"success": false}')
+    httpx.post(sim.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1}, headers={"X-Request-Id": "kept"})
+    assert sim.requests("kept")[0]["cached_tokens"] == 96  # the refused reset cleared nothing
+
+    idle = httpx.post(sim.url + "/reset_prefix_cache")
+    assert idle.status_code == 200 and idle.content == (b"" if reply == "empty" else b'{"success": true}')
+    httpx.post(sim.url + "/v1/completions", json={"prompt": prompt, "max_tokens": 1}, headers={"X-Request-Id": "gone"})
+    assert sim.requests("gone")[0]["cached_tokens"] == 0

@@ -58,7 +58,9 @@ CLEARED, BUSY, FAILED = "cleared", "busy", "failed"
 # Patterns every engine's startup log is scanned for; adapters add their own.
 COMMON_STARTUP_PATTERNS: tuple[StartupPattern, ...] = (
     _pattern("out_of_memory", "error", r"out of memory|CUDA error: out of memory|OutOfMemoryError"),
-    _pattern("cuda_graph_capture", "info", r"captur\w* cuda graph|cuda graph captur"),
+    # SGLang: "Capture cuda graph begin" (older), "Capture target decode CUDA graph begin" (role and
+    # phase between); vLLM: "Capturing CUDA graphs (decode, FULL)", "Graph capturing finished in".
+    _pattern("cuda_graph_capture", "info", r"\bcaptur\w*(?: \w+){0,2} cuda graph|cuda graph captur|\bgraph capturing finished"),
     _pattern("autotune_jit", "info", r"autotun|\bJIT\b|compiling kernel|torch\.compile"),
     _pattern("fallback_backend", "warning", r"fall(?:s|ing)? ?back|fallback"),
     _pattern("missing_tuned_config", "warning", r"(?:no|missing|not found).{0,40}(?:tun(?:ed|ing)) config|using default .{0,30}config"),
@@ -71,6 +73,9 @@ class EngineAdapter:
     dialect: ClassVar[str] = "openai"
     default_port: ClassVar[int] = 8000
     liveness_path: ClassVar[str] = "/health"
+    # The pod's liveness probe: it must answer fast while the engine is busy for minutes (a long
+    # prefill), so never a path that generates. None: liveness_path.
+    pod_liveness_path: ClassVar[str | None] = None
     models_path: ClassVar[str] = "/v1/models"
     metrics_path: ClassVar[str | None] = "/metrics"
     tokenize_path: ClassVar[str | None] = None
@@ -84,6 +89,9 @@ class EngineAdapter:
     # Fields of a message/delta that may carry reasoning text, read in this order.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = ()
+    # Directories the launch command needs to exist (and be writable) in the container: a pod
+    # mounts an empty volume at each, since an image has no such directory of DayOne's choosing.
+    launch_dirs: ClassVar[tuple[str, ...]] = ()
     # False where the server closes the connection after a streamed response although it
     # answered keep-alive: a client must not reuse that connection (it fails on the next write).
     keeps_alive_after_stream: ClassVar[bool] = True

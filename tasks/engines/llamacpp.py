@@ -29,6 +29,9 @@ from tasks.engines import register
 from tasks.engines.base import CLEARED, FAILED, CacheCounters, EngineAdapter, HitRate, StartupPattern, _pattern
 
 SLOT_ERASE_PATH = "/slots/{id}?action=erase"
+# llama-server refuses to start unless --slot-save-path names an existing directory
+# (common/arg.cpp: "not a directory"); a pod mounts an empty volume here (launch_dirs).
+SLOT_SAVE_DIR = "/llamacpp-slots"
 
 
 @register
@@ -39,6 +42,7 @@ class LlamaCppAdapter(EngineAdapter):
     metrics_path: ClassVar[str | None] = "/metrics"
     tokenize_path: ClassVar[str | None] = "/tokenize"
     slots_path: ClassVar[str] = "/slots"
+    launch_dirs: ClassVar[tuple[str, ...]] = (SLOT_SAVE_DIR,)
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", SLOT_ERASE_PATH)
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
         queries="llamacpp:prompt_tokens_total", hits="llamacpp:prompt_tokens_cached_total"
@@ -113,7 +117,7 @@ class LlamaCppAdapter(EngineAdapter):
             "--parallel", str(parallel),
             "--metrics",
             "--slots",
-            "--slot-save-path", "/tmp/llamacpp-slots",  # needed for slot erase (cache clear)
+            "--slot-save-path", SLOT_SAVE_DIR,  # needed for slot erase (cache clear)
             "--cache-ram", str(int(settings.get("cache_ram_mib", 0))),
         ]
         if settings.get("kv_unified", True):

@@ -10,7 +10,13 @@ from tasks.engines.base import CacheCounters, EngineAdapter, StartupPattern, _pa
 class SGLangAdapter(EngineAdapter):
     dialect: ClassVar[str] = "sglang"
     default_port: ClassVar[int] = 30000
+    # /health and /health_generate share one handler: 503 while starting, and by default a 1-token
+    # generation that answers 503 when no engine output arrives within SGLANG_HEALTH_CHECK_TIMEOUT
+    # (20 s), e.g. under a long prefill. SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0 (launch_env)
+    # makes /health answer without generating; images older than that switch still generate.
     liveness_path: ClassVar[str] = "/health"
+    # SageMaker's /ping answers from the HTTP server alone, on every version: cheap under any load.
+    pod_liveness_path: ClassVar[str | None] = "/ping"
     tokenize_path: ClassVar[str | None] = "/tokenize"
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", "/flush_cache")
     cache_clear_busy_status: ClassVar[int | None] = 400  # /flush_cache refuses while requests run
@@ -32,7 +38,14 @@ class SGLangAdapter(EngineAdapter):
             "--host", "0.0.0.0",  # SGLang binds 127.0.0.1 by default: unreachable in a pod
             "--port", str(port),
             "--tp-size", str(engine.tp),
+            # SGLang otherwise serves config.json's limit; a longer one also needs
+            # SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 in engines[].env.
+            "--context-length", str(model.context_limit_tokens),
             "--enable-metrics",
             "--enable-cache-report",
         ]
         return cmd + list(engine.args)
+
+    def launch_env(self, engine: Any) -> dict[str, str]:
+        # /health without a generation: a probe must not queue work behind a busy engine.
+        return {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0", **engine.env}

@@ -158,6 +158,9 @@ def render_engine(
         {"name": "home", "mountPath": HOME},
         {"name": "tmp", "mountPath": "/tmp"},
     ]
+    for i, path in enumerate(adapter.launch_dirs):
+        volumes.append({"name": f"launch-dir-{i}", "emptyDir": {}})
+        mounts.append({"name": f"launch-dir-{i}", "mountPath": path})
     if k8s.model_volume_claim:
         volumes.append({"name": "model", "persistentVolumeClaim": {"claimName": k8s.model_volume_claim, "readOnly": True}})
         mounts.append({"name": "model", "mountPath": k8s.model_mount_path, "readOnly": True})
@@ -186,7 +189,7 @@ def render_engine(
         # Traffic only once the model is listed (vLLM's /health passes before it serves).
         "readinessProbe": _probe(adapter.models_path, PROBE_PERIOD_S, 5, 3),
         # A near-1M-token prefill can hold the server for minutes: only a long silence is death.
-        "livenessProbe": _probe(adapter.liveness_path, 60, 30, 10),
+        "livenessProbe": _probe(adapter.pod_liveness_path or adapter.liveness_path, 60, 30, 10),
         "securityContext": container_security,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }

@@ -31,7 +31,7 @@ class Dialect:
 SGLANG = Dialect(
     name="sglang",
     starting="503",
-    health_paths=("/health", "/health_generate"),
+    health_paths=("/health", "/health_generate", "/ping"),
     reasoning_field="reasoning_content",
     tokenize=True,
     cache_clear=("POST", "/flush_cache"),
@@ -59,8 +59,8 @@ SGLANG = Dialect(
         "Config file not found at configs/N=4096,K=7168,device_name=NVIDIA_H20.json",
         "INFO Load weight end. type=SimForCausalLM, avail mem=52.10 GB",
         "INFO DeepGEMM JIT compiling kernels and FlashInfer autotuning, this may take a while ...",
-        "INFO Capture cuda graph begin. This can take up to several minutes. bs=[1, 2, 4, 8, 16, 32, 64]",
-        "INFO Capture cuda graph end. Time elapsed: 3.21 s.",
+        "INFO Capture target decode CUDA graph begin. backend=full, bs=[1, 2, 4, 8, 16, 32, 64], avail mem=52.04 GB",
+        "INFO Capture target decode CUDA graph end. elapsed=3.21 s, mem usage=0.79 GB, avail mem=51.25 GB.",
         "INFO Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
     ),
 )
@@ -94,7 +94,7 @@ VLLM = Dialect(
         "Config file not found at fused_moe/configs/E=256,N=256,device_name=NVIDIA_H20,dtype=fp8_w8a8.json",
         "INFO Autotuning FlashInfer kernels and compiling with torch.compile (JIT) ...",
         "INFO Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%",
-        "INFO Graph capturing finished in 4 secs",
+        "INFO Graph capturing finished in 4 secs, took 0.31 GiB",
         "INFO Starting vLLM API server on http://{host}:{port}",
         "INFO Application startup complete.",
     ),

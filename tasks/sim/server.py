@@ -68,7 +68,8 @@ async def models(request: web.Request) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    if engine.ready or (engine.dialect.name == "vllm" and request.path != "/health_generate"):
+    # /ping (SGLang's SageMaker route) answers from the HTTP server alone, ready or not.
+    if engine.ready or request.path == "/ping" or (engine.dialect.name == "vllm" and request.path != "/health_generate"):
         return web.Response(status=200)
     return web.Response(status=503)
 

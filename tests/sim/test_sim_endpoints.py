@@ -36,7 +36,7 @@ def post(sim, path, body, request_id=None):
 def test_model_list_and_health(sim):
     models = httpx.get(sim.url + "/v1/models").json()
     assert [m["id"] for m in models["data"]] == ["dayone-sim-model"]
-    health = {"sglang": ["/health", "/health_generate"], "vllm": ["/health", "/ping"], "openai": ["/health"]}
+    health = {"sglang": ["/health", "/health_generate", "/ping"], "vllm": ["/health", "/ping"], "openai": ["/health"]}
     for path in health[sim.dialect]:
         assert httpx.get(sim.url + path).status_code == 200, path
     assert httpx.get(sim.url + "/sim/state").json()["restarts"] == 0

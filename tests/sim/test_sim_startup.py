@@ -19,6 +19,7 @@ def test_sglang_starts_with_503s_then_serves(sims):
     sim.wait_listening()
     assert httpx.get(sim.url + "/health").status_code == 503
     assert httpx.get(sim.url + "/health_generate").status_code == 503
+    assert httpx.get(sim.url + "/ping").status_code == 200  # the HTTP server alone: DayOne's pod liveness
     assert httpx.post(sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 503
     state = sim.wait_ready(timeout_s=30)
     assert state["ready_ts"] - state["started_ts"] >= 1.4

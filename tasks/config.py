@@ -62,6 +62,9 @@ class ModelSpec(_Model):
     context_limit_tokens: PositiveInt = Field(1_048_576, description="Model's context window in tokens.")
     template_overhead_tokens: int = Field(64, ge=0, description="Tokens the chat template adds around a prompt.")
     path: str | None = Field(None, description="Model files: a path in the pod's model volume, or a local GGUF file.")
+    reasoning: bool | None = Field(
+        None, description="Does the model reason? true: a reply without any reasoning fails reasoning_split; "
+                          "false or null (unknown): no reasoning is not applicable.")
 
 
 class EngineSpec(_Model):

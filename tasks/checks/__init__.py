@@ -66,7 +66,7 @@ def run_functional(ctx: StepContext) -> list[dict]:
     ep = ctx.endpoint
     rows: list[dict] = []
     with httpx.Client(timeout=ep.request_timeout_s) as client, ctx.run_dir.rows("checks", ep.engine, SCENARIO) as out:
-        probe = Probe(ep, client)
+        probe = Probe(ep, client, ctx.config.model.reasoning)
         for module in CHECKS:
             if module.NAME in skip:
                 result = CheckResult(module.NAME, NOT_APPLICABLE,

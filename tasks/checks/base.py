@@ -44,6 +44,7 @@ class Probe:
 
     endpoint: EngineEndpoint
     client: httpx.Client
+    model_reasons: bool | None = None  # the run config's model.reasoning: what the user knows of the model
 
     def url(self, path: str) -> str:
         return self.endpoint.base_url.rstrip("/") + path

@@ -22,6 +22,9 @@ def register(subparsers: Any) -> None:
     )
     add_endpoint_args(p)
     p.add_argument("--skip", help="comma-separated check names to skip (reported not_applicable)")
+    p.add_argument("--model-reasons", choices=("yes", "no"),
+                   help="what you know of the model (model.reasoning): with yes, no reasoning at all fails "
+                        "reasoning_split instead of being not_applicable")
     p.set_defaults(run=run)
 
 
@@ -30,7 +33,10 @@ def run(args: argparse.Namespace) -> int:
     from tasks.evidence.reliability import ttft_verdict
 
     skip = [s.strip() for s in (args.skip or "").split(",") if s.strip()]
-    config = parse_run_config(config_doc(args, "check", {"functional": {"enabled": True, "skip": skip}}))
+    doc = config_doc(args, "check", {"functional": {"enabled": True, "skip": skip}})
+    if args.model_reasons:
+        doc["model"]["reasoning"] = args.model_reasons == "yes"
+    config = parse_run_config(doc)
     ctx, out = context_for(args, config)
     rows = run_functional(ctx)
     counts = write_tables(ctx, out, ("checks",))

@@ -3,8 +3,9 @@
 Both dialect fields are read through the adapter (`reasoning_content`, `reasoning`). Reasoning
 left inline in the content (<think>...</think>) fails: a frontend would show the thinking as the
 answer. When the server returns no reasoning at all, in any field or inline, the check is
-not_applicable: the model does not reason, or its reasoning parser is off, and the evidence
-says so; a run that expects reasoning reads that outcome as a finding.
+not_applicable (the model does not reason, or its reasoning parser is off), unless the run config
+says the model reasons (`model.reasoning: true`): then it fails. The evidence names the field that
+carried the reasoning, streamed and not, so a frontend that reads only one field can be judged.
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ PROMPT = "What is 17 + 25? Think it through step by step, then give the answer."
 INLINE_REASONING = re.compile(r"</?(?:think|thinking|reasoning)>", re.IGNORECASE)
 
 
-def _field_with_reasoning(probe: Probe, message: dict) -> str | None:
-    for name in probe.endpoint.adapter.reasoning_fields:
-        if message.get(name):
-            return name
-    return None
+INLINE_FIELD = "content (inline <think>)"
+
+
+def _carriers(fields: tuple[str, ...] | list[str], content: str) -> str | None:
+    """Where the reasoning came: its dialect field(s), or inline in the content; None when nowhere."""
+    if fields:
+        return "+".join(fields)
+    return INLINE_FIELD if INLINE_REASONING.search(content) else None
 
 
 def run(probe: Probe) -> CheckResult:
@@ -40,7 +44,8 @@ def run(probe: Probe) -> CheckResult:
 
     content, reasoning = message.get("content") or "", adapter.reasoning_text(message)
     extra = {
-        "reasoning_field": _field_with_reasoning(probe, message),
+        "reasoning_field": _carriers(adapter.reasoning_fields_in(message), content),
+        "streamed_reasoning_field": _carriers(s.reasoning_fields, s.content),
         "reasoning_excerpt": reasoning[:120],
         "streamed_reasoning_excerpt": s.reasoning[:120],
     }
@@ -48,6 +53,11 @@ def run(probe: Probe) -> CheckResult:
         if INLINE_REASONING.search(text):
             return CheckResult(NAME, FAIL, evidence(r.status, where, text, "reasoning left inline in the content", **extra))
     if not reasoning and not s.reasoning:
+        if probe.model_reasons:
+            return CheckResult(NAME, FAIL, evidence(
+                r.status, f"choices[0].message.({fields})", content,
+                "no reasoning returned in any field or inline, but the run config says the model reasons "
+                "(model.reasoning: true): is the engine's reasoning parser on?", **extra))
         return CheckResult(NAME, NOT_APPLICABLE, evidence(
             r.status, f"choices[0].message.({fields})", content,
             "no reasoning returned in any field or inline: the model does not reason or its parser is off", **extra))

@@ -113,6 +113,11 @@ class EngineAdapter:
         value = details.get("cached_tokens")
         return int(value) if value is not None else None
 
+    def reasoning_fields_in(self, message: dict[str, Any]) -> tuple[str, ...]:
+        """The dialect fields of a message or delta that carry reasoning text (a frontend reading only one
+        of them misses the rest)."""
+        return tuple(name for name in self.reasoning_fields if message.get(name))
+
     def reasoning_text(self, message: dict[str, Any]) -> str:
         """Reasoning text of a message or delta, from whichever dialect field carries it."""
         for name in self.reasoning_fields:

@@ -52,6 +52,7 @@ class StreamResult:
     output_events: list[OutputEvent] = field(default_factory=list)
     content: str = ""
     reasoning: str = ""
+    reasoning_fields: list[str] = field(default_factory=list)  # the delta fields that carried it, first seen first
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # reassembled from fragments
     tool_fragments: int = 0
     usage: dict[str, Any] | None = None
@@ -202,5 +203,6 @@ def _take_choice(
     result.e2e_s = now
     result.content += content
     result.reasoning += reasoning
+    result.reasoning_fields += [f for f in adapter.reasoning_fields_in(delta) if f not in result.reasoning_fields]
     result.tool_fragments += len(fragments)
     result.output_events.append(OutputEvent(now, content, reasoning, len(fragments)))

@@ -63,6 +63,9 @@ class Faults(_Model):
 
 class Quirks(_Model):
     reasoning_inline: bool = Field(False, description="Reasoning stays in the content inside <think>...</think>.")
+    reasoning_field: Literal["reasoning_content", "reasoning"] | None = Field(
+        None, description="The field reasoning comes in, instead of the dialect's (e.g. an older vLLM's reasoning_content)."
+    )
     echo_ignored: bool = Field(False, description="/v1/completions returns the prompt even with echo=false.")
     unstreamed_every_nth: int | None = Field(
         None, ge=1, description="Every nth stream sends empty deltas and the whole text in its last event."

@@ -136,7 +136,8 @@ def plan_answer(profile: Profile, dialect: Dialect, body: dict[str, Any], prompt
     limit = given_max if given_max is not None else max(1, profile.context_limit - prompt.count)
     min_tokens = _int_field(body, "min_tokens", 0) or 0
     ignore_eos = bool(body.get("ignore_eos"))
-    thinking = chat and profile.reasoning and (dialect.reasoning_field is not None or profile.quirks.reasoning_inline)
+    thinking = chat and profile.reasoning and (dialect.reasoning_field is not None or profile.quirks.reasoning_field
+                                              is not None or profile.quirks.reasoning_inline)
 
     if chat and prompt.tool is not None:
         arguments = answers.tool_arguments(prompt.tool)

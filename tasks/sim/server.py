@@ -309,8 +309,12 @@ def _output_events(answer: Answer, k: int) -> list[tuple[str, str, int]]:
     return events
 
 
+def _reasoning_field(engine: Engine) -> str | None:
+    return engine.profile.quirks.reasoning_field or engine.dialect.reasoning_field
+
+
 def _reasoning_target(engine: Engine) -> str:
-    return "content" if engine.profile.quirks.reasoning_inline else (engine.dialect.reasoning_field or "content")
+    return "content" if engine.profile.quirks.reasoning_inline else (_reasoning_field(engine) or "content")
 
 
 def _inline(engine: Engine, answer: Answer) -> tuple[str, str]:
@@ -339,7 +343,7 @@ async def full_answer(
         if chat:
             reasoning, text = _inline(engine, answer)
             message: dict[str, Any] = {"role": "assistant", "content": text if answer.tool is None else None}
-            field = engine.dialect.reasoning_field
+            field = _reasoning_field(engine)
             if field and not engine.profile.quirks.reasoning_inline:
                 message[field] = reasoning or None
             if answer.tool is not None:

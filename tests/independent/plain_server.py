@@ -7,7 +7,8 @@ that holds against it holds for any engine that behaves that way.
 
 Hooks a subclass overrides (all optional):
 - `completion_events(kind, prompt_tokens, max_tokens)` -> list of (delay_s, chunk dict): the
-  streamed events of one request, usage and [DONE] excluded (the base adds them);
+  streamed events of one request, usage and [DONE] excluded (the base adds them); unstreamed, a chat
+  message carries the deltas' content and their other text fields (e.g. reasoning), joined;
 - `first_token_delay_s(kind, prompt_tokens, max_tokens)`: the delay before the first token;
 - `metrics_text()`: the Prometheus text of GET /metrics (404 when it returns None);
 - `error_for(kind, body)`: an (HTTP status, message) to answer instead of generating.
@@ -122,7 +123,8 @@ class PlainServer:
         if not body.get("stream"):
             await asyncio.sleep(sum(d for d, _ in events))
             text = "".join(_chunk_text(c) for _, c in events)
-            choice: dict[str, Any] = ({"index": 0, "message": {"role": "assistant", "content": text},
+            choice: dict[str, Any] = ({"index": 0, "message": {**_delta_fields(events), "role": "assistant",
+                                                               "content": text},
                                        "finish_reason": "length"} if kind == "chat"
                                       else {"index": 0, "text": text, "finish_reason": "length"})
             return web.json_response({"id": "plain", "object": "chat.completion" if kind == "chat"
@@ -195,6 +197,18 @@ class PlainServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _delta_fields(events: list[tuple[float, dict]]) -> dict[str, str]:
+    """The text fields of a stream's deltas besides content (e.g. reasoning), joined: the same
+    answer unstreamed carries them in its message."""
+    fields: dict[str, str] = {}
+    for _, chunk in events:
+        for choice in chunk.get("choices") or []:
+            for name, value in (choice.get("delta") or {}).items():
+                if name not in ("role", "content") and isinstance(value, str):
+                    fields[name] = fields.get(name, "") + value
+    return fields
 
 
 def _chunk_text(chunk: dict) -> str:

@@ -170,9 +170,11 @@ def functional(config: dict[str, Any], run_id: str, engine: str) -> dict[str, An
         return {"engine": engine, "skipped": "functional checks disabled"}
     from tasks.checks import run_functional
 
-    rows = run_functional(ctx)
-    outcomes = [r["outcome"] for r in rows]
-    return {"engine": engine, **{o: outcomes.count(o) for o in ("pass", "fail", "not_applicable")}}
+    def run() -> dict[str, Any]:
+        outcomes = [r["outcome"] for r in run_functional(ctx)]
+        return {"engine": engine, **{o: outcomes.count(o) for o in ("pass", "fail", "not_applicable")}}
+
+    return _watched(ctx, "functional", run)
 
 
 def warmup(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
@@ -180,7 +182,7 @@ def warmup(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
     ctx = _context(config, run_id, engine)
     from tasks.scenarios.warmup import run_warmup
 
-    return run_warmup(ctx)
+    return _watched(ctx, "warmup", lambda: run_warmup(ctx))
 
 
 def perf(config: dict[str, Any], run_id: str, engine: str, scenario: str) -> dict[str, Any]:
@@ -189,9 +191,9 @@ def perf(config: dict[str, Any], run_id: str, engine: str, scenario: str) -> dic
         return {"engine": engine, "scenario": scenario, "skipped": f"{scenario} disabled"}
     from tasks.scenarios.perf import run_perf
 
-    summary = run_perf(ctx, scenario)
+    summary = _watched(ctx, scenario, lambda: run_perf(ctx, scenario))
     ctx.run_dir.write_json(f"summaries/{engine}/{scenario}.json", summary)
-    return {"engine": engine, "scenario": scenario, "ok": True}
+    return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
 
 
 def long_context(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
@@ -200,8 +202,11 @@ def long_context(config: dict[str, Any], run_id: str, engine: str) -> dict[str, 
         return {"engine": engine, "skipped": "long_context disabled"}
     from tasks.evidence.needles import run_long_context
 
-    rows = run_long_context(ctx)
-    return {"engine": engine, "needles": len(rows), "passed": sum(bool(r.get("passed")) for r in rows)}
+    def run() -> dict[str, Any]:
+        rows = run_long_context(ctx)
+        return {"engine": engine, "needles": len(rows), "passed": sum(bool(r.get("passed")) for r in rows)}
+
+    return _watched(ctx, "long_context", run)
 
 
 def boundary(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
@@ -210,10 +215,8 @@ def boundary(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]
         return {"engine": engine, "skipped": "boundary disabled"}
     from tasks.evidence.boundary import run_boundary
 
-    dep = _deployment(ctx.run_dir, engine)
-    target = target_for(ctx.config)
-    rows = run_boundary(ctx, lambda: target.restart_count(dep))
-    return {"engine": engine, "rows": len(rows)}
+    restarts = _restart_count(ctx)
+    return _watched(ctx, "boundary", lambda: {"engine": engine, "rows": len(run_boundary(ctx, restarts))})
 
 
 def prefix_cache(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
@@ -222,8 +225,9 @@ def prefix_cache(config: dict[str, Any], run_id: str, engine: str) -> dict[str, 
         return {"engine": engine, "skipped": "prefix_cache disabled"}
     from tasks.evidence.cache import run_prefix_cache
 
-    verdict = run_prefix_cache(ctx)
-    return {"engine": engine, "verdict": verdict.get("verdict")}
+    restarts = _restart_count(ctx)
+    return _watched(ctx, "prefix_cache",
+                    lambda: {"engine": engine, "verdict": run_prefix_cache(ctx, restarts).get("verdict")})
 
 
 def teardown(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
@@ -282,6 +286,20 @@ def _context(config: dict[str, Any], run_id: str, engine: str) -> StepContext:
         raise NotAttempted(f"engine {engine}: not ready ({ready.get('detail', 'never deployed')}); step not attempted")
     dep = _deployment(run_dir, engine)
     return StepContext(cfg, endpoint_for(cfg, engine, dep.base_url, dep.image_digest), run_dir)
+
+
+def _restart_count(ctx: StepContext) -> Callable[[], int | None]:
+    dep = _deployment(ctx.run_dir, ctx.endpoint.engine)
+    target = target_for(ctx.config)
+    return lambda: target.restart_count(dep)
+
+
+def _watched(ctx: StepContext, step: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run an engine step between restart readings (tasks/evidence/restarts.py): a restart during
+    it is a failed `engine_restarts` check naming the step, and its result says `engine_restarted`."""
+    from tasks.evidence.restarts import watch_step
+
+    return watch_step(ctx, step, _restart_count(ctx), run)
 
 
 def _reset_shapes(run_dir: RunDir, engine: str) -> None:

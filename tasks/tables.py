@@ -155,6 +155,8 @@ CACHE_TRIALS = Table(
         Column("cached_tokens", "int", min_value=0, description="usage's cached tokens, where reported."),
         Column("server_queries_delta", "float", min_value=0.0),
         Column("server_hits_delta", "float", min_value=0.0),
+        Column("deltas_unpublished", "str",
+               description="Why the server deltas are null: a counter fell or the engine restarted in the trial."),
         Column("status", "str", nullable=False, values=("ok", "error", "timeout")),
         Column("error", "str"),
         Column("cache_cleared", "bool", description="Trial 0 only: the cache was emptied just before it."),

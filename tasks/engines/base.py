@@ -26,10 +26,12 @@ class CacheCounters:
 class HitRate:
     queries_delta: float | None
     hits_delta: float | None
+    # Why the deltas are not published (a counter fell, the engine restarted); None when they are.
+    unpublished: str | None = None
 
     @property
     def rate(self) -> float | None:
-        if not self.queries_delta or self.hits_delta is None:
+        if self.unpublished or not self.queries_delta or self.hits_delta is None:
             return None
         return self.hits_delta / self.queries_delta
 

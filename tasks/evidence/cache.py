@@ -3,12 +3,15 @@
 One prompt of about 4,400 tokens: clear the cache, one cold request, then N exact repeats,
 sequential. /metrics is scraped just before and just after every request; the hit rate is the
 ratio of counter deltas over the whole trial (before the cold request to after the last repeat),
-as the seed computed it, never a last-value gauge.
+as the seed computed it, never a last-value gauge. Every delta obeys the window rule
+(tasks/evidence/window.py): a counter that fell or a restart seen anywhere in the trial leaves
+every delta of the trial, and the hit rate, unpublished, with the counter and its fall named.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +22,7 @@ from tasks.evidence import metrics
 from tasks.evidence.needles import template_tokens_for
 from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, plain_text, tokenize_counter
 from tasks.evidence.stream import excerpt, stream_post
+from tasks.evidence.window import Window, hit_rate_over
 from tasks.staging import RowWriter
 
 SCENARIO = "prefix_cache"
@@ -124,8 +128,17 @@ def _missing_counters_reason(ctx: StepContext, before: dict | None, after: dict 
     return "the query counter did not move over the trial"
 
 
-def run_prefix_cache(ctx: StepContext) -> dict[str, Any]:
-    """Run the trial, write cache_trials and server_metrics rows, save and return the verdict."""
+def _read_restarts(restart_count: Callable[[], int | None] | None) -> int | None:
+    try:
+        return None if restart_count is None else restart_count()
+    except Exception:  # noqa: BLE001 -- an unreadable count is unknown, the metrics still speak
+        return None
+
+
+def run_prefix_cache(ctx: StepContext, restart_count: Callable[[], int | None] | None = None) -> dict[str, Any]:
+    """Run the trial, write cache_trials and server_metrics rows, save and return the verdict.
+
+    `restart_count` reads the target's restart count where it knows one (None: /metrics alone)."""
     ep = ctx.endpoint
     spec = ctx.config.scenarios.prefix_cache
     adapter = ep.adapter
@@ -153,16 +166,14 @@ def run_prefix_cache(ctx: StepContext) -> dict[str, Any]:
             **adapter.exact_output_fields(spec.output_tokens),
         }
         cleared, clear_detail = adapter.clear_cache_when_idle(client, ep.base_url)
-        first_before: dict[str, float] | None = None
-        last_after: dict[str, float] | None = None
+        restarts_before = _read_restarts(restart_count)
+        scrapes: list[dict[str, float] | None] = []
         for trial in range(spec.repeats + 1):
             before = _scrape(client, ctx, f"before_trial_{trial}", metrics_out)
             result = stream_post(client, url, payload, adapter)
             after = _scrape(client, ctx, f"after_trial_{trial}", metrics_out)
-            if trial == 0:
-                first_before = before
-            last_after = after
-            delta = adapter.hit_rate(before or {}, after or {})
+            scrapes += [before, after]
+            delta = hit_rate_over(adapter, Window((before, after), f"during trial {trial}"))
             row = {
                 **ep.row_keys(SCENARIO),
                 "trial": trial,
@@ -172,16 +183,24 @@ def run_prefix_cache(ctx: StepContext) -> dict[str, Any]:
                 "cached_tokens": adapter.cached_tokens(result.usage),
                 "server_queries_delta": delta.queries_delta,
                 "server_hits_delta": delta.hits_delta,
+                "deltas_unpublished": delta.unpublished,
                 "status": "ok" if result.ok else "error",
                 "error": None if result.error is None else f"{result.error} {result.body_excerpt}".strip(),
                 "cache_cleared": cleared if trial == 0 else None,
             }
-            trials_out.write(row)
             trial_rows.append(row)
-    whole = adapter.hit_rate(first_before or {}, last_after or {})
+        whole = hit_rate_over(adapter, Window(tuple(scrapes), "during the trial", (), restarts_before,
+                                              _read_restarts(restart_count)))
+        for row in trial_rows:
+            if whole.unpublished:  # one window: a restart anywhere in it voids every delta of it
+                row.update(server_queries_delta=None, server_hits_delta=None, deltas_unpublished=whole.unpublished)
+            trials_out.write(row)
+    first_before, last_after = scrapes[0], scrapes[-1]
     cold = trial_rows[0]["ttft_s"] if trial_rows[0]["status"] == "ok" else None
     hot = [r["ttft_s"] for r in trial_rows[1:] if r["status"] == "ok" and r["ttft_s"] is not None]
-    verdict = cache_verdict(cold, hot, whole.rate, _missing_counters_reason(ctx, first_before, last_after))
+    missing = (f"the server's hit rate is not published: {whole.unpublished}" if whole.unpublished
+               else _missing_counters_reason(ctx, first_before, last_after))
+    verdict = cache_verdict(cold, hot, whole.rate, missing)
     doc = verdict.as_dict()
     cold_e2e = trial_rows[0]["e2e_s"]
     hot_e2e = [r["e2e_s"] for r in trial_rows[1:] if r["e2e_s"] is not None]
@@ -190,6 +209,7 @@ def run_prefix_cache(ctx: StepContext) -> dict[str, Any]:
             "engine": ep.engine,
             "server_queries_delta": whole.queries_delta,
             "server_hits_delta": whole.hits_delta,
+            "hit_rate_unpublished": whole.unpublished,
             "cold_e2e_s": cold_e2e,
             "hot_e2e_median_s": statistics.median(hot_e2e) if hot_e2e else None,
             "prompt_tokens": trial_rows[0]["prompt_tokens"],

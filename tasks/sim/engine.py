@@ -110,6 +110,19 @@ class Engine:
         self.hist = {"ttft": Histogram(TTFT_BUCKETS), "e2e": Histogram(E2E_BUCKETS), "itl": Histogram(ITL_BUCKETS)}
         self.records: deque[Record] = deque(maxlen=MAX_RECORDS)
         self.crashing = False
+        self.counter_base = profile.counter_base  # added to every counter in /metrics
+
+    def restart_in_place(self) -> None:
+        """What a restart leaves: a new process start, counters and cache empty, one more restart."""
+        self.restarts += 1
+        self.started_ts = time.time()
+        self.counters = dict.fromkeys(self.counters, 0)
+        self.hist = {role: Histogram(h.bounds) for role, h in self.hist.items()}
+        self.counter_base = 0.0
+        self.cache.clear()
+        self.seen_shapes.clear()
+        print(f"WARNING simulated engine restart in place after {self.finished} requests "
+              f"(faults.restart_after_requests; restart {self.restarts})", flush=True)
 
     # ---- clocks ----------------------------------------------------------------------------
     def epoch(self, mono: float) -> float:
@@ -179,6 +192,11 @@ class Engine:
             outs = [t for t, k in zip(record.event_ts, record.event_kinds) if k == "output"]  # monotonic
             for a, b in zip(outs, outs[1:]):
                 self.hist["itl"].observe(b - a)
+        faults = self.profile.faults
+        if faults.restart_after_requests and self.finished == faults.restart_after_requests:
+            self.restart_in_place()
+        if faults.counter_base_drop_after_requests and self.finished == faults.counter_base_drop_after_requests:
+            self.counter_base = 0.0
         crash_after = self.profile.faults.crash_after_requests
         if crash_after and self.finished >= crash_after and not self.crashing:
             self.crashing = True

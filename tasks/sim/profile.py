@@ -59,6 +59,15 @@ class Faults(_Model):
     malformed_sse_every_nth: int | None = Field(None, ge=1)
     cut_stream_every_nth: int | None = Field(None, ge=1)
     restart_on_crash: bool = Field(False, description="A supervisor respawns the server after a crash.")
+    restart_after_requests: int | None = Field(
+        None, ge=1, description="After this many finished requests the engine restarts in place between two "
+        "requests: counters back to zero, cache emptied, a new process_start_time_seconds, the restart count "
+        "up by one, no request lost (a supervisor that brings it back at once).",
+    )
+    counter_base_drop_after_requests: int | None = Field(
+        None, ge=1, description="After this many finished requests the counters fall back by counter_base, "
+        "with no restart (process_start_time_seconds unchanged), as a counter reset does.",
+    )
 
 
 class Quirks(_Model):
@@ -103,6 +112,9 @@ class Profile(_Model):
     )
     needle_max_depth: float | None = Field(None, ge=0, le=1)
     needle_max_tokens: int | None = Field(None, ge=1)
+    counter_base: float = Field(
+        0.0, ge=0, description="Added to every counter in /metrics, as on an engine that served before the run."
+    )
     faults: Faults = Field(default_factory=Faults)
     quirks: Quirks = Field(default_factory=Quirks)
 

@@ -164,7 +164,10 @@ def render_metrics(engine: Engine) -> str:
     for role in ("queries", "hits", "prompt", "generation", "requests"):
         if role in names:
             out += [f"# HELP {names[role]} {role} (DayOne simulator)", f"# TYPE {names[role]} counter",
-                    f"{names[role]}{{{labels}}} {float(engine.counters[role])}"]
+                    f"{names[role]}{{{labels}}} {float(engine.counters[role] + engine.counter_base)}"]
+    if d.name == "vllm":  # prometheus_client's process collector: in vLLM's default registry, not SGLang's
+        out += ["# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.",
+                "# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {engine.started_ts}"]
     for role, value in (("running", engine.running), ("waiting", len(engine.waiting)), ("hit_rate", engine.last_hit_rate)):
         if role in names:
             out += [f"# TYPE {names[role]} gauge", f"{names[role]}{{{labels}}} {float(value)}"]

@@ -1,0 +1,139 @@
+"""Restarts during an engine step: readings before, during and after every step.
+
+A crash can come in any step (the near-1M long-context requests, a benchmark's burst), and an
+engine under a supervisor answers again moments later, so a step's own results cannot show it.
+Around every step DayOne reads the target's restart count (where the target knows one) and
+scrapes /metrics, also every few seconds during the step, applying the window rule of
+tasks/evidence/window.py; a restart is a failed `engine_restarts` check whose scenario is the
+step, and the step's result carries `engine_restarted`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from tasks.context import EngineEndpoint, StepContext
+from tasks.evidence import metrics
+from tasks.evidence.window import breach
+
+CHECK = "engine_restarts"
+# Between two scrapes a restarted engine's counters could climb back past their old values; a few
+# seconds is far shorter than any step that sends enough requests for that.
+POLL_S = 5.0
+SCRAPE_TIMEOUT_S = 10.0
+
+
+def _count(restart_count: Callable[[], int | None] | None) -> int | None:
+    try:
+        return None if restart_count is None else restart_count()
+    except Exception:  # noqa: BLE001 -- an unreadable count is unknown; /metrics still speaks
+        return None
+
+
+class RestartWatch:
+    """`with RestartWatch(endpoint, restart_count) as w: ...`, then `w.reading(step)`."""
+
+    def __init__(self, endpoint: EngineEndpoint, restart_count: Callable[[], int | None] | None,
+                 poll_s: float = POLL_S) -> None:
+        self.endpoint = endpoint
+        self.restart_count = restart_count
+        self.poll_s = poll_s
+        self.restarts_before: int | None = None
+        self.restarts_after: int | None = None
+        self.scrapes_read = 0
+        self.metrics_evidence: list[str] = []
+        self._last: dict[str, float] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _scrape(self, client: httpx.Client) -> None:
+        try:
+            now = metrics.scrape(client, self.endpoint.base_url, self.endpoint.adapter)
+        except (metrics.MetricsUnavailable, httpx.HTTPError, ValueError):
+            return  # unreadable now (busy, restarting): the next readable scrape is compared with the last
+        with self._lock:
+            self.scrapes_read += 1
+            if self._last is not None:
+                reason = breach([self._last, now], "during the step")
+                if reason and reason not in self.metrics_evidence:
+                    self.metrics_evidence.append(reason)
+            self._last = now
+
+    def _poll(self) -> None:
+        with httpx.Client(timeout=SCRAPE_TIMEOUT_S) as client:
+            while not self._stop.wait(self.poll_s):
+                self._scrape(client)
+
+    def __enter__(self) -> RestartWatch:
+        self.restarts_before = _count(self.restart_count)
+        if self.endpoint.adapter.metrics_path is not None:
+            with httpx.Client(timeout=SCRAPE_TIMEOUT_S) as client:
+                self._scrape(client)
+            self._thread = threading.Thread(target=self._poll, daemon=True, name="dayone-restart-watch")
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(SCRAPE_TIMEOUT_S + 1)
+            with httpx.Client(timeout=SCRAPE_TIMEOUT_S) as client:
+                self._scrape(client)
+        self.restarts_after = _count(self.restart_count)
+
+    def reading(self, step: str) -> dict[str, Any]:
+        """The step's restart reading: outcome (pass | fail | not_applicable), reason, the counts
+        before and after, restarts seen (None where only /metrics showed one) and the metrics' evidence."""
+        before, after = self.restarts_before, self.restarts_after
+        counted = after - before if before is not None and after is not None else None
+        evidence = list(self.metrics_evidence)
+        if counted:
+            evidence.insert(0, f"the engine's restart count went from {before} to {after}")
+        if evidence:
+            outcome, reason = "fail", f"the engine restarted during step {step}: " + "; ".join(evidence)
+            restarts = counted if counted else None
+        elif before is not None and after is None:
+            outcome, reason, restarts = "fail", (
+                f"the engine's restart count could not be read after step {step} (engine gone?)"), None
+        elif before is None and self.scrapes_read < 2:
+            outcome, reason, restarts = "not_applicable", (
+                f"neither the target's restart count nor two /metrics scrapes could be read around step {step}"), None
+        else:
+            outcome, reason, restarts = "pass", f"no restart during step {step}", 0
+        return {"step": step, "outcome": outcome, "reason": reason, "restarts": restarts,
+                "restarts_before": before, "restarts_after": after, "scrapes": self.scrapes_read,
+                "metrics_evidence": self.metrics_evidence}
+
+
+def check_row(endpoint: EngineEndpoint, reading: dict[str, Any]) -> dict[str, Any]:
+    """The `engine_restarts` check row of one step (scenario = the step)."""
+    evidence = {"status": None, "field": "restart_count", "excerpt": "",
+                **{k: v for k, v in reading.items() if k not in ("outcome",)}}
+    return {**endpoint.row_keys(reading["step"]), "check": CHECK, "outcome": reading["outcome"],
+            "evidence": evidence}
+
+
+def watch_step(ctx: StepContext, step: str, restart_count: Callable[[], int | None] | None,
+               run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run one engine step between restart readings; the `engine_restarts` row is written even when
+    the step fails, and a restart marks the step's result `engine_restarted` (with `restarts`)."""
+    watch = RestartWatch(ctx.endpoint, restart_count)
+    try:
+        with watch:
+            result = run()
+    except Exception:
+        _write(ctx, watch.reading(step))
+        raise
+    reading = _write(ctx, watch.reading(step))
+    return {**result, "engine_restarted": reading["outcome"] == "fail", "restarts": reading["restarts"]}
+
+
+def _write(ctx: StepContext, reading: dict[str, Any]) -> dict[str, Any]:
+    with ctx.run_dir.rows("checks", ctx.endpoint.engine, f"{CHECK}-{reading['step']}") as out:
+        out.write(check_row(ctx.endpoint, reading))
+    return reading

@@ -127,7 +127,9 @@ def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
         prefixes[e.name] = prefix
         objects: dict[str, tuple[bytes, str]] = {
             "manifest.json": (json_bytes(manifest), "application/json"),
-            "validation.json": (json_bytes(validation or {"success": False, "reason": "validation did not run"}),
+            # validation results quote failing cells (error text): scrubbed like the tables themselves
+            "validation.json": (json_bytes(desensitize(validation or {"success": False,
+                                                                      "reason": "validation did not run"})),
                                 "application/json"),
         }
         for name, frame in frames.items():

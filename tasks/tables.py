@@ -234,8 +234,33 @@ def to_frame(table: Table | str, rows: Iterable[dict[str, Any]]) -> pd.DataFrame
     return frame
 
 
-def to_csv_bytes(frame: pd.DataFrame) -> bytes:
+def _scrubbed_text(value: str) -> str:
+    """One text cell through the one scrubber; JSON text (evidence) is parsed so secret-named keys go too."""
+    from tasks.desensitize import desensitize
+
+    if value[:1] in "{[":
+        try:
+            doc = json.loads(value)
+        except ValueError:
+            doc = None
+        if isinstance(doc, (dict, list)):
+            clean = desensitize(doc)
+            return value if clean == doc else json.dumps(clean, sort_keys=True)
+    return desensitize(value)
+
+
+def publishable(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame as it may leave the run: every text cell (errors, evidence, startup log lines) scrubbed
+    of secrets, internal hosts and IPs. Every published table (archive and CLIs) is written through here."""
     out = frame.copy()
+    for col in out.columns:
+        if pd.api.types.is_string_dtype(out[col].dtype):  # text columns, and object columns (lists pass as they are)
+            out[col] = out[col].map(lambda v: _scrubbed_text(v) if isinstance(v, str) else v).astype(out[col].dtype)
+    return out
+
+
+def to_csv_bytes(frame: pd.DataFrame) -> bytes:
+    out = publishable(frame)
     for col in out.columns:
         if out[col].dtype == object:
             out[col] = out[col].map(lambda v: json.dumps(v) if isinstance(v, list) else v)
@@ -246,5 +271,5 @@ def to_parquet_bytes(frame: pd.DataFrame) -> bytes:
     import io
 
     buf = io.BytesIO()
-    frame.to_parquet(buf, index=False, engine="pyarrow")
+    publishable(frame).to_parquet(buf, index=False, engine="pyarrow")
     return buf.getvalue()

@@ -169,6 +169,7 @@ def run_longctx(args: argparse.Namespace) -> int:
 
 def run_cache(args: argparse.Namespace) -> int:
     from tasks.evidence.cache import run_prefix_cache
+    from tasks.targets.local import SimLauncher
 
     pc: dict[str, Any] = {"enabled": True}
     if args.prompt_tokens is not None:
@@ -179,13 +180,15 @@ def run_cache(args: argparse.Namespace) -> int:
         pc["output_tokens"] = args.output_tokens
     config = parse_run_config(config_doc(args, "cache", {"prefix_cache": pc}))
     ctx, out = context_for(args, config)
-    verdict = run_prefix_cache(ctx)
+    # An external endpoint's restart count is only known when it is DayOne's simulator; /metrics speaks for any.
+    verdict = run_prefix_cache(ctx, lambda: SimLauncher().restart_count(args.endpoint.rstrip("/")))
     counts = write_tables(ctx, out, ("cache_trials", "server_metrics"))
     (out / "prefix_cache.json").write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     for r in ctx.run_dir.read_rows("cache_trials", ctx.endpoint.engine):
         ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s'] * 1000:.1f} ms"
-        print(f"  trial {r['trial']}{' (cold)' if r['trial'] == 0 else ''}: TTFT {ttft}, "
-              f"server queries +{r['server_queries_delta']}, hits +{r['server_hits_delta']}")
+        server = ("server deltas not published" if r.get("deltas_unpublished") else
+                  f"server queries +{r['server_queries_delta']}, hits +{r['server_hits_delta']}")
+        print(f"  trial {r['trial']}{' (cold)' if r['trial'] == 0 else ''}: TTFT {ttft}, {server}")
     print(f"{ctx.endpoint.engine} prefix cache: {verdict['verdict']} ({verdict['reason']})")
     print(f"rows written to {out}: {json.dumps(counts)}")
     return 0

@@ -137,3 +137,22 @@ def _write(ctx: StepContext, reading: dict[str, Any]) -> dict[str, Any]:
     with ctx.run_dir.rows("checks", ctx.endpoint.engine, f"{CHECK}-{reading['step']}") as out:
         out.write(check_row(ctx.endpoint, reading))
     return reading
+
+
+def restart_summary(check_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Restarts over a run from its `engine_restarts` rows: the total, the steps they came in, each
+    step's reading. A restart seen only in /metrics counts once (`at_least`: the total may be higher)."""
+    steps: dict[str, dict[str, Any]] = {}
+    for row in check_rows:
+        if row.get("check") != CHECK:
+            continue
+        ev = row.get("evidence") or {}
+        steps[str(row.get("scenario"))] = {"outcome": row.get("outcome"), "reason": ev.get("reason"),
+                                           "restarts": ev.get("restarts")}
+    restarted = [s for s, r in steps.items() if r["outcome"] == "fail"]
+    return {
+        "total": sum(int(steps[s]["restarts"] or 1) for s in restarted),
+        "at_least": any(steps[s]["restarts"] is None for s in restarted),
+        "restarted_steps": restarted,
+        "steps": steps,
+    }

@@ -125,9 +125,11 @@ def write_tables(run_dir: RunDir, out: Path, engine: str) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tasks.evidence.restarts import restart_summary, watch_step
     from tasks.scenarios.perf import run_perf
     from tasks.scenarios.warmup import reset_shapes, run_warmup
     from tasks.targets.base import identity_digest
+    from tasks.targets.local import SimLauncher
 
     config = parse_run_config(config_from_args(args))
     engine = config.engines[0].name
@@ -140,20 +142,23 @@ def run(args: argparse.Namespace) -> int:
     reset_shapes(run_dir, engine)
     summary: dict[str, Any] = {"run_id": config.run_id, "engine": engine, "endpoint": args.endpoint,
                                "model": args.model, "slo": config.slo.model_dump(), "scenarios": {}}
+    # An external endpoint's restart count is only known when it is DayOne's simulator; /metrics speaks for any.
+    restart_count = lambda: SimLauncher().restart_count(args.endpoint.rstrip("/"))  # noqa: E731
     if config.scenarios.warmup:
-        summary["warmup"] = run_warmup(ctx)
+        summary["warmup"] = watch_step(ctx, "warmup", restart_count, lambda: run_warmup(ctx))
     failed_rounds = 0
     for name in PERF:
         if getattr(config.scenarios, name).enabled:
-            result = run_perf(ctx, name)
+            result = watch_step(ctx, name, restart_count, lambda: run_perf(ctx, name))
             summary["scenarios"][name] = result
             failed_rounds += sum(level["failed_rounds"] for level in result["levels"])
     _apply_stream_rule(summary, run_dir, engine)
+    summary["restarts"] = restart_summary(run_dir.read_rows("checks", engine))
     summary["rows"] = write_tables(run_dir, out, engine)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     _print_summary(summary)
     log.info("tables and summary.json written to %s", out)
-    return 1 if failed_rounds else 0
+    return 1 if failed_rounds or summary["restarts"]["restarted_steps"] else 0
 
 
 def _apply_stream_rule(summary: dict[str, Any], run_dir: RunDir, engine: str) -> None:
@@ -180,6 +185,9 @@ def _print_summary(summary: dict[str, Any]) -> None:
     if not published:
         print(f"{summary['engine']}: {summary['ttft']['reason']}")
     lat = "TTFT" if published else "E2E"
+    for step in summary["restarts"]["restarted_steps"]:
+        print(f"{summary['engine']}: ENGINE RESTARTED in {step}, its figures are flagged: "
+              f"{summary['restarts']['steps'][step]['reason']}")
     for name, result in summary["scenarios"].items():
         tpot = " | TPOT p50 ms" if published else ""
         print(f"{summary['engine']} {name}: level | output tok/s (rounds) | {lat} p50/p99 ms{tpot} | "

@@ -172,7 +172,7 @@ def _run_meta(summary: dict[str, Any]) -> str:
     ]
     out = ["<table class='meta'>"] + [f"<tr><td>{k}</td><td>{v}</td></tr>" for k, v in rows] + ["</table>"]
     out.append("<table><tr><th>engine</th><th>dialect</th><th>image</th><th>digest</th><th>ready</th>"
-               "<th>TTFT</th></tr>")
+               "<th>TTFT</th><th>restarts</th></tr>")
     for name, e in (summary.get("engines") or {}).items():
         ready = _badge("ok" if e.get("ready") else "failed")
         waited = f" after {num(e.get('ready_waited_s'), 's')}" if e.get("ready_waited_s") is not None else ""
@@ -180,9 +180,21 @@ def _run_meta(summary: dict[str, Any]) -> str:
         ttft_cell = _ttft_status(e)
         out.append(f"<tr><td><b>{_e(name)}</b></td><td>{_e(e.get('dialect'))}</td><td>{_e(e.get('image') or '-')}"
                    f"</td><td class='evidence'>{_e(e.get('image_digest'))}</td><td>{ready}{waited}{detail}</td>"
-                   f"<td>{ttft_cell}</td></tr>")
+                   f"<td>{ttft_cell}</td><td>{_restarts_cell(e.get('restarts'))}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
+
+
+def _restarts_cell(restarts: dict[str, Any] | None) -> str:
+    """The engine's restarts over the run, and the steps whose figures they flag."""
+    if not restarts:
+        return "-"
+    steps = restarts.get("restarted_steps") or []
+    if not steps:
+        return "0"
+    total = f"{'at least ' if restarts.get('at_least') else ''}{restarts.get('total')}"
+    return (f"<span class='badge fail'>{_e(total)}</span> during {_e(', '.join(steps))} "
+            "(those steps' figures are flagged)")
 
 
 def _decision(summary: dict[str, Any]) -> str:

@@ -16,6 +16,8 @@ from typing import Any
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
+from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
+from tasks.evidence.restarts import restart_summary
 from tasks.load.stats import HEADLINE_FIGURES, first_encounter_tail, over_rounds
 from tasks.staging import RunDir
 
@@ -58,6 +60,8 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> dict[str, Any]:
         },
         "scenarios": _scenario_settings(cfg),
         "engines": engines,
+        # Restarts seen during each engine's steps over the run, for the report's header.
+        "restarts": {name: e["restarts"]["total"] for name, e in engines.items()},
         "run_steps": steps.get("", {}),
         "regressions": _regressions(run_dir),
     }
@@ -80,8 +84,16 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
     published = bool(ttft.get("reliable"))
     needles = _needle_rows(run_dir.read_rows("needles", engine), published)
     long_context = [n for n in needles if n["scenario"] == "long_context"]
-    functional = [c for c in checks if c.get("scenario") != "boundary"]
+    functional = [c for c in checks if c.get("scenario") != "boundary" and c.get("check") != RESTARTS_CHECK]
     restarts = next((c for c in checks if c.get("check") == "boundary_restarts"), None)
+    engine_restarts = restart_summary(checks)
+    restarted = set(engine_restarts["restarted_steps"])
+    perf = _perf(run_dir, engine, cfg, published)
+    for scenario, block in perf.items():
+        block["engine_restarted"] = scenario in restarted  # the figures of a step the engine restarted in
+    prefix_cache = _prefix_cache(run_dir, engine, published)
+    if prefix_cache is not None:
+        prefix_cache["engine_restarted"] = "prefix_cache" in restarted
     return {
         "dialect": spec.dialect,
         "image": spec.image,
@@ -92,19 +104,20 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         "ttft": ttft,
         "checks": {str(c["check"]): str(c["outcome"]) for c in functional},
         "check_evidence": {str(c["check"]): _evidence(c) for c in functional},
-        "perf": _perf(run_dir, engine, cfg, published),
+        "perf": perf,
         "long_context": long_context,
         "boundary": {
             "needles": [n for n in needles if n["scenario"] == "boundary"],
             "restarts": None if restarts is None else {"outcome": restarts["outcome"], **_evidence(restarts)},
         },
         "needles": {"passed": sum(1 for n in long_context if n["passed"]), "total": len(long_context)},
-        "prefix_cache": _prefix_cache(run_dir, engine, published),
+        "prefix_cache": prefix_cache,
         "cache_trials": _cache_trials(run_dir.read_rows("cache_trials", engine), published),
         "startup_findings": [
             {"finding": f.get("finding"), "severity": f.get("severity"), "line": f.get("line")}
             for f in run_dir.read_rows("startup_findings", engine)
         ],
+        "restarts": engine_restarts,
         "steps": steps,
     }
 
@@ -188,7 +201,7 @@ def _prefix_cache(run_dir: RunDir, engine: str, ttft_published: bool) -> dict[st
 
 def _cache_trials(rows: list[dict[str, Any]], ttft_published: bool) -> list[dict[str, Any]]:
     keep = ("trial", "ttft_s", "e2e_s", "prompt_tokens", "cached_tokens", "server_queries_delta",
-            "server_hits_delta", "status", "error")
+            "server_hits_delta", "deltas_unpublished", "status", "error")
     out = []
     for r in sorted(rows, key=lambda r: r.get("trial") or 0):
         t = {k: r.get(k) for k in keep}

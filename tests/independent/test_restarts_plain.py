@@ -201,3 +201,69 @@ def test_bench_cli_sees_no_restart_on_a_steady_server(tmp_path):
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert summary["restarts"]["total"] == 0 and summary["scenarios"]["short"]["engine_restarted"] is False
 
+
+
+# ---- the pipeline --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(airflow_db, s3_server, tmp_path_factory):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from dayone_airflow.glue import dayone_run_id
+    from tasks.staging import RunDir
+
+    repo = Path(__file__).resolve().parents[2]
+    dag = DagBag(dag_folder=str(repo / "dags")).get_dag("dayone_eval")
+    root = tmp_path_factory.mktemp("restart-runs")
+    when = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
+    with (PrefixCacheServer(restart_after=3) as resetcache, RestartsMidBench(restart_after=5) as midbench,
+          pytest.MonkeyPatch.context() as mp):
+        mp.setenv("DAYONE_WORKDIR", str(root))
+        mp.setenv("AIRFLOW_CONN_DAYONE_S3", s3_server.connection_uri())
+        conf = {
+            "model": {"name": MODEL, "context_limit_tokens": 4096},
+            "engines": [
+                {"name": "resetcache", "dialect": "vllm", "launcher": "external", "endpoint": resetcache.url},
+                {"name": "midbench", "dialect": "vllm", "launcher": "external", "endpoint": midbench.url},
+            ],
+            "scenarios": {
+                "functional": {"enabled": False},
+                "warmup": False,
+                "short": {"input_tokens": 16, "output_tokens": BENCH_OUTPUT_TOKENS, "concurrency": [2], "rounds": 2,
+                          "requests_per_round": 4},
+                "prefill": {"enabled": False}, "decode": {"enabled": False}, "rate": {"enabled": False},
+                "long_context": {"enabled": False}, "boundary": {"enabled": False},
+                "prefix_cache": {"prompt_tokens": CACHE_PROMPT_TOKENS, "repeats": REPEATS, "output_tokens": 4},
+            },
+            "archive": {"bucket": "restarts"},
+            "request_timeout_s": 30,
+        }
+        run = dag.test(run_conf=conf, logical_date=when, run_after=when)
+    run_dir = RunDir(dayone_run_id(run.run_id), root)
+    summary = run_dir.read_json("summary.json")
+    assert summary is not None, f"no summary.json; step outcomes in {run_dir.path / 'state' / 'steps'}"
+    return summary, (run_dir.path / "report.html").read_text(encoding="utf-8"), run_dir
+
+
+def test_pipeline_publishes_no_hit_rate_across_a_restart_in_the_cache_trial(pipeline_run):
+    summary, html, _ = pipeline_run
+    engine = summary["engines"]["resetcache"]
+    pc = engine["prefix_cache"]
+    assert pc["hit_rate"] is None and pc["verdict"] == "unconfirmed", pc
+    assert f"{QUERIES} fell from" in pc["reason"] and pc["engine_restarted"] is True
+    assert all(t["server_hits_delta"] is None and t["deltas_unpublished"] for t in engine["cache_trials"])
+    assert engine["restarts"]["restarted_steps"] == ["prefix_cache"]
+    assert f"{QUERIES} fell from" in html
+
+
+def test_pipeline_flags_a_restart_during_the_benchmark_and_totals_restarts_per_engine(pipeline_run):
+    summary, html, run_dir = pipeline_run
+    assert summary["restarts"] == {"resetcache": 1, "midbench": 1}
+    engine = summary["engines"]["midbench"]
+    assert engine["restarts"]["restarted_steps"] == ["short"] and engine["perf"]["short"]["engine_restarted"] is True
+    assert summary["engines"]["resetcache"]["perf"]["short"]["engine_restarted"] is False
+    check = [r for r in run_dir.read_rows("checks", "midbench") if r["check"] == "engine_restarts"
+             and r["scenario"] == "short"]
+    assert check and check[0]["outcome"] == "fail" and "during step short" in check[0]["evidence"]["reason"]
+    assert "during short" in html

@@ -129,6 +129,7 @@ def register(subparsers: Any) -> None:
 def run_longctx(args: argparse.Namespace) -> int:
     from tasks.evidence.boundary import run_boundary
     from tasks.evidence.needles import run_long_context
+    from tasks.evidence.restarts import watch_step
     from tasks.targets.local import SimLauncher
 
     lc: dict[str, Any] = {"enabled": True, "include_model_limit": not args.no_model_limit}
@@ -145,25 +146,25 @@ def run_longctx(args: argparse.Namespace) -> int:
         scenarios["boundary"] = {"enabled": True, "lengths": ints(args.boundary, "--boundary")}
     config = parse_run_config(config_doc(args, "longctx", scenarios))
     ctx, out = context_for(args, config)
-    rows = run_long_context(ctx)
+    # An external endpoint's restarts are only known when it is DayOne's simulator; /metrics speaks for any.
+    restart_count = lambda: SimLauncher().restart_count(args.endpoint.rstrip("/"))  # noqa: E731
+    rows = watch_step(ctx, "long_context", restart_count, lambda: {"rows": run_long_context(ctx)})["rows"]
     boundary_rows: list[dict] = []
     if args.boundary:
-        # An external endpoint's restarts are only known when it is DayOne's simulator.
-        boundary_rows = run_boundary(
-            ctx, lambda: SimLauncher().restart_count(args.endpoint.rstrip("/")), settle_s=args.settle_s
-        )
-    counts = write_tables(ctx, out, ("needles", "checks") if args.boundary else ("needles",))
+        boundary_rows = watch_step(ctx, "boundary", restart_count, lambda: {
+            "rows": run_boundary(ctx, restart_count, settle_s=args.settle_s)})["rows"]
+    counts = write_tables(ctx, out, ("needles", "checks"))
     print(f"{ctx.endpoint.engine} needles: target tokens | prompt tokens | depth | attempt | TTFT s | passed | answer")
     for r in rows + [r for r in boundary_rows if "depth" in r]:
         ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s']:.3f}"
         print(f"  {r['scenario']:>12} {r['target_tokens']:>8} | {r['prompt_tokens']} | {r['depth']:.2f} | "
               f"{r['attempt']}{' (first)' if r['first_encounter'] else ''} | {ttft} | "
               f"{'PASS' if r['passed'] else 'FAIL'} | {(r['answer'] or r['error'] or '')[:60]!r}")
-    for r in boundary_rows:
-        if "check" in r:
-            print(f"  {r['check']}: {r['outcome']} ({r['evidence']['reason']})")
+    checks = ctx.run_dir.read_rows("checks", ctx.endpoint.engine)
+    for r in checks:
+        print(f"  {r['check']} ({r['scenario']}): {r['outcome']} ({r['evidence']['reason']})")
     print(f"rows written to {out}: {json.dumps(counts)}")
-    failed = [r for r in rows + boundary_rows if r.get("passed") is False or r.get("outcome") == "fail"]
+    failed = [r for r in rows + boundary_rows + checks if r.get("passed") is False or r.get("outcome") == "fail"]
     return 1 if failed else 0
 
 

@@ -24,8 +24,10 @@ def test_check_longctx_and_cache_commands_write_their_tables(tmp_path, capsys):
         assert code == 0
         needles = pd.read_parquet(tmp_path / "longctx" / "needles.parquet")
         assert sorted(needles["target_tokens"]) == [800, 800, 3000] and needles["passed"].all()
-        boundary = pd.read_csv(tmp_path / "longctx" / "checks.csv")
-        assert list(boundary["check"]) == ["boundary_restarts"] and list(boundary["outcome"]) == ["pass"]
+        checks = pd.read_csv(tmp_path / "longctx" / "checks.csv")
+        assert sorted(zip(checks["check"], checks["scenario"], checks["outcome"])) == [
+            ("boundary_restarts", "boundary", "pass"), ("engine_restarts", "boundary", "pass"),
+            ("engine_restarts", "long_context", "pass")]
 
         assert main(["cache", *common, "--prompt-tokens", "1500", "--repeats", "3",
                      "--out", str(tmp_path / "cache")]) == 0

@@ -69,3 +69,16 @@ def test_a_step_without_a_restart_passes(sim_ctx):
         result = watch_step(ctx, "short", sim.restart_count, lambda: {})
         row = ctx.run_dir.read_rows("checks", ctx.endpoint.engine)[0]
     assert result == {"engine_restarted": False, "restarts": 0} and row["outcome"] == "pass"
+
+
+def test_longctx_cli_fails_on_a_restart_during_the_long_context_requests(tmp_path, capsys):
+    from tasks.cli import main
+    from tasks.sim import start_sim
+
+    with start_sim("sglang", {"context_limit": 4096, "faults": {"restart_after_requests": 3}}) as sim:
+        code = main(["longctx", "--endpoint", sim.url, "--dialect", "sglang", "--model", "dayone-sim-model",
+                     "--context-limit", "4096", "--lengths", "800,1600", "--depths", "0.5", "--no-model-limit",
+                     "--out", str(tmp_path)])
+    assert code == 1
+    out = capsys.readouterr().out
+    assert "engine_restarts (long_context): fail (the engine restarted during step long_context" in out

@@ -5,6 +5,37 @@ from __future__ import annotations
 from typing import Any
 
 
+ARCHIVE_CONN_DEFAULT = "dayone_s3"
+
+
+class ArchiveConnectionMissing(RuntimeError):
+    """The run's archive connection does not exist: the run could measure, but archive nothing."""
+
+
+def archive_conn_id(config: dict[str, Any]) -> str:
+    return (config.get("archive") or {}).get("conn_id") or ARCHIVE_CONN_DEFAULT
+
+
+def require_archive_connection(config: dict[str, Any]) -> str:
+    """Fail at once, naming the fix, when the archive connection is not defined (checked at plan,
+    so a run without one stops before any engine is deployed, not after the measurements)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    conn_id = archive_conn_id(config)
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        raise ArchiveConnectionMissing(
+            f"the archive connection {conn_id!r} is not defined, so nothing this run measures could be archived. "
+            f"Add it (README, 'Pointing DayOne at a real cluster and real S3'): Admin -> Connections in the UI, or "
+            f"`airflow connections add {conn_id} --conn-type aws --conn-login ACCESS_KEY_ID --conn-password "
+            f"SECRET_KEY --conn-extra '{{\"endpoint_url\": \"https://s3.example\"}}'` (omit endpoint_url for "
+            f"AWS), or set AIRFLOW_CONN_{conn_id.upper()}; or name another one in the run config's archive.conn_id"
+        ) from None
+    return conn_id
+
+
 def s3_client(config: dict[str, Any]) -> Any:
     """boto3 S3 client from the archive connection (default `dayone_s3`).
 
@@ -14,7 +45,6 @@ def s3_client(config: dict[str, Any]) -> Any:
 
     from tasks.archive import make_client
 
-    conn_id = (config.get("archive") or {}).get("conn_id", "dayone_s3")
-    conn = BaseHook.get_connection(conn_id)
+    conn = BaseHook.get_connection(archive_conn_id(config))
     extra = conn.extra_dejson or {}
     return make_client(extra.get("endpoint_url"), conn.login, conn.password, extra.get("region_name"))

@@ -43,8 +43,8 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
     if step in ("archive", "report"):
         from dayone_airflow.connections import s3_client
 
-        fn = getattr(steps, step)
-        kwargs["s3"] = s3_client(config)
+        # the client is built inside the recorded call: a missing connection is the step's failure
+        return recorded(step, engine, run_id, lambda: getattr(steps, step)(config, run_id, s3=s3_client(config)))
     if fn is None:
         raise KeyError(f"unknown step {step!r}")
     args = (config, run_id) if engine is None else (config, run_id, engine)
@@ -79,18 +79,36 @@ def recorded(step: str, engine: str | None, run_id: str, call: Callable[[], dict
     return result
 
 
-def conclude(params: dict[str, Any], airflow_run_id: str) -> dict[str, Any]:
-    """Fail the run (so Airflow's alerting applies) when any step failed or validation failed."""
+RUN_LEVEL_STEPS = ("plan", "pin", "validate", "archive", "report")
+
+
+def conclude(params: dict[str, Any], airflow_run_id: str,
+             run_level_steps: tuple[str, ...] = RUN_LEVEL_STEPS) -> dict[str, Any]:
+    """Fail the run (so Airflow's alerting applies) when any step failed, when a run-level step did
+    not complete (an archive that never wrote is a failed run, whatever the engines did), or when
+    validation failed. Each reason goes to the log and into the exception."""
     from tasks.staging import RunDir
 
     run_dir = RunDir(dayone_run_id(airflow_run_id))
     outcomes = [run_dir.read_json(str(p.relative_to(run_dir.path)))
                 for p in sorted((run_dir.path / "state" / "steps").glob("*.json"))]
-    failed = [o for o in outcomes if o and o.get("status") == "failed"]
+    outcomes = [o for o in outcomes if o]
+    problems = [f"{o.get('engine') or 'run'}/{o['step']}: {o['detail']}" for o in outcomes
+                if o.get("status") == "failed"]
+    run_level = {o["step"]: o for o in outcomes if not o.get("engine")}
+    for step in run_level_steps:
+        outcome = run_level.get(step)
+        if outcome is None:
+            problems.append(f"run/{step}: never ran (a step before it failed)")
+        elif outcome.get("status") == "not_attempted":
+            problems.append(f"run/{step}: not attempted ({outcome.get('detail')})")
+    if run_level.get("archive", {}).get("status") != "ok" and "archive" in run_level_steps:
+        problems.append("nothing of this run was archived")
     validation = run_dir.read_json("validation.json", {})
-    problems = [f"{o.get('engine') or 'run'}/{o['step']}: {o['detail']}" for o in failed]
     if not validation.get("success"):
         problems.append("result tables failed validation (run archived under quarantine/)")
+    for problem in problems:
+        log.error("run %s: %s", run_dir.run_id, problem)
     if problems:
         raise RuntimeError("DayOne run finished with failures: " + "; ".join(problems))
     return {"steps_ok": len(outcomes)}

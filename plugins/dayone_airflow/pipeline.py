@@ -17,7 +17,8 @@ import pendulum
 from airflow.sdk import task, task_group
 
 from dayone_airflow.assets import ARCHIVED_RUN, archive_event_extra
-from dayone_airflow.glue import config_from_params, conclude, dayone_run_id, recorded, run_step
+from dayone_airflow.glue import (RUN_LEVEL_STEPS, config_from_params, conclude, dayone_run_id, recorded,
+                                 run_step)
 from dayone_airflow.lanes import MAX_ENGINES_PER_NODE, positions
 
 log = logging.getLogger("dayone.airflow")
@@ -43,7 +44,10 @@ def _plan(config: dict[str, Any], run_id: str) -> dict[str, Any]:
     from tasks import steps
     from tasks.config import parse_run_config
 
+    from dayone_airflow.connections import require_archive_connection
+
     placed = positions(parse_run_config({**config, "run_id": run_id}))  # bad placement fails before the manifest
+    require_archive_connection(config)  # no archive: fail now, not after the measurements
     planned = steps.plan(config, run_id)
     return {"positions": placed, "steps": planned["steps"]}
 
@@ -145,7 +149,7 @@ def evaluation(nightly: bool = False) -> None:
     # all_done: a config the plan rejects skips everything after it; the verdict must still fail the run
     @task(task_id="conclude", trigger_rule="all_done")
     def conclude_run(params=None, run_id=None):
-        return conclude(params, run_id)
+        return conclude(params, run_id, RUN_LEVEL_STEPS + (("compare",) if nightly else ()))
 
     def engines_due(position: int):
         # Position p starts after the pin and after every teardown of position p-1 (skipped when that

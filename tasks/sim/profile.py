@@ -87,6 +87,9 @@ class Profile(_Model):
     model: str = Field("dayone-sim-model", min_length=1)
     context_limit: int = Field(1_048_576, ge=16)
     startup_delay_s: float = Field(0.0, ge=0)
+    startup_log_lines: list[str] = Field(
+        default_factory=list, description="Extra startup log lines, before the ready line (e.g. one naming a host)."
+    )
     slots: int = Field(64, ge=1, description="Requests running at once; the rest queue.")
     ttft_base_s: float = Field(0.02, ge=0)
     prefill_tokens_per_s: float = Field(50_000.0, gt=0)

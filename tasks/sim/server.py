@@ -640,6 +640,7 @@ async def serve(dialect_name: str, profile: Profile, host: str, port: int, resta
         listening = True
     # Startup lines spread over the startup delay; the last one announces readiness.
     ready_line = lines.pop() if lines else "INFO ready"
+    lines += profile.startup_log_lines
     step = profile.startup_delay_s / max(1, len(lines))
     for line in lines:
         log(line)

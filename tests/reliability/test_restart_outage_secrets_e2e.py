@@ -25,6 +25,9 @@ from rel_helpers import (PLANTED, PLANTED_ENGINE_LICENSE, PLANTED_ENGINE_TOKEN, 
 
 BUCKET = "dayone-outage"
 INTERNAL_IP, INTERNAL_HOST = "10.41.7.13", "gpu-node-7.cluster.local"
+STARTUP_TOKEN = "hf_startupLogToken0123456789abcd"
+STARTUP_WARNING = (f"WARNING NCCL falling back to socket transport: peer {INTERNAL_HOST} ({INTERNAL_IP}:5000), "
+                   f"Authorization: Bearer {STARTUP_TOKEN}")
 SHORT_REQUESTS = 4
 # finished generations before the crash: readiness probe, the short requests, the boundary's own
 # readiness probe and its chat-template probe, then the first boundary needle
@@ -39,7 +42,8 @@ CONF = {
         "env": {"HF_TOKEN": PLANTED_ENGINE_TOKEN, "ENGINE_LICENSE": PLANTED_ENGINE_LICENSE},
         # internal addresses in the engine's flags: recorded in the run, never published
         "args": ["--dist-init-addr", f"{INTERNAL_IP}:5000", "--host", INTERNAL_HOST],
-        "sim_profile": {"ttft_base_s": 0.002, "itl_s": 0.002,
+        # a startup warning naming internal addresses and a token: its line becomes a startup finding
+        "sim_profile": {"ttft_base_s": 0.002, "itl_s": 0.002, "startup_log_lines": [STARTUP_WARNING],
                         "faults": {"crash_after_requests": CRASH_AFTER, "restart_on_crash": True}},
     }],
     "scenarios": {
@@ -218,3 +222,30 @@ def test_archived_summaries_carry_no_internal_hosts_ips_or_tokens(outage_run, pl
         assert not re.search(r"\b(?:\d{1,3}\.){3}\d{1,3}:\d+\b", text), key
     # the run directory keeps what was configured (it is private to the run)
     assert INTERNAL_HOST in (run.run_dir.path / "manifest.json").read_text()
+
+
+def test_archived_tables_carry_no_internal_hosts_ips_or_tokens(outage_run, planted_s3):
+    """Error strings and startup log lines reach the tables; every archived CSV and Parquet is scrubbed."""
+    import io
+    import re
+
+    import pandas as pd
+
+    run, _, _ = outage_run
+    s3 = planted_s3.client()
+    tables = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"] if "/tables/" in o["Key"]]
+    assert {k.rsplit("/", 1)[-1] for k in tables} >= {"requests.csv", "requests.parquet", "needles.parquet",
+                                                      "startup_findings.csv", "checks.parquet"}
+    # the private rows hold what the scrubber must catch, so the check below can fail
+    [finding] = [r for r in run.rows("startup_findings", "restart") if INTERNAL_HOST in r["line"]]
+    assert INTERNAL_IP in finding["line"] and STARTUP_TOKEN in finding["line"]
+    scrubbed = pd.read_csv(io.BytesIO(s3.get_object(
+        Bucket=BUCKET, Key=next(k for k in tables if k.endswith("startup_findings.csv")))["Body"].read()))
+    assert any("peer <host> (<ip>), Authorization: Bearer <redacted>" in line for line in scrubbed["line"])
+    for key in tables:
+        body = s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        text = (pd.read_parquet(io.BytesIO(body)).to_csv(index=False) if key.endswith(".parquet")
+                else body.decode())
+        for needle in (INTERNAL_IP, INTERNAL_HOST, STARTUP_TOKEN, "127.0.0.1", "localhost", *PLANTED):
+            assert needle not in text, (key, needle)
+        assert not re.search(r"\b(?:\d{1,3}\.){3}\d{1,3}:\d+\b", text), key

@@ -243,6 +243,7 @@ def pipeline_run(airflow_db, s3_server, tmp_path_factory):
     run_dir = RunDir(dayone_run_id(run.run_id), root)
     summary = run_dir.read_json("summary.json")
     assert summary is not None, f"no summary.json; step outcomes in {run_dir.path / 'state' / 'steps'}"
+    assert summary["validation_success"], summary["validation"]  # null deltas are valid rows, never negative ones
     return summary, (run_dir.path / "report.html").read_text(encoding="utf-8"), run_dir
 
 

@@ -1,8 +1,8 @@
 """A run that archives nothing is a failed run, whatever its engines did.
 
-- The archive connection exists but its S3 endpoint does not answer: every engine step succeeds, the
-  archive fails all of its tries, and the run ends failed with the reason in `conclude`'s log
-  (before, `conclude` saw no recorded failure and the run ended green).
+- The archive fails all of its tries, its S3 endpoint down or its connection gone after the plan:
+  every engine step succeeds, and the run ends failed with the reason in `conclude`'s log (before, a
+  connection that could not be read failed the task without recording the step, and the run ended green).
 - No archive connection at all: the plan fails at once, naming the connection and how to add one,
   and nothing is deployed (before, the run measured for minutes and only then failed to archive).
 """
@@ -70,21 +70,44 @@ def conclude_log():
     logging.getLogger("dayone.airflow").removeHandler(records)
 
 
-def test_a_run_whose_archive_fails_ends_failed_with_the_reason_in_conclude(eval_dag, tmp_path, conclude_log):
+def _connection_gone_after_the_plan(mp: pytest.MonkeyPatch) -> None:
+    """The connection existed at plan and is gone when the archive asks for it (deleted mid-run, or
+    a secrets backend that stopped answering): the Airflow UI run of the report, which ended green."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    import dayone_airflow.connections
+
+    def gone(config):
+        raise AirflowNotFoundException("The conn_id `dayone_s3` isn't defined")
+
+    mp.setattr(dayone_airflow.connections, "s3_client", gone)
+
+
+# (how the archive fails, its recorded detail, the exception conclude names)
+ARCHIVE_FAILURES = [
+    ("endpoint_down", _one_attempt_per_try, "Could not connect", "EndpointConnectionError"),
+    ("connection_gone", _connection_gone_after_the_plan, "isn't defined", "AirflowNotFoundException"),
+]
+
+
+@pytest.mark.parametrize("setup,detail,exception", [f[1:] for f in ARCHIVE_FAILURES],
+                         ids=[f[0] for f in ARCHIVE_FAILURES])
+def test_a_run_whose_archive_fails_ends_failed_with_the_reason_in_conclude(eval_dag, tmp_path, conclude_log,
+                                                                           setup, detail, exception):
     dead = json.dumps({"conn_type": "aws", "login": "dayone-local", "password": "dayone-local-secret",
                        "extra": {"endpoint_url": f"http://127.0.0.1:{_closed_port()}", "region_name": "us-east-1"}})
-    run = run_eval(eval_dag, CONF, tmp_path / "runs", {"AIRFLOW_CONN_DAYONE_S3": dead}, setup=_one_attempt_per_try)
+    run = run_eval(eval_dag, CONF, tmp_path / "runs", {"AIRFLOW_CONN_DAYONE_S3": dead}, setup=setup)
     states = _states(run)
     # every engine step ran and succeeded: only the archive went wrong
     assert all(states[t] == "success" for t in states if t.startswith("engines_0.")), states
     assert [r["status"] for r in run.rows("requests", "measured")] == ["ok"] * 4
     assert states["archive"] == "failed" and states["report"] == "upstream_failed", states
     archive = run.outcome("archive")
-    assert archive["status"] == "failed" and "Could not connect" in archive["detail"], archive
+    assert archive.get("status") == "failed" and detail in archive["detail"], archive
     assert states["conclude"] == "failed", states
     assert str(run.run.state).endswith("failed"), run.run.state
     reasons = [line for line in conclude_log if line.startswith("dayone.airflow run ")]
-    assert any("run/archive: EndpointConnectionError" in r for r in reasons), reasons
+    assert any(f"run/archive: {exception}" in r for r in reasons), reasons
     assert any("run/report: never ran" in r for r in reasons), reasons
     assert any("nothing of this run was archived" in r for r in reasons), reasons
 

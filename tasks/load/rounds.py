@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.context import StepContext
+from tasks.desensitize import desensitize
 from tasks.load import client as load_client
 from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
 from tasks.load.progress import Progress
@@ -80,5 +81,6 @@ async def run_round(
            "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
     if figures["status"] == "failed":
         errors = sorted({r.error or "" for r in results if r.status != "ok"})
-        log.warning("%s: round failed, %d of %d requests failed: %s", tag, figures["requests_failed"], len(rows), errors[:3])
+        log.warning("%s: round failed, %d of %d requests failed: %s", tag, figures["requests_failed"], len(rows),
+                    desensitize(errors[:3]))  # engine errors may name internal hosts or carry tokens
     return RoundOutcome(row, results)

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
+
+from tasks.polling import TimedOut, poll
+from tasks.processes import start_group, stop_group
 
 _ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,50 +46,53 @@ class SimProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def _raise_if_exited(self) -> None:
+        if not self.alive():
+            raise SimError(f"simulator exited with code {self.proc.returncode}:\n{self.log()[-2000:]}")
+
     def wait_ready(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Wait until /sim/state says ready; raises SimError if the process exits or time runs out."""
         import httpx
 
-        deadline = time.monotonic() + timeout_s
         last = "no answer yet"
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise SimError(f"simulator exited with code {self.proc.returncode}:\n{self.log()[-2000:]}")
+
+        def ready_state() -> dict[str, Any] | None:
+            nonlocal last
+            self._raise_if_exited()
             try:
                 state = self.state(timeout_s=2)
-                if state.get("ready"):
-                    return state
-                last = "not ready"
             except (httpx.HTTPError, ValueError) as exc:
                 last = f"{type(exc).__name__}: {exc}"
-            time.sleep(0.05)
-        raise SimError(f"simulator not ready after {timeout_s} s ({last}):\n{self.log()[-2000:]}")
+                return None
+            if state.get("ready"):
+                return state
+            last = "not ready"
+            return None
+
+        try:
+            return poll(ready_state, timeout_s=timeout_s, interval_s=0.05)
+        except TimedOut:
+            raise SimError(f"simulator not ready after {timeout_s} s ({last}):\n{self.log()[-2000:]}") from None
 
     def wait_listening(self, timeout_s: float = 30.0) -> None:
         import httpx
 
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not self.alive():
-                raise SimError(f"simulator exited with code {self.proc.returncode}:\n{self.log()[-2000:]}")
+        def answers() -> bool | None:
+            self._raise_if_exited()
             try:
                 self.state(timeout_s=2)
-                return
+                return True
             except (httpx.HTTPError, ValueError):
-                time.sleep(0.05)
-        raise SimError(f"simulator not listening after {timeout_s} s:\n{self.log()[-2000:]}")
+                return None
+
+        try:
+            poll(answers, timeout_s=timeout_s, interval_s=0.05)
+        except TimedOut:
+            raise SimError(f"simulator not listening after {timeout_s} s:\n{self.log()[-2000:]}") from None
 
     def stop(self, grace_s: float = 5.0) -> int | None:
         """SIGTERM to the process group, SIGKILL after grace_s; returns the exit code."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                return self.proc.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                continue
+        stop_group(self.proc.pid, grace_s)
         return self.proc.poll()
 
     def __enter__(self) -> SimProcess:
@@ -150,10 +154,7 @@ def start_sim(
     argv = [sys.executable, "-m", "tasks.sim", "--dialect", dialect, "--host", "127.0.0.1", "--port", str(port),
             "--profile-json", json.dumps(profile or {})]
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, cwd=str(_ROOT), preexec_fn=pin)
-    sim = SimProcess(proc, dialect, port, log_path)
+    sim = SimProcess(start_group(argv, log_path, cwd=_ROOT, preexec_fn=pin), dialect, port, log_path)
     if wait_ready:
         try:
             sim.wait_ready(timeout_s)

@@ -6,16 +6,16 @@ stacks can run side by side; nothing listens beyond 127.0.0.1.
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
+
+from tasks.polling import TimedOut, poll
+from tasks.processes import start_group, stop_group
 
 
 def _free_ports(n: int) -> list[int]:
@@ -67,31 +67,27 @@ class SeaweedS3:
             f"-filer.port.grpc={filerg}", f"-admin.port={admin}", f"-admin.port.grpc={admin_g}",
             "-s3.port.iceberg=0", "-s3.port.lance=0", "-webdav=false",
         ]
-        env = {**os.environ, "AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
-        log = open(self.data_dir / "weed.log", "ab")  # noqa: SIM115  (closed with the process)
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        log.close()
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        env = {"AWS_ACCESS_KEY_ID": self.access_key, "AWS_SECRET_ACCESS_KEY": self.secret_key}
+        self.proc = start_group(argv, self.data_dir / "weed.log", env=env)
+
+        def serving() -> bool | None:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"SeaweedFS exited with {self.proc.returncode}; see {self.data_dir / 'weed.log'}")
             try:
-                if httpx.get(self.endpoint_url, timeout=1).status_code in (200, 403):
-                    return self
+                return True if httpx.get(self.endpoint_url, timeout=1).status_code in (200, 403) else None
             except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise TimeoutError(f"SeaweedFS S3 not serving on {self.endpoint_url} after {timeout_s:.0f} s")
+                return None
+
+        try:
+            poll(serving, timeout_s=timeout_s, interval_s=0.2)
+        except TimedOut:
+            self.stop()
+            raise TimeoutError(f"SeaweedFS S3 not serving on {self.endpoint_url} after {timeout_s:.0f} s") from None
+        return self
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+            stop_group(self.proc.pid, grace_s=15)
         self.proc = None
 
     def client(self):  # noqa: ANN201

@@ -16,8 +16,10 @@ from typing import Any
 import httpx
 
 from tasks.context import StepContext
+from tasks.engines import Readiness
 from tasks.evidence.needles import NeedleTrial, needle_request, refuse_over_limit, template_tokens_for
 from tasks.evidence.prompts import tokenize_counter
+from tasks.polling import TimedOut, poll_async
 
 SCENARIO = "boundary"
 CHECK = "boundary_restarts"
@@ -39,16 +41,22 @@ def wait_ready(ctx: StepContext, timeout_s: float = READY_WAIT_S) -> tuple[bool,
     """Poll the adapter's readiness (health, model list, 1-token generation) until ready."""
     ep = ctx.endpoint
 
-    async def poll() -> tuple[bool, str]:
-        deadline = time.monotonic() + timeout_s
+    async def wait() -> Readiness:
+        last: Readiness | None = None
         async with httpx.AsyncClient(timeout=10.0) as client:
-            while True:
-                ready = await ep.adapter.probe_ready(client, ep.base_url, ep.model)
-                if ready.ready or time.monotonic() >= deadline:
-                    return ready.ready, f"{ready.stage}: {ready.detail}"
-                await asyncio.sleep(0.5)
 
-    return asyncio.run(poll())
+            async def probe() -> Readiness | None:
+                nonlocal last
+                last = await ep.adapter.probe_ready(client, ep.base_url, ep.model)
+                return last if last.ready else None
+
+            try:
+                return await poll_async(probe, timeout_s=timeout_s, interval_s=0.5)
+            except TimedOut:
+                return last  # not ready: the last probe says at which stage
+
+    ready = asyncio.run(wait())
+    return ready.ready, f"{ready.stage}: {ready.detail}"
 
 
 def restarts_outcome(readings: list[dict[str, Any]]) -> tuple[str, str]:

@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 
 import httpx
 
+from tasks.polling import TimedOut, poll
+
 
 @dataclass(frozen=True)
 class CacheCounters:
@@ -173,21 +175,27 @@ class EngineAdapter:
         wait_s = self.cache_clear_wait_s if timeout_s is None else timeout_s
         started = time.monotonic()
         tries = 0
+        refusal = ""
+
+        def not_busy() -> tuple[str, str] | None:
+            nonlocal tries, refusal
+            tries += 1
+            outcome, detail = self.clear_cache_once(client, base_url)
+            if outcome == BUSY:
+                refusal = detail
+                return None
+            return outcome, detail
+
         try:
-            while True:
-                tries += 1
-                outcome, detail = self.clear_cache_once(client, base_url)
-                if outcome != BUSY:
-                    return outcome == CLEARED, detail + (f" after {tries} tries" if tries > 1 else "")
-                waited_s = time.monotonic() - started
-                if waited_s >= wait_s:
-                    return False, (
-                        f"{detail} on all {tries} tries over {waited_s:.1f} s: the prefix cache never "
-                        "cleared (the engine kept refusing while requests held it)"
-                    )
-                time.sleep(interval_s)
+            outcome, detail = poll(not_busy, timeout_s=wait_s, interval_s=interval_s)
+        except TimedOut:
+            return False, (
+                f"{refusal} on all {tries} tries over {time.monotonic() - started:.1f} s: the prefix cache never "
+                "cleared (the engine kept refusing while requests held it)"
+            )
         except httpx.HTTPError as exc:
             return False, f"cache clear failed: {type(exc).__name__}: {exc}"
+        return outcome == CLEARED, detail + (f" after {tries} tries" if tries > 1 else "")
 
     # ---- readiness ------------------------------------------------------------------------
     async def probe_ready(self, client: httpx.AsyncClient, base_url: str, model: str) -> Readiness:

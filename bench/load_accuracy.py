@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tasks.load.stats import percentile  # noqa: E402
+from tasks.polling import TimedOut, poll  # noqa: E402
 
 TTFT_S, ITL_S, INPUT, OUTPUT = 0.100, 0.005, 128, 256
 MODEL = "dayone-sim-model"
@@ -92,18 +93,20 @@ def start_sim(port: int, core: int | None, slots: int) -> subprocess.Popen:
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     import httpx
 
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
+    def serving() -> bool | None:
         if proc.poll() is not None:
             raise SystemExit(f"simulator exited: {proc.stderr.read().decode()[-2000:]}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200:
-                return proc
+            return True if httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=1).status_code == 200 else None
         except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("simulator did not become ready in 30 s")
+            return None
+
+    try:
+        poll(serving, timeout_s=30, interval_s=0.1)
+    except TimedOut:
+        proc.kill()
+        raise SystemExit("simulator did not become ready in 30 s") from None
+    return proc
 
 
 def ground_truth(base: str, ids: set[str] | None = None) -> dict[str, dict[str, Any]]:

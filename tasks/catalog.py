@@ -11,10 +11,16 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from typing import Any
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from tasks.archive import ensure_bucket, json_bytes, model_slug, put_once
 from tasks.config import RunConfig, parse_run_config
+from tasks.state import pinned
+
+if TYPE_CHECKING:
+    from tasks.run import RunContext
 
 log = logging.getLogger("dayone.catalog")
 
@@ -100,31 +106,29 @@ def with_digests(config: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any
     return {**config, "engines": engines}
 
 
-def pin_for_date(config: dict[str, Any], run_id: str, logical_date: dt.datetime, s3: Any,
-                 backfill: bool) -> dict[str, Any]:
-    """Pin a dated run: reuse the date's catalog entry, or pin now and record it.
+def pin_for_date(ctx: RunContext, pin_now: Callable[[RunContext], dict[str, str]]) -> dict[str, Any]:
+    """Pin a dated run (`ctx.logical_date`): reuse the date's catalog entry, or pin now and record it.
 
     - explicit engines[].digest in the conf: those are used (nothing is resolved for them);
     - the date has an entry: its digests are used; an engine whose identity cannot be pinned to
       an older digest (a local process) must still match it, or the run fails saying so;
     - no entry and a backfill: fail, naming the date and the fix (a backfill never pins today's images
       under an old date);
-    - no entry and a scheduled run: pin the current digests and record them.
+    - no entry and a scheduled run: pin the current digests (`pin_now`) and record them.
     """
-    from tasks import steps
-
-    cfg = parse_run_config({**config, "run_id": run_id})
+    cfg, logical_date, s3 = ctx.config, ctx.logical_date, ctx.s3()
     entry = read_entry(s3, cfg, logical_date)
     explicit = all(e.digest for e in cfg.engines)
-    if entry is None and backfill and not explicit:
+    if entry is None and ctx.backfill and not explicit:
         raise CatalogError(
             f"no digests recorded in s3://{cfg.archive.bucket}/{entry_key(cfg, logical_date)} for "
             f"{date_label(logical_date)}. Fix: give engines[].digest in the run conf, or backfill dates the "
             f"catalog has ({', '.join(list_dates(s3, cfg)[-5:]) or 'none yet'})"
         )
     if entry is not None:
-        config = with_digests(config, entry)
-    digests = steps.pin(config, run_id)
+        dated = parse_run_config(with_digests(cfg.model_dump(mode="json", exclude_unset=True), entry))
+        ctx = replace(ctx, config=dated)
+    digests = pin_now(ctx)
     if entry is not None:
         wrong = {name: (entry["engines"][name]["image_digest"], got) for name, got in digests.items()
                  if name in entry["engines"] and not cfg.engine(name).digest  # the conf's own digest wins
@@ -136,10 +140,7 @@ def pin_for_date(config: dict[str, Any], run_id: str, logical_date: dt.datetime,
                 f"an image, or give engines[].digest" for name, (want, got) in sorted(wrong.items())))
         source = "catalog"
     else:
-        from tasks.staging import RunDir
-
-        entry = record(s3, cfg, logical_date, RunDir(run_id).read_json("pinned.json", {}), run_id)
+        entry = record(s3, cfg, logical_date, pinned(ctx.run_dir), ctx.run_id)
         source = "pinned now" if not explicit else "run conf"
-    log.info("run %s pinned from %s for %s: %s", run_id, source, date_label(logical_date), digests)
+    log.info("run %s pinned from %s for %s: %s", ctx.run_id, source, date_label(logical_date), digests)
     return {"source": source, "logical_date": date_label(logical_date), "digests": digests}
-

@@ -28,12 +28,12 @@ import pandas as pd
 
 from tasks.archive import model_slug
 from tasks.config import RunConfig
+from tasks.scenarios import PERF_SCENARIOS
 from tasks.staging import RunDir
 
 log = logging.getLogger("dayone.compare")
 
 HEADLINE_METRICS = ("output_tps", "ttft_p95_s")
-MEASURED_SCENARIOS = ("short", "prefill", "decode", "rate")
 
 
 class RegressionFound(RuntimeError):
@@ -150,7 +150,7 @@ def current_side(run_dir: RunDir, engine: str) -> Side:
     from tasks.evidence.reliability import ttft_verdict
 
     verdict = run_dir.read_json(f"verdicts/{engine}/prefix_cache.json") or {}
-    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in MEASURED_SCENARIOS]
+    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
     stream = ttft_verdict(run_dir.read_rows("checks", engine), measured)
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
                 run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]))

@@ -12,11 +12,12 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, IO
+from typing import IO, TYPE_CHECKING, Any
 
-import pandas as pd
+from tasks.tables import TABLES
 
-from tasks.tables import TABLES, to_frame
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def default_root() -> Path:
@@ -75,6 +76,8 @@ class RunDir:
         return rows
 
     def frame(self, table: str, engine: str | None = None) -> pd.DataFrame:
+        from tasks.tables import to_frame
+
         return to_frame(table, self.read_rows(table, engine))
 
     def write_json(self, name: str, doc: Any) -> Path:

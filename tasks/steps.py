@@ -1,11 +1,15 @@
-"""The pipeline's steps, each a transaction over the run directory.
+"""The pipeline's steps: one registry, one way to run a step and record how it ended.
 
-The DAG calls these (one Airflow task each) and so does `dayone step NAME`, so a Kubernetes pod
-can run any of them. Each step takes the run config as a dict (as the trigger form gives it), the
-run id, and, for per-engine steps, the engine name; each returns a small JSON-able result.
+A step is a transaction over the run's state (tasks/state.py): it takes the run context
+(tasks/run.py) and, for a per-engine step, the engine's name, and returns a small JSON-able dict of
+what it did. `execute(ctx, name, engine)` runs it and records its outcome (ok, skipped, failed with
+the desensitized error, or not attempted), which the report and the run's verdict read. The DAG
+(plugins/dayone_airflow/pipeline.py), the readiness sensor and `dayone step` all go through
+`execute`, so a step run in a pod records its outcome exactly as a DAG task does.
 
-pin -> deploy -> wait_ready -> startup_findings -> functional -> short, prefill, decode, rate ->
-long_context, boundary -> prefix_cache -> teardown;  then validate -> archive -> report.
+plan -> pin -> per engine: deploy -> wait_ready -> startup_findings -> functional -> warmup ->
+short, prefill, decode, rate -> long_context, boundary -> prefix_cache -> teardown;
+then [compare] -> validate -> archive -> report; `verdict` fails the run on any failure.
 """
 
 from __future__ import annotations
@@ -14,49 +18,129 @@ import json
 import logging
 import sys
 import time
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import version
-from typing import Any
+from typing import Any, Literal
 
-from tasks.config import RunConfig, parse_run_config, read_config_file
-from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir
-from tasks.targets.base import Deployment, DeployError, target_for
+from pydantic import BaseModel, Field
+
+from tasks.config import RunConfig, read_config_file
+from tasks.context import StepContext
+from tasks.desensitize import desensitize
+from tasks.run import NotAttempted, RunContext, load_config
+from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
+from tasks.state import (MANIFEST, PINNED, StepOutcome, manifest, outcomes, perf_summary_doc, pinned,
+                         set_readiness, write_outcome)
 
 log = logging.getLogger("dayone.steps")
 
-PERF_SCENARIOS = ("short", "prefill", "decode", "rate")
-ENGINE_STEPS = (
-    "deploy", "wait_ready", "startup_findings", "functional", "warmup", *PERF_SCENARIOS,
-    "long_context", "boundary", "prefix_cache", "teardown",
-)
+__all__ = ["NotAttempted", "RunContext", "STEPS", "Step", "StepResult", "execute", "load_config", "verdict"]
 
 
-class NotAttempted(RuntimeError):
-    """The step was not attempted, e.g. its engine never became ready; the message says why."""
+# ---- the protocol ----------------------------------------------------------------------------------
 
 
-def load_config(config: dict[str, Any] | RunConfig, run_id: str) -> RunConfig:
-    if isinstance(config, RunConfig):
-        return config if config.run_id == run_id else config.model_copy(update={"run_id": run_id})
-    return parse_run_config({**config, "run_id": run_id})
+class StepResult(BaseModel):
+    """What a step did, as every caller receives it (an Airflow task returns it as its XCom)."""
+
+    step: str
+    engine: str | None = None
+    status: Literal["ok", "skipped"] = "ok"
+    detail: str = ""  # why it was skipped
+    data: dict[str, Any] = Field(default_factory=dict)  # the step's own figures
+
+
+StepFn = Callable[[RunContext, "str | None"], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    per_engine: bool
+    run: StepFn
+    enabled: Callable[[RunConfig], bool] = lambda cfg: True
+    retries: int = 0  # Airflow retries: only for steps whose retry cannot lose or hide evidence
+    scenario: bool = False  # a measured scenario: listed in the plan's matrix
+
+
+def _section_enabled(name: str) -> Callable[[RunConfig], bool]:
+    return lambda cfg: bool(getattr(cfg.scenarios, name).enabled)
+
+
+def execute(ctx: RunContext, name: str, engine: str | None = None) -> StepResult:
+    """Run step `name` (for `engine` when per engine) and record its outcome.
+
+    Raises NotAttempted (recorded as not_attempted) or the step's own error (recorded as failed,
+    desensitized); a step switched off by the config is recorded and returned as skipped.
+    """
+    step = STEPS[name]
+    if step.per_engine != (engine is not None):
+        raise ValueError(f"step {name} is {'per engine' if step.per_engine else 'run-level'}; engine={engine!r}")
+    if not step.enabled(ctx.config):
+        reason = f"{name} disabled in the run config"
+        write_outcome(ctx.run_dir, StepOutcome(step=name, engine=engine, status="skipped", detail=reason))
+        return StepResult(step=name, engine=engine, status="skipped", detail=reason)
+    return record(ctx, name, engine, lambda: step.run(ctx, engine))
+
+
+def record(ctx: RunContext, name: str, engine: str | None, call: Callable[[], dict[str, Any]]) -> StepResult:
+    """Run `call` as step `name` and write its outcome; also used by the deferred readiness wait."""
+    try:
+        data = call()
+    except NotAttempted as exc:
+        write_outcome(ctx.run_dir, StepOutcome(step=name, engine=engine, status="not_attempted", detail=str(exc)))
+        raise
+    except Exception as exc:
+        write_outcome(ctx.run_dir, StepOutcome(
+            step=name, engine=engine, status="failed", detail=desensitize(f"{type(exc).__name__}: {exc}"),
+            trace=desensitize(traceback.format_exc(limit=5))))
+        raise
+    write_outcome(ctx.run_dir, StepOutcome(step=name, engine=engine, status="ok"))
+    log.info("step %s%s done: %s", f"{engine}/" if engine else "", name, desensitize(data))
+    return StepResult(step=name, engine=engine, data=data)
+
+
+def verdict(ctx: RunContext, required: tuple[str, ...]) -> list[str]:
+    """Why the run failed, one line each; empty when it succeeded. A run fails when any step failed,
+    when a required run-level step did not complete (an archive that never wrote is a failed run,
+    whatever the engines did), or when validation failed."""
+    recorded = outcomes(ctx.run_dir)
+    problems = [f"{o.where}: {o.detail}" for o in recorded if o.status == "failed"]
+    run_level = {o.step: o for o in recorded if not o.engine}
+    for name in required:
+        outcome = run_level.get(name)
+        if outcome is None:
+            problems.append(f"run/{name}: never ran (a step before it failed)")
+        elif outcome.status == "not_attempted":
+            problems.append(f"run/{name}: not attempted ({outcome.detail})")
+    if "archive" in required and (run_level.get("archive") is None or run_level["archive"].status != "ok"):
+        problems.append("nothing of this run was archived")
+    from tasks.state import VALIDATION
+
+    validation = ctx.run_dir.read_json(VALIDATION, {}) or {}
+    if not validation.get("success"):
+        problems.append("result tables failed validation (run archived under quarantine/)")
+    return problems
 
 
 # ---- run-level steps ---------------------------------------------------------------------------
 
 
-def plan(config: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """Validate the config and record the run's plan in its manifest. Fails before any deploy."""
-    cfg = load_config(config, run_id)
-    run_dir = RunDir(run_id)
-    matrix = [
-        {"engine": e.name, "scenario": s}
-        for e in cfg.engines
-        for s in ENGINE_STEPS
-        if s not in ("deploy", "wait_ready", "teardown") and _enabled(cfg, s)
-    ]
-    manifest = {
-        "run_id": run_id,
+def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
+    """Check what the run needs and record its plan in the manifest. Fails before any deploy: a
+    placement the DAG cannot run, or an archive that cannot be reached (nothing measured could be kept)."""
+    from tasks.lanes import positions
+
+    cfg = ctx.config
+    placed = positions(cfg)
+    if ctx.archive_client is not None:
+        ctx.s3()  # the DAG's client names the missing connection and its fix
+    matrix = [{"engine": e.name, "scenario": s.name} for e in cfg.engines for s in STEPS.values()
+              if s.scenario and s.enabled(cfg)]
+    doc = {
+        "run_id": ctx.run_id,
         "dayone_version": version("dayone"),
         "created_ts": time.time(),
         "model": cfg.model.model_dump(mode="json"),
@@ -68,8 +152,8 @@ def plan(config: dict[str, Any], run_id: str) -> dict[str, Any]:
         "matrix": matrix,
         "config": _without_env_values(cfg.model_dump(mode="json")),
     }
-    run_dir.write_json("manifest.json", manifest)
-    return {"run_id": run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix)}
+    ctx.run_dir.write_json(MANIFEST, doc)
+    return {"run_id": ctx.run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix), "positions": placed}
 
 
 def _without_env_values(config: dict[str, Any]) -> dict[str, Any]:
@@ -79,71 +163,80 @@ def _without_env_values(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _enabled(cfg: RunConfig, step: str) -> bool:
-    if step == "startup_findings":
-        return True
-    if step == "warmup":
-        return cfg.scenarios.warmup
-    section = getattr(cfg.scenarios, step, None)
-    return bool(section is None or getattr(section, "enabled", True))
+def pin_now(ctx: RunContext) -> dict[str, str]:
+    """Resolve each engine's identity (image digests, or local command line and version) now."""
+    cfg = ctx.config
+    found = {e.name: ctx.target.pin(cfg, e) for e in cfg.engines}
+    ctx.run_dir.write_json(PINNED, found)
+    doc = manifest(ctx.run_dir) or {}
+    doc["pinned"] = found
+    ctx.run_dir.write_json(MANIFEST, doc)
+    return {name: p["image_digest"] for name, p in found.items()}
 
 
-def pin(config: dict[str, Any], run_id: str) -> dict[str, Any]:
-    """Resolve each engine's identity (image digests, or local command line and version)."""
-    cfg = load_config(config, run_id)
-    run_dir = RunDir(run_id)
-    target = target_for(cfg)
-    pinned = {e.name: target.pin(cfg, e) for e in cfg.engines}
-    run_dir.write_json("pinned.json", pinned)
-    manifest = run_dir.read_json("manifest.json", {})
-    manifest["pinned"] = pinned
-    run_dir.write_json("manifest.json", manifest)
-    return {name: p["image_digest"] for name, p in pinned.items()}
+def pin(ctx: RunContext, _: None = None) -> dict[str, Any]:
+    """Pin now; a dated run (nightly, backfill) pins from the digest catalog's entry for its date."""
+    if ctx.logical_date is None:
+        return {"source": "pinned now", "digests": pin_now(ctx)}
+    from tasks.catalog import pin_for_date
+
+    return pin_for_date(ctx, pin_now)
+
+
+def compare(ctx: RunContext, _: None = None) -> dict[str, Any]:
+    """The nightly's regression check against the last good run (tasks/compare.py)."""
+    ctx.planned()
+    from tasks.compare import compare_run
+
+    return compare_run(ctx.run_dir, ctx.config, ctx.s3())
+
+
+def validate(ctx: RunContext, _: None = None) -> dict[str, Any]:
+    ctx.planned()
+    from tasks.validate import validate_run
+
+    return validate_run(ctx.run_dir)
+
+
+def archive(ctx: RunContext, _: None = None) -> dict[str, Any]:
+    ctx.planned()
+    from tasks.archive import archive_run
+
+    return archive_run(ctx.run_dir, ctx.config, ctx.s3())
+
+
+def report(ctx: RunContext, _: None = None) -> dict[str, Any]:
+    ctx.planned()
+    from tasks.report import publish_report
+
+    return publish_report(ctx.run_dir, ctx.config, ctx.s3())
+
+
+def cleanup(ctx: RunContext, _: None = None) -> dict[str, Any]:
+    """Delete DayOne's cluster objects older than kubernetes.cleanup_age_s: engines of killed runs,
+    which never reached their teardown and would hold their GPUs forever."""
+    deleted = ctx.target.cleanup(ctx.config)
+    return {"deleted": deleted}
 
 
 # ---- per-engine steps --------------------------------------------------------------------------
 
 
-def deploy(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
-    cfg = load_config(config, run_id)
-    run_dir = RunDir(run_id)
-    pinned = run_dir.read_json("pinned.json", {})
-    if engine not in pinned:
+def deploy(ctx: RunContext, engine: str) -> dict[str, Any]:
+    from tasks.targets.base import DeployError
+
+    found = pinned(ctx.run_dir)
+    if engine not in found:
         raise DeployError(f"engine {engine}: not pinned; the pin step must run first")
-    run_dir.write_json(f"state/{engine}/ready.json", {"ready": False, "detail": "deploying"})
-    _reset_shapes(run_dir, engine)
-    dep = target_for(cfg).deploy(cfg, cfg.engine(engine), run_dir, pinned[engine])
+    set_readiness(ctx.run_dir, engine, False, "deploying")
+    from tasks.scenarios.warmup import reset_shapes
+
+    reset_shapes(ctx.run_dir, engine)
+    dep = ctx.target.deploy(ctx.config, ctx.config.engine(engine), ctx.run_dir, found[engine])
     return {"engine": engine, "image_digest": dep.image_digest}
 
 
-def wait_ready(config: dict[str, Any], run_id: str, engine: str, timeout_s: float | None = None,
-               sync_kubernetes: bool = False) -> dict[str, Any]:
-    """Poll until the engine serves. On Kubernetes the DAG waits with a deferrable sensor instead
-    (no worker slot held for a 30-minute cold start); `sync_kubernetes` polls here (CLI, tests)."""
-    cfg = load_config(config, run_id)
-    run_dir = RunDir(run_id)
-    dep = _deployment(run_dir, engine)
-    if dep.handle.get("dry_run"):
-        raise NotAttempted(f"engine {engine}: dry run, nothing deployed (manifests in {dep.handle.get('rendered')})")
-    if cfg.target == "kubernetes" and not sync_kubernetes:
-        raise NotAttempted(f"engine {engine}: readiness on Kubernetes is waited for by the deferrable sensor")
-    timeout = timeout_s if timeout_s is not None else _ready_timeout(cfg, engine)
-    started = time.monotonic()
-    try:
-        state = target_for(cfg).wait_ready(cfg, dep, timeout)
-    except DeployError as exc:
-        run_dir.write_json(f"state/{engine}/ready.json", {"ready": False, "detail": str(exc)})
-        raise
-    record_ready(run_dir, engine, time.monotonic() - started, state.detail)
-    return {"engine": engine, "ready": True, "waited_s": round(time.monotonic() - started, 3)}
-
-
-def record_ready(run_dir: RunDir, engine: str, waited_s: float, detail: str) -> None:
-    """Mark the engine as serving; the scenario steps only run for a ready engine."""
-    run_dir.write_json(f"state/{engine}/ready.json", {"ready": True, "waited_s": waited_s, "detail": detail})
-
-
-def _ready_timeout(cfg: RunConfig, engine: str) -> float:
+def ready_timeout_s(cfg: RunConfig, engine: str) -> float:
     spec = cfg.engine(engine)
     if spec.ready_timeout_s is not None:
         return spec.ready_timeout_s
@@ -153,188 +246,172 @@ def _ready_timeout(cfg: RunConfig, engine: str) -> float:
     return 120.0 + float(spec.sim_profile.get("startup_delay_s", 0))
 
 
-def startup_findings(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
-    ctx = _context(config, run_id, engine)
-    dep = _deployment(ctx.run_dir, engine)
-    text = target_for(ctx.config).startup_log(dep)
-    findings = ctx.endpoint.adapter.scan_startup_log(text)
+def wait_ready(ctx: RunContext, engine: str) -> dict[str, Any]:
+    """Poll until the engine serves (tasks/readiness.py). The DAG waits for a Kubernetes engine with
+    the deferrable trigger instead, which ends in `readiness_reached` just as this does."""
+    from tasks.targets.base import DeployError
+
+    dep = ctx.deployment(engine)
+    if dep.handle.get("dry_run"):
+        raise NotAttempted(f"engine {engine}: dry run, nothing deployed (manifests in {dep.handle.get('rendered')})")
+    started = time.monotonic()
+    try:
+        state = ctx.target.wait_ready(ctx.config, dep, ready_timeout_s(ctx.config, engine))
+    except DeployError as exc:
+        return readiness_reached(ctx, engine, False, str(exc), time.monotonic() - started)
+    return readiness_reached(ctx, engine, True, state.detail, time.monotonic() - started)
+
+
+def readiness_reached(ctx: RunContext, engine: str, ready: bool, detail: str, waited_s: float) -> dict[str, Any]:
+    """Record the end of a readiness wait; a failed wait raises (the step fails, naming why)."""
+    from tasks.targets.base import DeployError
+
+    set_readiness(ctx.run_dir, engine, ready, detail, round(waited_s, 3))
+    if not ready:
+        raise DeployError(detail)
+    return {"engine": engine, "ready": True, "waited_s": round(waited_s, 3)}
+
+
+def startup_findings(ctx: RunContext, engine: str) -> dict[str, Any]:
+    ectx = ctx.engine(engine)
+    text = ctx.target.startup_log(ctx.deployment(engine))
+    findings = ectx.endpoint.adapter.scan_startup_log(text)
     with ctx.run_dir.rows("startup_findings", engine, "startup") as out:
         for f in findings:
-            out.write({**ctx.endpoint.row_keys("startup"), **f})
+            out.write({**ectx.endpoint.row_keys("startup"), **f})
     return {"engine": engine, "findings": len(findings)}
 
 
-def functional(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
-    ctx = _context(config, run_id, engine)
-    if not ctx.config.scenarios.functional.enabled:
-        return {"engine": engine, "skipped": "functional checks disabled"}
+def functional(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.checks import run_functional
 
+    ectx = ctx.engine(engine)
+
     def run() -> dict[str, Any]:
-        outcomes = [r["outcome"] for r in run_functional(ctx)]
-        return {"engine": engine, **{o: outcomes.count(o) for o in ("pass", "fail", "not_applicable")}}
+        found = [r["outcome"] for r in run_functional(ectx)]
+        return {"engine": engine, **{o: found.count(o) for o in ("pass", "fail", "not_applicable")}}
 
-    return _watched(ctx, "functional", run)
+    return _watched(ctx, ectx, "functional", run)
 
 
-def warmup(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
+def warmup(ctx: RunContext, engine: str) -> dict[str, Any]:
     """One round over every (input, output, concurrency) shape of the run before measuring."""
-    ctx = _context(config, run_id, engine)
     from tasks.scenarios.warmup import run_warmup
 
-    return _watched(ctx, "warmup", lambda: run_warmup(ctx))
+    ectx = ctx.engine(engine)
+    return _watched(ctx, ectx, "warmup", lambda: run_warmup(ectx))
 
 
-def perf(config: dict[str, Any], run_id: str, engine: str, scenario: str) -> dict[str, Any]:
-    ctx = _context(config, run_id, engine)
-    if not getattr(ctx.config.scenarios, scenario).enabled:
-        return {"engine": engine, "scenario": scenario, "skipped": f"{scenario} disabled"}
-    from tasks.scenarios.perf import run_perf
+def _perf(scenario: str) -> StepFn:
+    def perf(ctx: RunContext, engine: str) -> dict[str, Any]:
+        from tasks.scenarios.perf import run_perf
 
-    summary = _watched(ctx, scenario, lambda: run_perf(ctx, scenario))
-    ctx.run_dir.write_json(f"summaries/{engine}/{scenario}.json", summary)
-    return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
+        ectx = ctx.engine(engine)
+        summary = _watched(ctx, ectx, scenario, lambda: run_perf(ectx, scenario))
+        ctx.run_dir.write_json(perf_summary_doc(engine, scenario), summary)
+        return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
+
+    perf.__name__ = scenario
+    return perf
 
 
-def long_context(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
-    ctx = _context(config, run_id, engine)
-    if not ctx.config.scenarios.long_context.enabled:
-        return {"engine": engine, "skipped": "long_context disabled"}
+def long_context(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.evidence.needles import run_long_context
 
+    ectx = ctx.engine(engine)
+
     def run() -> dict[str, Any]:
-        rows = run_long_context(ctx)
+        rows = run_long_context(ectx)
         return {"engine": engine, "needles": len(rows), "passed": sum(bool(r.get("passed")) for r in rows)}
 
-    return _watched(ctx, "long_context", run)
+    return _watched(ctx, ectx, "long_context", run)
 
 
-def boundary(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
-    ctx = _context(config, run_id, engine)
-    if not ctx.config.scenarios.boundary.enabled:
-        return {"engine": engine, "skipped": "boundary disabled"}
+def boundary(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.evidence.boundary import run_boundary
 
-    restarts = _restart_count(ctx)
-    return _watched(ctx, "boundary", lambda: {"engine": engine, "rows": len(run_boundary(ctx, restarts))})
+    ectx = ctx.engine(engine)
+    restarts = ctx.restart_count(engine)
+    return _watched(ctx, ectx, "boundary", lambda: {"engine": engine, "rows": len(run_boundary(ectx, restarts))})
 
 
-def prefix_cache(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
-    ctx = _context(config, run_id, engine)
-    if not ctx.config.scenarios.prefix_cache.enabled:
-        return {"engine": engine, "skipped": "prefix_cache disabled"}
+def prefix_cache(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.evidence.cache import run_prefix_cache
 
-    restarts = _restart_count(ctx)
-    return _watched(ctx, "prefix_cache",
-                    lambda: {"engine": engine, "verdict": run_prefix_cache(ctx, restarts).get("verdict")})
+    ectx = ctx.engine(engine)
+    restarts = ctx.restart_count(engine)
+    return _watched(ctx, ectx, "prefix_cache",
+                    lambda: {"engine": engine, "verdict": run_prefix_cache(ectx, restarts).get("verdict")})
 
 
-def teardown(config: dict[str, Any], run_id: str, engine: str) -> dict[str, Any]:
-    cfg = load_config(config, run_id)
-    target_for(cfg).teardown(cfg, engine, RunDir(run_id))
-    return {"engine": engine, "torn_down": True}
+def teardown(ctx: RunContext, engine: str) -> dict[str, Any]:
+    deleted = ctx.target.teardown(ctx.config, engine, ctx.run_dir)
+    return {"engine": engine, "torn_down": True, "deleted": list(deleted or [])}
 
 
-# ---- after the engines ---------------------------------------------------------------------------
-
-
-def _planned(run_id: str) -> RunDir:
-    run_dir = RunDir(run_id)
-    if run_dir.read_json("manifest.json") is None:
-        raise NotAttempted(f"run {run_id} was never planned (its config was rejected); nothing to do")
-    return run_dir
-
-
-def validate(config: dict[str, Any], run_id: str) -> dict[str, Any]:
-    run_dir = _planned(run_id)
-    from tasks.validate import validate_run
-
-    return validate_run(run_dir)
-
-
-def archive(config: dict[str, Any], run_id: str, s3: Any) -> dict[str, Any]:
-    """Upload the run; `s3` is a boto3 S3 client built from the archive connection."""
-    run_dir = _planned(run_id)
-    from tasks.archive import archive_run
-
-    return archive_run(run_dir, load_config(config, run_id), s3)
-
-
-def report(config: dict[str, Any], run_id: str, s3: Any) -> dict[str, Any]:
-    run_dir = _planned(run_id)
-    from tasks.report import publish_report
-
-    return publish_report(run_dir, load_config(config, run_id), s3)
-
-
-# ---- helpers -------------------------------------------------------------------------------------
-
-
-def _deployment(run_dir: RunDir, engine: str) -> Deployment:
-    dep = Deployment.load(run_dir, engine)
-    if dep is None:
-        raise NotAttempted(f"engine {engine}: not deployed")
-    return dep
-
-
-def _context(config: dict[str, Any], run_id: str, engine: str) -> StepContext:
-    cfg = load_config(config, run_id)
-    run_dir = RunDir(run_id)
-    ready = run_dir.read_json(f"state/{engine}/ready.json", {})
-    if not ready.get("ready"):
-        raise NotAttempted(f"engine {engine}: not ready ({ready.get('detail', 'never deployed')}); step not attempted")
-    dep = _deployment(run_dir, engine)
-    return StepContext(cfg, endpoint_for(cfg, engine, dep.base_url, dep.image_digest), run_dir)
-
-
-def _restart_count(ctx: StepContext) -> Callable[[], int | None]:
-    dep = _deployment(ctx.run_dir, ctx.endpoint.engine)
-    target = target_for(ctx.config)
-    return lambda: target.restart_count(dep)
-
-
-def _watched(ctx: StepContext, step: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _watched(ctx: RunContext, ectx: StepContext, step: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     """Run an engine step between restart readings (tasks/evidence/restarts.py): a restart during
     it is a failed `engine_restarts` check naming the step, and its result says `engine_restarted`."""
     from tasks.evidence.restarts import watch_step
 
-    return watch_step(ctx, step, _restart_count(ctx), run)
+    return watch_step(ectx, step, ctx.restart_count(ectx.endpoint.engine), run)
 
 
-def _reset_shapes(run_dir: RunDir, engine: str) -> None:
-    try:
-        from tasks.scenarios.warmup import reset_shapes
-    except ImportError:
-        return
-    reset_shapes(run_dir, engine)
+# ---- the registry --------------------------------------------------------------------------------
+
+_RUN_STEPS = [
+    Step("plan", False, plan),
+    Step("pin", False, pin, retries=2),  # a registry hiccup; pinning writes whole documents
+    Step("cleanup", False, cleanup, enabled=lambda cfg: cfg.target == "kubernetes" and not cfg.dry_run, retries=2),
+]
+_ENGINE_STEPS = [
+    Step("deploy", True, deploy, retries=1),  # a retry first removes what the failed try made
+    Step("wait_ready", True, wait_ready),
+    Step("startup_findings", True, startup_findings, scenario=True),
+    Step("functional", True, functional, enabled=_section_enabled("functional"), scenario=True),
+    Step("warmup", True, warmup, enabled=lambda cfg: cfg.scenarios.warmup, scenario=True),
+    # A measurement is not retried: a retry would replace the failed try's rows, the evidence.
+    *[Step(s, True, _perf(s), enabled=_section_enabled(s), scenario=True) for s in PERF_SCENARIOS],
+    Step("long_context", True, long_context, enabled=_section_enabled("long_context"), scenario=True),
+    Step("boundary", True, boundary, enabled=_section_enabled("boundary"), scenario=True),
+    Step("prefix_cache", True, prefix_cache, enabled=_section_enabled("prefix_cache"), scenario=True),
+    Step("teardown", True, teardown, retries=2),  # idempotent
+]
+_AFTER_STEPS = [
+    Step("compare", False, compare, retries=2),
+    Step("validate", False, validate, retries=1),
+    Step("archive", False, archive, retries=3),  # write-once objects: a retry skips what landed
+    Step("report", False, report, retries=3),
+]
+STEPS: dict[str, Step] = {s.name: s for s in (*_RUN_STEPS, *_ENGINE_STEPS, *_AFTER_STEPS)}
+# The engine steps between readiness and teardown, in the order the DAG chains them.
+SCENARIO_STEPS = tuple(s.name for s in _ENGINE_STEPS if s.scenario)
+# Run-level steps every run must complete for its verdict; the nightly adds compare.
+REQUIRED_RUN_STEPS = ("plan", "pin", "validate", "archive", "report")
+assert set(EVIDENCE_SCENARIOS) <= set(SCENARIO_STEPS)
 
 
-STEPS: dict[str, Callable[..., dict[str, Any]]] = {
-    "plan": plan, "pin": pin, "deploy": deploy, "wait_ready": wait_ready,
-    "startup_findings": startup_findings, "functional": functional, "warmup": warmup, "long_context": long_context,
-    "boundary": boundary, "prefix_cache": prefix_cache, "teardown": teardown, "validate": validate,
-}
+# ---- `dayone step` -------------------------------------------------------------------------------
+
+NOT_ATTEMPTED_EXIT = 99  # the runner pod's skip_on_exit_code: a step not attempted is a skipped task
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("step", help="run one pipeline step (as a DAG task does)")
-    p.add_argument("name", choices=sorted([*STEPS, *PERF_SCENARIOS, "archive", "report"]))
+    p = sub.add_parser("step", help="run one pipeline step (as a DAG task does) and record its outcome")
+    p.add_argument("name", choices=list(STEPS))
     p.add_argument("--config", required=True, help="run config, YAML or JSON file")
     p.add_argument("--run-id", required=True)
     p.add_argument("--engine")
     p.set_defaults(run=_run_cli)
 
 
-RUN_LEVEL_STEPS = ("plan", "pin", "validate", "archive", "report")
-
-
 def _engine_option_error(name: str, engine: str | None, cfg: RunConfig) -> str | None:
     """What is wrong with --engine for step `name`, in the user's words; None when it fits."""
     engines = ", ".join(e.name for e in cfg.engines)
-    if name in RUN_LEVEL_STEPS and engine is not None:
+    per_engine = STEPS[name].per_engine
+    if not per_engine and engine is not None:
         return f"{name} is a run-level step and takes no --engine: drop --engine {engine}"
-    if name not in RUN_LEVEL_STEPS and engine is None:
+    if per_engine and engine is None:
         return f"{name} is a per-engine step: give --engine NAME (the config's engines: {engines})"
     if engine is not None and engine not in {e.name for e in cfg.engines}:
         return f"--engine {engine} is not an engine of the config (its engines: {engines})"
@@ -342,22 +419,18 @@ def _engine_option_error(name: str, engine: str | None, cfg: RunConfig) -> str |
 
 
 def _run_cli(args: Any) -> int:
-    config = read_config_file(args.config)
-    cfg = load_config(config, args.run_id)  # bad config or run id: exit 2 before any file is written
-    problem = _engine_option_error(args.name, args.engine, cfg)
+    from tasks.archive import client_from_env
+
+    config = load_config(read_config_file(args.config), args.run_id)  # bad config: exit 2, nothing written
+    problem = _engine_option_error(args.name, args.engine, config)
     if problem:
         print(f"dayone step {args.name}: {problem}", file=sys.stderr)
         return 2
-    if args.name in PERF_SCENARIOS:
-        result = perf(config, args.run_id, args.engine, args.name)
-    elif args.name in ("archive", "report"):
-        from tasks.archive import client_from_env
-
-        result = {"archive": archive, "report": report}[args.name](config, args.run_id, client_from_env())
-    else:
-        fn = STEPS[args.name]
-        extra = {"sync_kubernetes": True} if args.name == "wait_ready" else {}  # a pod has no sensor: poll
-        result = fn(config, args.run_id, args.engine, **extra) if args.engine else fn(config, args.run_id)
-    print(json.dumps(result, indent=2, default=str))
+    ctx = RunContext.build(config, args.run_id, archive_client=client_from_env)
+    try:
+        result = execute(ctx, args.name, args.engine)
+    except NotAttempted as exc:
+        print(f"dayone step {args.name}: not attempted: {exc}", file=sys.stderr)
+        return NOT_ATTEMPTED_EXIT
+    print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
     return 0
-

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas loads only where a table becomes a frame: DAG files stay cheap to parse
+    import pandas as pd
+
 
 PERCENTILES = ("p50", "p90", "p95", "p99", "max", "mean")
 LATENCIES = ("ttft", "tpot", "itl", "e2e")
@@ -214,6 +216,8 @@ def to_frame(table: Table | str, rows: Iterable[dict[str, Any]]) -> pd.DataFrame
 
     Unknown keys are an error: a writer that invents a column must add it to the schema first.
     """
+    import pandas as pd
+
     t = TABLES[table] if isinstance(table, str) else table
     rows = list(rows)
     names = set(t.column_names)
@@ -252,6 +256,8 @@ def _scrubbed_text(value: str) -> str:
 def publishable(frame: pd.DataFrame) -> pd.DataFrame:
     """The frame as it may leave the run: every text cell (errors, evidence, startup log lines) scrubbed
     of secrets, internal hosts and IPs. Every published table (archive and CLIs) is written through here."""
+    import pandas as pd
+
     out = frame.copy()
     for col in out.columns:
         if pd.api.types.is_string_dtype(out[col].dtype):  # text columns, and object columns (lists pass as they are)

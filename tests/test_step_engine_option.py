@@ -46,5 +46,22 @@ def test_an_engine_not_in_the_config_is_named(config_file, capsys):
 
 def test_plan_without_engine_still_runs(config_file, capsys, tmp_path):
     assert _step(config_file, "plan") == 0
-    assert json.loads(capsys.readouterr().out)["engines"] == ["alpha", "beta"]
+    assert json.loads(capsys.readouterr().out)["data"]["engines"] == ["alpha", "beta"]
     assert (tmp_path / "runs" / "engine-option" / "manifest.json").exists()
+    # a step run from the command line (as in a pod) records its outcome as a DAG task does
+    outcome = json.loads((tmp_path / "runs" / "engine-option" / "state" / "steps" / "plan.json").read_text())
+    assert outcome["status"] == "ok" and outcome["step"] == "plan"
+
+
+def test_a_step_not_attempted_exits_99_and_records_why(config_file, capsys, tmp_path):
+    assert _step(config_file, "short", "--engine", "alpha") == 99  # the runner pod's skip code
+    assert "not attempted: engine alpha: not ready" in capsys.readouterr().err
+    outcome = json.loads((tmp_path / "runs" / "engine-option" / "state" / "steps" / "alpha-short.json").read_text())
+    assert outcome["status"] == "not_attempted"
+
+
+def test_a_failed_step_exits_non_zero_and_records_the_error(config_file, tmp_path):
+    with pytest.raises(Exception, match="not pinned"):
+        _step(config_file, "deploy", "--engine", "alpha")
+    outcome = json.loads((tmp_path / "runs" / "engine-option" / "state" / "steps" / "alpha-deploy.json").read_text())
+    assert outcome["status"] == "failed" and "not pinned" in outcome["detail"]

@@ -1,4 +1,5 @@
-"""Credentials come from Airflow connections only, never from code or params."""
+"""Credentials come from Airflow connections only, never from code or params: the archive (S3),
+the cluster (the provider's KubernetesHook) and the image registry."""
 
 from __future__ import annotations
 
@@ -45,6 +46,33 @@ def s3_client(config: dict[str, Any]) -> Any:
 
     from tasks.archive import make_client
 
-    conn = BaseHook.get_connection(archive_conn_id(config))
+    conn = BaseHook.get_connection(require_archive_connection(config))
     extra = conn.extra_dejson or {}
     return make_client(extra.get("endpoint_url"), conn.login, conn.password, extra.get("region_name"))
+
+
+def hook_api_client(conn_id: str) -> Any:
+    """A `kubernetes.client.ApiClient` configured by the provider from an Airflow connection."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+    return KubernetesHook(conn_id=conn_id).get_conn()
+
+
+def registry_credentials(config: Any) -> tuple[str, str] | None:
+    """(login, password) of `kubernetes.registry_conn_id`, or None for anonymous pulls."""
+    conn_id = config.kubernetes.registry_conn_id
+    if not conn_id:
+        return None
+    from airflow.sdk import BaseHook
+
+    conn = BaseHook.get_connection(conn_id)
+    if not conn.login:
+        return None
+    return conn.login, conn.password or ""
+
+
+def cluster_access() -> Any:
+    """The cluster's API client and the registry's credentials from Airflow connections."""
+    from tasks.targets.kubernetes import ClusterAccess
+
+    return ClusterAccess(api_client=hook_api_client, registry_credentials=registry_credentials)

@@ -1,78 +1,34 @@
 """The evaluation's task graph, shared by dayone_eval (a person's run) and dayone_nightly.
 
-plan -> pin -> engine positions (lanes by node, lanes.py) -> [compare] -> validate -> archive (an
-Asset) -> report -> conclude. The DAG files only call `evaluation()`; each task calls one step of
-tasks/ through glue.run_step, or through `run_recorded` for the steps that need Airflow's context
-(the logical date, the S3 connection).
+plan -> pin -> engine positions (lanes by node, tasks/lanes.py) -> [compare] -> validate -> archive
+(an Asset) -> report -> conclude. The DAG files only call `evaluation()`; each task runs one step of
+the registry in tasks/steps.py through glue.run_step, which records its outcome; the steps' order,
+scenarios and retries come from that registry.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import pendulum
 from airflow.sdk import task, task_group
 
 from dayone_airflow.assets import ARCHIVED_RUN, archive_event_extra
-from dayone_airflow.glue import (RUN_LEVEL_STEPS, config_from_params, conclude, dayone_run_id, recorded,
-                                 run_step)
-from dayone_airflow.lanes import MAX_ENGINES_PER_NODE, positions
+from dayone_airflow.glue import conclude, dayone_run_id, run_step
+from tasks.lanes import MAX_ENGINES_PER_NODE
+from tasks.steps import REQUIRED_RUN_STEPS, SCENARIO_STEPS, STEPS
 
 log = logging.getLogger("dayone.airflow")
 
-ARCHIVE_RETRIES = {"retries": 3, "retry_delay": pendulum.duration(seconds=10)}
-SCENARIO_STEPS = ("startup_findings", "functional", "warmup", "short", "prefill", "decode", "rate",
-                  "long_context", "boundary", "prefix_cache")
 NIGHTLY_SCHEDULE_VARIABLE = "dayone_nightly_schedule"
 NIGHTLY_SCHEDULE_DEFAULT = "@daily"
 
 
-def run_recorded(step: str, fn: Callable[[dict[str, Any], str], dict[str, Any]], params: dict[str, Any],
-                 airflow_run_id: str) -> dict[str, Any]:
-    """Run a run-level step that needs Airflow's context, recording its outcome as glue.run_step does."""
-    run_id = dayone_run_id(airflow_run_id)
-    return recorded(step, None, run_id, lambda: fn(config_from_params(params), run_id))
-
-
-# ---- run-level steps -----------------------------------------------------------------------------
-
-
-def _plan(config: dict[str, Any], run_id: str) -> dict[str, Any]:
-    from tasks import steps
-    from tasks.config import parse_run_config
-
-    from dayone_airflow.connections import require_archive_connection
-
-    placed = positions(parse_run_config({**config, "run_id": run_id}))  # bad placement fails before the manifest
-    require_archive_connection(config)  # no archive: fail now, not after the measurements
-    planned = steps.plan(config, run_id)
-    return {"positions": placed, "steps": planned["steps"]}
-
-
-def _pin_dated(logical_date: dt.datetime | None, backfill: bool) -> Callable[[dict[str, Any], str], dict[str, Any]]:
-    def pin(config: dict[str, Any], run_id: str) -> dict[str, Any]:
-        from tasks import steps
-        from tasks.catalog import pin_for_date
-
-        if logical_date is None:  # a manual run without a logical date has no catalog entry to read or write
-            return {"source": "pinned now", "digests": steps.pin(config, run_id)}
-        from dayone_airflow.connections import s3_client
-
-        return pin_for_date(config, run_id, logical_date, s3_client(config), backfill)
-
-    return pin
-
-
-def _compare(config: dict[str, Any], run_id: str) -> dict[str, Any]:
-    from dayone_airflow.connections import s3_client
-    from tasks.compare import compare_run
-    from tasks.steps import _planned, load_config
-
-    run_dir = _planned(run_id)
-    return compare_run(run_dir, load_config(config, run_id), s3_client(config))
+def retries(step: str) -> dict[str, Any]:
+    """The step's Airflow retries, from the registry (tasks/steps.py)."""
+    n = STEPS[step].retries
+    return {"retries": n, "retry_delay": pendulum.duration(seconds=10)} if n else {"retries": 0}
 
 
 # ---- the graph -----------------------------------------------------------------------------------
@@ -81,19 +37,19 @@ def _compare(config: dict[str, Any], run_id: str) -> dict[str, Any]:
 def _engine_group(position: int, handles: dict[str, Any]) -> Any:
     @task_group(group_id=f"engines_{position}")
     def engine(name):
-        @task
+        @task(**retries("deploy"))
         def deploy(name, params=None, run_id=None):
             run_step("deploy", params, run_id, name)
             return name
 
         def step(step_name):
-            @task(task_id=step_name, trigger_rule="all_done")
+            @task(task_id=step_name, trigger_rule="all_done", **retries(step_name))
             def _step(name, params=None, run_id=None):
                 return run_step(step_name, params, run_id, name)
 
             return _step(name)
 
-        @task
+        @task(**retries("teardown"))
         def teardown(name, params=None, run_id=None):
             return run_step("teardown", params, run_id, name)
 
@@ -112,57 +68,67 @@ def _engine_group(position: int, handles: dict[str, Any]) -> Any:
     return engine
 
 
+def _is_backfill(dag_run: Any) -> bool:
+    return str(getattr(dag_run, "run_type", "")).lower().endswith("backfill")
+
+
 def evaluation(nightly: bool = False) -> None:
-    """Add the evaluation's tasks to the DAG being defined. `nightly` adds the catalog and compare."""
+    """Add the evaluation's tasks to the DAG being defined. `nightly` adds the catalog, cleanup and compare."""
 
     @task(task_id="plan")
     def plan(params=None, run_id=None):
-        return run_recorded("plan", _plan, params, run_id)
+        return run_step("plan", params, run_id)
 
-    @task(task_id="pin_images")
+    @task(task_id="pin_images", **retries("pin"))
     def pin_images(params=None, run_id=None):
         return run_step("pin", params, run_id)
 
-    @task(task_id="pin_images")
+    @task(task_id="pin_images", **retries("pin"))
     def pin_dated(params=None, run_id=None, logical_date=None, dag_run=None):
-        backfill = str(getattr(dag_run, "run_type", "")).lower().endswith("backfill")
-        return run_recorded("pin", _pin_dated(logical_date, backfill), params, run_id)
+        # a manual run without a logical date has no catalog entry to read or write: it pins now
+        return run_step("pin", params, run_id, logical_date=logical_date, backfill=_is_backfill(dag_run))
 
-    @task(task_id="compare", trigger_rule="all_done")
+    @task(task_id="cleanup", **retries("cleanup"))
+    def cleanup(params=None, run_id=None):
+        return run_step("cleanup", params, run_id)
+
+    @task(task_id="compare", trigger_rule="all_done", **retries("compare"))
     def compare(params=None, run_id=None):
-        return run_recorded("compare", _compare, params, run_id)
+        return run_step("compare", params, run_id)
 
-    @task(trigger_rule="all_done")
+    @task(trigger_rule="all_done", **retries("validate"))
     def validate(params=None, run_id=None):
         return run_step("validate", params, run_id)
 
-    @task(trigger_rule="all_done", outlets=[ARCHIVED_RUN], **ARCHIVE_RETRIES)
+    @task(trigger_rule="all_done", outlets=[ARCHIVED_RUN], **retries("archive"))
     def archive(params=None, run_id=None, outlet_events=None):
         result = run_step("archive", params, run_id)
-        outlet_events[ARCHIVED_RUN].extra = archive_event_extra(dayone_run_id(run_id), result)
+        outlet_events[ARCHIVED_RUN].extra = archive_event_extra(dayone_run_id(run_id), result["data"])
         return result
 
-    @task(**ARCHIVE_RETRIES)
+    @task(**retries("report"))
     def report(params=None, run_id=None):
         return run_step("report", params, run_id)
 
     # all_done: a config the plan rejects skips everything after it; the verdict must still fail the run
     @task(task_id="conclude", trigger_rule="all_done")
     def conclude_run(params=None, run_id=None):
-        return conclude(params, run_id, RUN_LEVEL_STEPS + (("compare",) if nightly else ()))
+        return conclude(params, run_id, REQUIRED_RUN_STEPS + (("compare",) if nightly else ()))
 
     def engines_due(position: int):
         # Position p starts after the pin and after every teardown of position p-1 (skipped when that
         # engine never deployed); a failed teardown stops it, since the old engine may still hold the node.
         @task(task_id=f"engines_{position}_due", trigger_rule="none_failed_min_one_success")
         def due(planned):
-            return planned["positions"][position]
+            return planned["data"]["positions"][position]
 
         return due
 
     planned = plan()
     pinned = pin_dated() if nightly else pin_images()
     planned >> pinned
+    if nightly:  # engines that killed runs left on the cluster hold GPUs: removed before this run's deploys
+        cleanup() >> pinned
     engine_ends: list[Any] = []
     previous_teardown = None
     for p in range(MAX_ENGINES_PER_NODE):

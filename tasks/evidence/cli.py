@@ -130,7 +130,7 @@ def run_longctx(args: argparse.Namespace) -> int:
     from tasks.evidence.boundary import run_boundary
     from tasks.evidence.needles import run_long_context
     from tasks.evidence.restarts import watch_step
-    from tasks.targets.local import SimLauncher
+    from tasks.targets.sim import SimLauncher
 
     lc: dict[str, Any] = {"enabled": True, "include_model_limit": not args.no_model_limit}
     if args.lengths:
@@ -170,7 +170,7 @@ def run_longctx(args: argparse.Namespace) -> int:
 
 def run_cache(args: argparse.Namespace) -> int:
     from tasks.evidence.cache import run_prefix_cache
-    from tasks.targets.local import SimLauncher
+    from tasks.targets.sim import SimLauncher
 
     pc: dict[str, Any] = {"enabled": True}
     if args.prompt_tokens is not None:

@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     from tasks.scenarios.perf import run_perf
     from tasks.scenarios.warmup import reset_shapes, run_warmup
     from tasks.targets.base import identity_digest
-    from tasks.targets.local import SimLauncher
+    from tasks.targets.sim import SimLauncher
 
     config = parse_run_config(config_from_args(args))
     engine = config.engines[0].name

@@ -1,0 +1,9 @@
+"""The scenarios of a run (PROTOCOL.md section 4), named once here.
+
+Each name is a section of `scenarios` in the run config and a per-engine step of the pipeline.
+"""
+
+PERF_SCENARIOS = ("short", "prefill", "decode", "rate")  # load sweeps: rounds of requests, headline figures
+EVIDENCE_SCENARIOS = ("long_context", "boundary", "prefix_cache")  # one-off requests judged by a rule
+# Every scenario a config can switch off, in the order the pipeline runs them.
+SCENARIO_SWITCHES = ("functional", *PERF_SCENARIOS, *EVIDENCE_SCENARIOS)

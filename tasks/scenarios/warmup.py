@@ -16,14 +16,16 @@ from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
+from tasks.scenarios import PERF_SCENARIOS
 from tasks.staging import RunDir
 
 WARMUP_SCENARIO = "warmup"
-PERF_SCENARIOS = ("short", "prefill", "decode", "rate")
 
 
 def _state(engine: str) -> str:
-    return f"state/{engine}/shapes.json"
+    from tasks.state import warmed_shapes_doc
+
+    return warmed_shapes_doc(engine)
 
 
 def seen_shapes(run_dir: RunDir, engine: str) -> set[str]:

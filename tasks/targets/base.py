@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from tasks.config import EngineSpec, RunConfig
 from tasks.engines import Readiness
 from tasks.staging import RunDir
+from tasks.state import deployment_doc
 
 
 class DeployError(RuntimeError):
@@ -29,11 +30,11 @@ class Deployment:
     handle: dict[str, Any] = field(default_factory=dict)  # target-specific: pid, port / namespace, names
 
     def save(self, run_dir: RunDir) -> None:
-        run_dir.write_json(f"deployments/{self.engine}.json", asdict(self))
+        run_dir.write_json(deployment_doc(self.engine), asdict(self))
 
     @classmethod
     def load(cls, run_dir: RunDir, engine: str) -> Deployment | None:
-        doc = run_dir.read_json(f"deployments/{engine}.json")
+        doc = run_dir.read_json(deployment_doc(engine))
         return cls(**doc) if doc else None
 
 
@@ -41,6 +42,24 @@ def identity_digest(identity: dict[str, Any]) -> str:
     """A stable digest for an engine with no image (a local process): same identity, same digest."""
     blob = json.dumps(identity, sort_keys=True).encode()
     return "sha256:" + hashlib.sha256(blob).hexdigest()
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How a local launcher starts its engine process."""
+
+    argv: list[str]
+    env: dict[str, str]
+
+
+class Launcher(Protocol):
+    """A kind of local engine process (the simulator, llama.cpp's server)."""
+
+    def identity(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]: ...
+
+    def command(self, config: RunConfig, engine: EngineSpec, port: int) -> LaunchSpec: ...
+
+    def restart_count(self, base_url: str) -> int | None: ...
 
 
 class Target(Protocol):
@@ -63,13 +82,3 @@ class Target(Protocol):
 
     def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> None:
         """Remove what deploy made; idempotent, and safe when deploy never ran."""
-
-
-def target_for(config: RunConfig) -> Target:
-    if config.target == "local":
-        from tasks.targets.local import LocalTarget
-
-        return LocalTarget()
-    from tasks.targets.kubernetes import KubernetesTarget
-
-    return KubernetesTarget()

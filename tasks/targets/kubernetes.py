@@ -9,10 +9,10 @@ pin -> deploy -> wait_ready -> ... -> teardown, the same lifecycle as the local 
   then for the engine itself to serve (the adapter's health, model list and 1-token generation);
 - teardown deletes by the run's labels; cleanup deletes what killed runs left behind.
 
-Where the API client, registry credentials and the engine's address come from is pluggable:
-by default a kubeconfig (KUBECONFIG, ~/.kube/config, or in-cluster), DAYONE_REGISTRY_USERNAME /
-DAYONE_REGISTRY_PASSWORD, and the Service's cluster DNS name. The Airflow glue installs
-connection-backed ones with `configure(...)`.
+Where the API client, registry credentials and the engine's address come from is a
+`ClusterAccess`, passed in by the run context: by default a kubeconfig (KUBECONFIG,
+~/.kube/config, or in-cluster), DAYONE_REGISTRY_USERNAME / DAYONE_REGISTRY_PASSWORD, and the
+Service's cluster DNS name; the Airflow glue passes connection-backed ones.
 """
 
 from __future__ import annotations
@@ -20,16 +20,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
-
-import httpx
 
 from tasks.config import EngineSpec, RunConfig
 from tasks.engines import Readiness, adapter_for
 from tasks.k8s import api
 from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selector, service_url
 from tasks.k8s.rollout import assess, created_at, describe_events, newest_pod, restart_total
+from tasks.readiness import UP, Platform, wait_until_serving
 from tasks.staging import RunDir
+from tasks.state import applied_objects_doc
 from tasks.targets.base import Deployment, DeployError
 
 ApiClientFactory = Callable[[str], Any]  # Airflow connection id -> kubernetes.client.ApiClient
@@ -54,39 +55,28 @@ def env_credentials(config: RunConfig) -> tuple[str, str] | None:
     return credentials_from_env()
 
 
-_defaults: dict[str, Any] = {
-    "api_client": kubeconfig_client,
-    "registry_credentials": env_credentials,
-    "service_url": service_url,
-}
+@dataclass(frozen=True)
+class ClusterAccess:
+    """Where a KubernetesTarget gets its API client, registry credentials and engines' addresses.
 
+    The defaults read a kubeconfig (or the pod's service account) and DAYONE_REGISTRY_USERNAME /
+    DAYONE_REGISTRY_PASSWORD; the Airflow glue passes connection-backed ones in the run context.
+    """
 
-def configure(
-    api_client: ApiClientFactory | None = None,
-    registry_credentials: CredentialsFactory | None = None,
-    service_url: ServiceUrl | None = None,
-) -> None:
-    """Set where new KubernetesTargets get their API client, registry credentials and engine URLs."""
-    for key, value in (("api_client", api_client), ("registry_credentials", registry_credentials),
-                       ("service_url", service_url)):
-        if value is not None:
-            _defaults[key] = value
+    api_client: ApiClientFactory = kubeconfig_client
+    registry_credentials: CredentialsFactory = env_credentials
+    service_url: ServiceUrl = service_url
 
 
 class KubernetesTarget:
     name = "kubernetes"
 
-    def __init__(
-        self,
-        api_client: ApiClientFactory | None = None,
-        registry_credentials: CredentialsFactory | None = None,
-        service_url: ServiceUrl | None = None,
-        poll_interval_s: float = 5.0,
-        clock: Callable[[], float] = time.time,
-    ):
-        self._client_factory = api_client or _defaults["api_client"]
-        self._credentials = registry_credentials or _defaults["registry_credentials"]
-        self._service_url = service_url or _defaults["service_url"]
+    def __init__(self, access: ClusterAccess | None = None, poll_interval_s: float = 5.0,
+                 clock: Callable[[], float] = time.time):
+        access = access or ClusterAccess()
+        self._client_factory = access.api_client
+        self._credentials = access.registry_credentials
+        self._service_url = access.service_url
         self._clients: dict[str, Any] = {}
         self.poll_interval_s = poll_interval_s
         self.clock = clock
@@ -137,7 +127,7 @@ class KubernetesTarget:
             created = api.create_objects(self.client(k8s.conn_id), objects)
         except Exception as exc:
             raise DeployError(f"engine {engine.name}: creating its objects in namespace {k8s.namespace} failed: {exc}") from exc
-        run_dir.write_json(f"k8s/{engine.name}.json", _without_env_values(objects))
+        run_dir.write_json(applied_objects_doc(engine.name), _without_env_values(objects))
         port = adapter_for(engine.dialect).default_port
         dep = Deployment(
             engine=engine.name,
@@ -167,7 +157,7 @@ class KubernetesTarget:
         path = run_dir.path / "k8s" / f"{engine.name}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(yaml.safe_dump_all(_without_env_values(objects), sort_keys=False), encoding="utf-8")
-        run_dir.write_json(f"k8s/{engine.name}.json", _without_env_values(objects))
+        run_dir.write_json(applied_objects_doc(engine.name), _without_env_values(objects))
         name = object_name(config.run_id or run_dir.run_id, engine.name)
         dep = Deployment(
             engine=engine.name,
@@ -193,33 +183,23 @@ class KubernetesTarget:
         events = "no pod"
         if state.pod:
             events = describe_events(api.pod_events(self.client(h["conn_id"]), h["namespace"], state.pod))
-        return f"engine {deployment.engine}: {state.reason}. Events: {events}"
+        return f"{state.reason}. Events: {events}"
 
     def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
         if deployment.handle.get("dry_run"):
             raise DeployError(
                 f"engine {deployment.engine}: dry run, nothing was deployed (objects in {deployment.handle['rendered']})"
             )
-        adapter = adapter_for(config.engine(deployment.engine).dialect)
-        return asyncio.run(self._wait_ready(adapter, deployment, config.model.name, timeout_s))
 
-    async def _wait_ready(self, adapter: Any, deployment: Deployment, model: str, timeout_s: float) -> Readiness:
-        deadline = time.monotonic() + timeout_s
-        last = "rollout not observed yet"
-        async with httpx.AsyncClient(timeout=30) as http:
-            while time.monotonic() < deadline:
-                state = self.rollout_state(deployment)
-                if state.failed:
-                    raise DeployError(self.failure_message(deployment, state))
-                if state.available:
-                    probe = await adapter.probe_ready(http, deployment.base_url, model)
-                    if probe.ready:
-                        return probe
-                    last = f"Deployment available, engine not serving yet ({probe.stage}: {probe.detail})"
-                else:
-                    last = state.reason
-                await asyncio.sleep(self.poll_interval_s)
-        raise DeployError(f"engine {deployment.engine}: not ready after {timeout_s:.0f} s ({last})")
+        async def platform() -> Platform:
+            state = self.rollout_state(deployment)
+            if state.failed:
+                return Platform(failed=self.failure_message(deployment, state))
+            return UP if state.available else Platform(waiting=state.reason)
+
+        adapter = adapter_for(config.engine(deployment.engine).dialect)
+        return asyncio.run(wait_until_serving(deployment.engine, adapter, deployment.base_url, config.model.name,
+                                              platform=platform, timeout_s=timeout_s, interval_s=self.poll_interval_s))
 
     # ---- observation -------------------------------------------------------------------------
     def restart_count(self, deployment: Deployment) -> int | None:

@@ -38,8 +38,7 @@ import httpx
 
 from tasks.config import EngineSpec, RunConfig
 from tasks.models import KNOWN_MODELS, ModelNotFound, file_sha256, model_path
-from tasks.targets.base import DeployError
-from tasks.targets.local import LaunchSpec
+from tasks.targets.base import DeployError, LaunchSpec
 
 
 class LlamaCppSettingsError(DeployError):

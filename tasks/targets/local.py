@@ -7,23 +7,18 @@ task that started it), wait_ready polls the adapter's readiness, teardown stops 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path
-from typing import Any, Protocol
-
-import httpx
+from typing import Any
 
 from tasks.config import EngineSpec, RunConfig
 from tasks.engines import Readiness, adapter_for
+from tasks.processes import alive, start_group, stop_group
+from tasks.readiness import UP, Platform, wait_until_serving
 from tasks.staging import RunDir
-from tasks.targets.base import Deployment, DeployError, identity_digest
+from tasks.targets.base import Deployment, DeployError, Launcher, identity_digest
+from tasks.targets.llamacpp import LlamaCppLauncher
+from tasks.targets.sim import SimLauncher
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -32,62 +27,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-@dataclass(frozen=True)
-class LaunchSpec:
-    argv: list[str]
-    env: dict[str, str]
-
-
-class Launcher(Protocol):
-    def identity(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]: ...
-
-    def command(self, config: RunConfig, engine: EngineSpec, port: int) -> LaunchSpec: ...
-
-    def restart_count(self, base_url: str) -> int | None: ...
-
-
-class SimLauncher:
-    """DayOne's engine simulator, `python -m tasks.sim`, speaking the engine's dialect."""
-
-    def identity(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
-        return {
-            "launcher": "sim",
-            "dialect": engine.dialect,
-            "dayone_version": version("dayone"),
-            "profile": dict(sorted(engine.sim_profile.items())),
-            "model": config.model.name,
-        }
-
-    def command(self, config: RunConfig, engine: EngineSpec, port: int) -> LaunchSpec:
-        import json
-
-        profile = {"model": config.model.name, "context_limit": config.model.context_limit_tokens}
-        profile.update(engine.sim_profile)
-        argv = [
-            sys.executable, "-m", "tasks.sim",
-            "--dialect", engine.dialect,
-            "--host", "127.0.0.1",
-            "--port", str(port),
-            "--profile-json", json.dumps(profile, sort_keys=True),
-        ]
-        return LaunchSpec(argv, dict(engine.env))
-
-    def restart_count(self, base_url: str) -> int | None:
-        try:
-            r = httpx.get(base_url + "/sim/state", timeout=5)
-            return int(r.json()["restarts"]) if r.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, KeyError):
-            return None
-
-
-def launcher_for(engine: EngineSpec) -> Launcher:
-    if engine.launcher == "sim":
+def launcher_for(launcher: str | None) -> Launcher:
+    if launcher == "sim":
         return SimLauncher()
-    if engine.launcher == "llamacpp":
-        from tasks.targets.llamacpp import LlamaCppLauncher
-
+    if launcher == "llamacpp":
         return LlamaCppLauncher()
-    raise DeployError(f"engines[{engine.name}].launcher: no launcher {engine.launcher!r} for target local")
+    raise DeployError(f"no launcher {launcher!r} for target local")
 
 
 class LocalTarget:
@@ -99,7 +44,7 @@ class LocalTarget:
                 raise DeployError(f"engines[{engine.name}].endpoint: required when launcher is 'external'")
             identity = {"launcher": "external", "dialect": engine.dialect}
         else:
-            identity = launcher_for(engine).identity(config, engine)
+            identity = launcher_for(engine.launcher).identity(config, engine)
         return {"identity": identity, "image_digest": identity_digest(identity)}
 
     def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any]) -> Deployment:
@@ -108,21 +53,12 @@ class LocalTarget:
             dep = Deployment(engine.name, engine.endpoint.rstrip("/"), pinned["image_digest"], pinned["identity"], {})
             dep.save(run_dir)
             return dep
-        launcher = launcher_for(engine)
+        launcher = launcher_for(engine.launcher)
         port = free_port()
         spec = launcher.command(config, engine, port)
         log_path = run_dir.path / "logs" / f"{engine.name}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                spec.argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env={**os.environ, **spec.env},
-                start_new_session=True,  # outlives this task; teardown kills the whole group
-                cwd=str(Path(__file__).resolve().parents[2]),
-            )
+        # outlives this task; teardown stops the whole group
+        proc = start_group(spec.argv, log_path, spec.env, cwd=Path(__file__).resolve().parents[2])
         dep = Deployment(
             engine=engine.name,
             base_url=f"http://127.0.0.1:{port}",
@@ -134,18 +70,22 @@ class LocalTarget:
         return dep
 
     def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+        pid = deployment.handle.get("pid")
+
+        async def platform() -> Platform:
+            if pid and not alive(int(pid)):
+                return Platform(failed=f"process exited before it was ready; see its log {deployment.handle.get('log')}")
+            return UP
+
         adapter = adapter_for(config.engine(deployment.engine).dialect)
-        return asyncio.run(_poll_ready(adapter, deployment, config.model.name, timeout_s))
+        return asyncio.run(wait_until_serving(deployment.engine, adapter, deployment.base_url, config.model.name,
+                                              platform=platform, timeout_s=timeout_s, interval_s=0.25))
 
     def restart_count(self, deployment: Deployment) -> int | None:
         launcher = deployment.handle.get("launcher")
         if launcher in (None, "external"):
             return None
-        if launcher == "sim":
-            return SimLauncher().restart_count(deployment.base_url)
-        from tasks.targets.llamacpp import LlamaCppLauncher
-
-        return LlamaCppLauncher().restart_count(deployment.base_url)
+        return launcher_for(launcher).restart_count(deployment.base_url)
 
     def startup_log(self, deployment: Deployment) -> str:
         path = deployment.handle.get("log")
@@ -157,51 +97,4 @@ class LocalTarget:
         dep = Deployment.load(run_dir, engine)
         if not dep or "pid" not in dep.handle:
             return
-        _stop_group(int(dep.handle["pid"]))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie child of this process still "exists": reap it if it is ours.
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
-    except ChildProcessError:
-        return True
-
-
-def _stop_group(pid: int, grace_s: float = 10.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            return
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if not _alive(pid):
-                return
-            time.sleep(0.1)
-
-
-async def _poll_ready(adapter: Any, dep: Deployment, model: str, timeout_s: float) -> Readiness:
-    deadline = time.monotonic() + timeout_s
-    last = Readiness(False, "liveness", "not polled yet")
-    pid = dep.handle.get("pid")
-    async with httpx.AsyncClient(timeout=10) as client:
-        while time.monotonic() < deadline:
-            if pid and not _alive(int(pid)):
-                raise DeployError(
-                    f"engine {dep.engine}: process exited before it was ready; see its log {dep.handle.get('log')}"
-                )
-            last = await adapter.probe_ready(client, dep.base_url, model)
-            if last.ready:
-                return last
-            await asyncio.sleep(0.25)
-    raise DeployError(
-        f"engine {dep.engine}: not ready after {timeout_s:.0f} s (last stage {last.stage}: {last.detail})"
-    )
+        stop_group(int(dep.handle["pid"]))

@@ -1,5 +1,5 @@
 """The Airflow side: the deferrable readiness sensor and its trigger (AsyncKubernetesHook,
-kubernetes_asyncio), teardown and cleanup operators, and the in-cluster runner pod."""
+kubernetes_asyncio), and the teardown step through Airflow's connections."""
 
 from __future__ import annotations
 
@@ -12,20 +12,11 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
 from k8s_helpers import CONN_ID, MODEL, later, run_config
 
-from dayone_airflow.glue import dayone_run_id
-from dayone_airflow.kubernetes import (
-    FAILED,
-    READY,
-    TIMEOUT,
-    EngineReadySensor,
-    EngineReadyTrigger,
-    TeardownRunOperator,
-    hook_api_client,
-    runner_pod_operator,
-)
+from dayone_airflow.connections import hook_api_client
+from dayone_airflow.glue import dayone_run_id, run_step
+from dayone_airflow.kubernetes import FAILED, READY, TIMEOUT, EngineReadySensor, EngineReadyTrigger
 from tasks.staging import RunDir
-from tasks.targets import kubernetes as k8s_target
-from tasks.targets.kubernetes import KubernetesTarget
+from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget
 
 NS = "bench"
 AIRFLOW_RUN_ID = "manual__2026-11-30T08:00:00+00:00"
@@ -50,7 +41,7 @@ def deployed(kube_conn, engine_url, tmp_path, monkeypatch):
     run_id = dayone_run_id(AIRFLOW_RUN_ID)
     monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path / "runs"))
     config = run_config(run_id=run_id, engines=("sglang",))
-    target = KubernetesTarget(api_client=hook_api_client, service_url=lambda name, ns, port: engine_url)
+    target = KubernetesTarget(ClusterAccess(api_client=hook_api_client, service_url=lambda name, ns, port: engine_url))
     engine = config.engines[0]
     dep = target.deploy(config, engine, RunDir(run_id), target.pin(config, engine))
     return config, dep
@@ -115,7 +106,7 @@ def test_sensor_defers_to_the_trigger_and_marks_the_engine_ready(apiserver, depl
     apiserver.set_available(NS, name)
     event = asyncio.run(first_event(trigger))
     result = sensor.execute_complete(_context(config), event)
-    assert result["ready"] is True
+    assert result["data"]["ready"] is True and result["step"] == "wait_ready"
     assert RunDir(config.run_id).read_json("state/sglang/ready.json")["ready"] is True
 
 
@@ -127,33 +118,17 @@ def test_sensor_failure_raises_and_records_the_reason(deployed):
         sensor.execute_complete(_context(config), event)
     ready = RunDir(config.run_id).read_json("state/sglang/ready.json")
     assert ready["ready"] is False and "ImagePullBackOff" in ready["detail"]
+    outcome = RunDir(config.run_id).read_json("state/steps/sglang-wait_ready.json")
+    assert outcome["status"] == "failed" and "ImagePullBackOff" in outcome["detail"]
 
 
-def test_teardown_operator_deletes_every_object_of_the_run(apiserver, deployed, monkeypatch):
+def test_teardown_step_deletes_every_object_of_the_engine_through_the_connection(apiserver, deployed):
     config, dep = deployed
-    monkeypatch.setattr(k8s_target, "_defaults", dict(k8s_target._defaults))  # use_airflow_connections edits them
     apiserver.start_pod(NS, dep.handle["deployment"], running=True)
-    deleted = TeardownRunOperator(task_id="teardown").execute(_context(config))
-    assert sorted(d.split("/")[0] for d in deleted) == ["Deployment", "Service"]
+    assert apiserver.list("deployments", NS) and apiserver.list("services", NS)
+    result = run_step("teardown", _context(config)["params"], AIRFLOW_RUN_ID, "sglang")
+    assert result["data"]["deleted"] and sorted(d.split("/")[0] for d in result["data"]["deleted"]) == [
+        "Deployment", "Service"]
     for kind in ("deployments", "services", "pods"):
         assert apiserver.list(kind, NS) == [], kind
-
-
-@pytest.mark.parametrize("kube_version", ["1.30.0", "1.33.0", "1.37.0"])
-def test_runner_pod_is_valid_and_locked_down(kube_conn, kube_version):
-    op = runner_pod_operator(task_id="bench_short", arguments=["step", "short", "--engine", "sglang"],
-                             image="registry.example.org/dayone-runner@sha256:" + "3" * 64, namespace=NS,
-                             kubernetes_conn_id=kube_conn)
-    pod = op.build_pod_request_obj()
-    from kubernetes.client import ApiClient
-
-    doc = ApiClient().sanitize_for_serialization(pod)
-    doc.setdefault("apiVersion", "v1")
-    doc.setdefault("kind", "Pod")
-    kubernetes_validate.validate(doc, kube_version, strict=True)
-    container = doc["spec"]["containers"][0]
-    assert container["command"] == ["dayone"] and container["args"][:2] == ["step", "short"]
-    assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    assert doc["spec"]["securityContext"]["runAsNonRoot"] is True
-    assert doc["spec"]["automountServiceAccountToken"] is False
-    assert doc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dayone"
+    assert RunDir(config.run_id).read_json("state/steps/sglang-teardown.json")["status"] == "ok"

@@ -8,20 +8,21 @@ import time
 import pytest
 from k8s_helpers import CONN_ID, later, run_config
 
-from dayone_airflow.kubernetes import hook_api_client
+from dayone_airflow.connections import hook_api_client
 from tasks import steps
+from tasks.run import RunContext
+from tasks.staging import RunDir
 from tasks.k8s.manifests import render_engine
 from tasks.tables import TABLES, to_frame
-from tasks.targets import kubernetes as k8s_target
 from tasks.targets.base import DeployError
-from tasks.targets.kubernetes import KubernetesTarget, startup_finding_rows
+from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget, startup_finding_rows
 
 NS = "bench"
 
 
 @pytest.fixture
 def target(kube_conn, engine_url):
-    return KubernetesTarget(api_client=hook_api_client, service_url=lambda name, ns, port: engine_url,
+    return KubernetesTarget(ClusterAccess(api_client=hook_api_client, service_url=lambda name, ns, port: engine_url),
                             poll_interval_s=0.05)
 
 
@@ -159,27 +160,30 @@ def test_teardown_after_a_failed_benchmark_deletes_everything_of_the_run(apiserv
                                                                          monkeypatch):
     """Through the pipeline's steps, as the DAG runs them: the benchmark fails, teardown still cleans up."""
     monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path / "runs"))
-    monkeypatch.setattr(k8s_target, "_defaults", {**k8s_target._defaults, "api_client": hook_api_client,
-                                                  "service_url": lambda name, ns, port: "http://127.0.0.1:9"})
+    cluster = ClusterAccess(api_client=hook_api_client, service_url=lambda name, ns, port: "http://127.0.0.1:9")
     config = run_config().model_dump(mode="json", exclude={"run_id"})
-    other = KubernetesTarget(api_client=hook_api_client)
+    config["engines"][0]["ready_timeout_s"] = 0.5
+    other = KubernetesTarget(ClusterAccess(api_client=hook_api_client))
     other_config = run_config(run_id="run-other", engines=("sglang",))
-    other.deploy(other_config, other_config.engines[0], steps.RunDir("run-other", root=tmp_path),
+    other.deploy(other_config, other_config.engines[0], RunDir("run-other", root=tmp_path),
                  other.pin(other_config, other_config.engines[0]))
-    steps.pin(config, "run-1")
+    ctx = RunContext.build(config, "run-1", cluster=cluster)
+    steps.execute(ctx, "pin")
     for engine in ("sglang", "vllm"):
-        steps.deploy(config, "run-1", engine)
+        steps.execute(ctx, "deploy", engine)
         apiserver.start_pod(NS, f"dayone-{engine}-run-1", running=True, ready=True)
         apiserver.set_available(NS, f"dayone-{engine}-run-1")
     # the Service address answers nothing: the engine never serves, the benchmark steps fail
     with pytest.raises(DeployError):
-        steps.wait_ready(config, "run-1", "sglang", timeout_s=0.5, sync_kubernetes=True)
+        steps.execute(ctx, "wait_ready", "sglang")
     with pytest.raises(steps.NotAttempted):
-        steps.functional(config, "run-1", "sglang")
+        steps.execute(ctx, "functional", "sglang")
+    assert RunDir("run-1").read_json("state/steps/sglang-wait_ready.json")["status"] == "failed"
+    assert RunDir("run-1").read_json("state/steps/sglang-functional.json")["status"] == "not_attempted"
     selector = "dayone/run-id=run-1"
     assert len(apiserver.list("pods", NS, selector)) == 2
     for engine in ("sglang", "vllm"):
-        steps.teardown(config, "run-1", engine)
+        steps.execute(ctx, "teardown", engine)
     for kind in ("deployments", "services", "pods"):
         assert apiserver.list(kind, NS, selector) == [], kind
     # the other run is untouched
@@ -202,7 +206,7 @@ def test_cleanup_removes_only_dayone_objects_older_than_the_age(apiserver, targe
     foreign["spec"]["template"]["metadata"]["labels"] = foreign["spec"]["selector"]["matchLabels"] = {"app": "other"}
     apiserver.objects[("deployments", NS, "not-dayone")] = foreign
     assert target.cleanup(config) == []  # young: a running benchmark keeps its engine
-    aged = KubernetesTarget(api_client=hook_api_client, clock=lambda: time.time() + 3700)
+    aged = KubernetesTarget(ClusterAccess(api_client=hook_api_client), clock=lambda: time.time() + 3700)
     deleted = aged.cleanup(config)
     # its pod went with the Deployment (garbage collection), so only two deletions were needed
     assert sorted(deleted) == ["Deployment/dayone-sglang-run-1", "Service/dayone-sglang-run-1"]

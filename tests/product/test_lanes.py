@@ -7,7 +7,7 @@ import time
 import pytest
 from product_fixtures import small_config
 
-from dayone_airflow.lanes import MAX_ENGINES_PER_NODE, check_lanes, lanes, positions
+from tasks.lanes import MAX_ENGINES_PER_NODE, check_lanes, lanes, positions
 from tasks.config import ConfigError, parse_run_config
 
 

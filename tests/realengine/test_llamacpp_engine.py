@@ -11,7 +11,7 @@ import pytest
 
 from tasks.engines import adapter_for
 from tasks.evidence.metrics import scrape
-from tasks.targets.local import _alive
+from tasks.processes import alive as _alive
 
 from llamacpp_helpers import SERVED_MODEL, RunningEngine
 

@@ -1,11 +1,12 @@
 """A killed run never reaches its teardown and leaves its engines on the cluster; the cleanup
-task (CleanupOperator, as the nightly DAG runs it) removes them once they are older than
+step (the nightly's `cleanup` task, before its own deploys) removes them once they are older than
 kubernetes.cleanup_age_s, and leaves a run still going, and everything not DayOne's, alone.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 NS = "bench"
 DIGESTS = {"sglang": "sha256:" + "1" * 64, "vllm": "sha256:" + "2" * 64}
@@ -23,12 +24,16 @@ def _conf(conn_id: str, engines=("sglang", "vllm")) -> dict:
 
 
 def _deploy(conf: dict, run_id: str, apiserver) -> None:
+    from dayone_airflow.connections import cluster_access
     from tasks import steps
+    from tasks.run import RunContext
 
-    steps.plan(conf, run_id)
-    steps.pin(conf, run_id)
+    cluster = replace(cluster_access(), service_url=lambda name, ns, port: "http://127.0.0.1:9")
+    ctx = RunContext.build(conf, run_id, cluster=cluster)
+    for step in ("plan", "pin"):
+        steps.execute(ctx, step)
     for engine in [e["name"] for e in conf["engines"]]:
-        steps.deploy(conf, run_id, engine)
+        steps.execute(ctx, "deploy", engine)
         apiserver.start_pod(NS, f"dayone-{engine}-{run_id}", running=True, ready=True)
 
 
@@ -47,12 +52,9 @@ def _age(apiserver, run_id: str, seconds: float) -> None:
 
 def test_cleanup_task_removes_what_a_killed_run_left_and_nothing_else(apiserver, kube_conn_id, tmp_path,
                                                                       monkeypatch):
-    from dayone_airflow.kubernetes import CleanupOperator, hook_api_client
-    from tasks.targets import kubernetes as k8s_target
+    from dayone_airflow.glue import run_step
 
     monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path / "runs"))
-    monkeypatch.setattr(k8s_target, "_defaults", {**k8s_target._defaults, "api_client": hook_api_client,
-                                                  "service_url": lambda name, ns, port: "http://127.0.0.1:9"})
     conf = _conf(kube_conn_id)
     _deploy(conf, "run-killed", apiserver)  # ... and then the worker died: no teardown ran
     _deploy(_conf(kube_conn_id, engines=("sglang",)), "run-live", apiserver)
@@ -62,7 +64,7 @@ def test_cleanup_task_removes_what_a_killed_run_left_and_nothing_else(apiserver,
         "dayone-sglang-run-killed", "dayone-vllm-run-killed"}
     assert len(apiserver.list("pods", NS, killed)) == 2
 
-    deleted = CleanupOperator(task_id="cleanup").execute({"run_id": "scheduled__nightly", "params": conf})
+    deleted = run_step("cleanup", conf, "scheduled__nightly")["data"]["deleted"]
 
     assert sorted(deleted) == sorted(f"{kind}/dayone-{e}-run-killed" for kind in ("Deployment", "Service")
                                      for e in ("sglang", "vllm"))
@@ -72,4 +74,4 @@ def test_cleanup_task_removes_what_a_killed_run_left_and_nothing_else(apiserver,
     assert [d["metadata"]["name"] for d in apiserver.list("deployments", NS, live)] == ["dayone-sglang-run-live"]
     assert len(apiserver.list("pods", NS, live)) == 1
     # a second cleanup finds nothing more to do
-    assert CleanupOperator(task_id="cleanup").execute({"run_id": "scheduled__nightly", "params": conf}) == []
+    assert run_step("cleanup", conf, "scheduled__nightly")["data"]["deleted"] == []

@@ -1,0 +1,58 @@
+"""Detached process groups: how DayOne starts and stops every local server (engines, the
+simulator, the local S3 server).
+
+A server starts in its own session, so it outlives the task that started it and a stop reaches
+everything it spawned (a supervisor and its server, llama.cpp's threads): SIGTERM to the group,
+SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from tasks.polling import TimedOut, poll
+
+
+def start_group(argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None,
+                preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
+    """Start `argv` in a new session, stdout and stderr appended to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})}, cwd=str(cwd) if cwd else None,
+            start_new_session=True, preexec_fn=preexec_fn,
+        )
+
+
+def alive(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (a zombie child of ours is reaped here)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True  # not our child: it exists
+
+
+def stop_group(pid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM the process group led by `pid`, SIGKILL it after `grace_s`; safe when already gone."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            poll(lambda: True if not alive(pid) else None, timeout_s=grace_s, interval_s=0.1)
+            return
+        except TimedOut:
+            continue

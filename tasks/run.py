@@ -1,0 +1,98 @@
+"""The run context: built once per task from the validated config, handed to every step.
+
+It carries what a step needs from outside the config: the run's storage, how to reach the
+cluster and the registry (`ClusterAccess`), how to build an S3 client for the archive, and, for a
+dated run (the nightly, a backfill), its logical date. The Airflow glue builds it from
+connections and the task's context; `dayone step` builds it from the environment. Nothing is
+set on module globals.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from tasks.config import RunConfig, parse_run_config
+from tasks.context import StepContext, endpoint_for
+from tasks.staging import RunDir
+from tasks.state import readiness
+
+if TYPE_CHECKING:
+    from tasks.targets.base import Deployment, Target
+    from tasks.targets.kubernetes import ClusterAccess
+
+
+class NotAttempted(RuntimeError):
+    """The step was not attempted, e.g. its engine never became ready; the message says why."""
+
+
+def load_config(config: dict[str, Any] | RunConfig, run_id: str) -> RunConfig:
+    """The validated config with its run id; a bad config raises ConfigError naming every field."""
+    if isinstance(config, RunConfig):
+        return config if config.run_id == run_id else config.model_copy(update={"run_id": run_id})
+    return parse_run_config({**config, "run_id": run_id})
+
+
+@dataclass
+class RunContext:
+    config: RunConfig  # validated, with its run id
+    run_dir: RunDir
+    cluster: ClusterAccess | None = None  # None: kubeconfig and environment credentials
+    archive_client: Callable[[], Any] | None = None  # builds the archive's boto3 S3 client
+    logical_date: dt.datetime | None = None  # a dated run pins from the digest catalog
+    backfill: bool = False
+
+    @classmethod
+    def build(cls, config: dict[str, Any] | RunConfig, run_id: str, **services: Any) -> RunContext:
+        cfg = load_config(config, run_id)
+        return cls(cfg, RunDir(run_id), **services)
+
+    @property
+    def run_id(self) -> str:
+        return self.config.run_id or self.run_dir.run_id
+
+    @cached_property
+    def target(self) -> Target:
+        if self.config.target == "local":
+            from tasks.targets.local import LocalTarget
+
+            return LocalTarget()
+        from tasks.targets.kubernetes import KubernetesTarget
+
+        return KubernetesTarget(self.cluster)
+
+    def s3(self) -> Any:
+        if self.archive_client is None:
+            raise RuntimeError("no archive client was given to this run context (the CLI reads AWS_* and "
+                               "DAYONE_S3_ENDPOINT_URL; the DAG reads the archive connection)")
+        return self.archive_client()
+
+    def planned(self) -> None:
+        """Raise NotAttempted when the run was never planned (its config was rejected)."""
+        from tasks.state import manifest
+
+        if manifest(self.run_dir) is None:
+            raise NotAttempted(f"run {self.run_id} was never planned (its config was rejected); nothing to do")
+
+    def deployment(self, engine: str) -> Deployment:
+        from tasks.targets.base import Deployment
+
+        dep = Deployment.load(self.run_dir, engine)
+        if dep is None:
+            raise NotAttempted(f"engine {engine}: not deployed")
+        return dep
+
+    def engine(self, engine: str) -> StepContext:
+        """What a scenario talks to: the engine's endpoint, once the engine is ready."""
+        ready = readiness(self.run_dir, engine)
+        if not ready.ready:
+            raise NotAttempted(f"engine {engine}: not ready ({ready.detail}); step not attempted")
+        dep = self.deployment(engine)
+        return StepContext(self.config, endpoint_for(self.config, engine, dep.base_url, dep.image_digest), self.run_dir)
+
+    def restart_count(self, engine: str) -> Callable[[], int | None]:
+        dep = self.deployment(engine)
+        return lambda: self.target.restart_count(dep)

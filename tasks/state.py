@@ -1,0 +1,123 @@
+"""The run's state: every document a task leaves for a later task, and where it lies in the run.
+
+One place names the layout, so a reader (the report, the verdict, a retry) and a writer never
+disagree about a path; the run's storage (tasks/staging.py RunDir) holds the bytes.
+
+    manifest.json                  the plan: config (env values redacted), matrix, pins
+    pinned.json                    engine -> identity and image digest
+    deployments/<engine>.json      where the engine serves and how to find its process or pods
+    k8s/<engine>.json              the Kubernetes objects applied (env values redacted)
+    state/<engine>/ready.json      readiness: the scenario steps run only for a ready engine
+    state/<engine>/shapes.json     the (input, output, concurrency) shapes already warmed
+    state/steps/<step>.json        each step's outcome (run-level) ...
+    state/steps/<engine>-<step>.json   ... or per engine: ok, skipped, failed, not_attempted
+    summaries/<engine>/<scenario>.json  a performance scenario's figures
+    verdicts/<engine>/prefix_cache.json the prefix-cache verdict
+    validation.json, archive.json, regressions.json, summary.json, report.html
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from tasks.staging import RunDir
+
+MANIFEST = "manifest.json"
+PINNED = "pinned.json"
+VALIDATION = "validation.json"
+ARCHIVED = "archive.json"
+REGRESSIONS = "regressions.json"
+SUMMARY = "summary.json"
+REPORT = "report.html"
+OUTCOMES_DIR = "state/steps"
+
+
+def deployment_doc(engine: str) -> str:
+    return f"deployments/{engine}.json"
+
+
+def applied_objects_doc(engine: str) -> str:
+    return f"k8s/{engine}.json"
+
+
+def readiness_doc(engine: str) -> str:
+    return f"state/{engine}/ready.json"
+
+
+def warmed_shapes_doc(engine: str) -> str:
+    return f"state/{engine}/shapes.json"
+
+
+def perf_summary_doc(engine: str, scenario: str) -> str:
+    return f"summaries/{engine}/{scenario}.json"
+
+
+def cache_verdict_doc(engine: str) -> str:
+    return f"verdicts/{engine}/prefix_cache.json"
+
+
+def outcome_doc(step: str, engine: str | None) -> str:
+    return f"{OUTCOMES_DIR}/{engine}-{step}.json" if engine else f"{OUTCOMES_DIR}/{step}.json"
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class EngineReadiness(_Doc):
+    """Whether the engine serves; `detail` says what it is doing or why it failed."""
+
+    ready: bool = False
+    detail: str = "never deployed"
+    waited_s: float | None = None
+
+
+StepStatus = Literal["ok", "skipped", "failed", "not_attempted"]
+
+
+class StepOutcome(_Doc):
+    """How a step ended. `detail` and `trace` are desensitized before they are written."""
+
+    step: str
+    engine: str | None = None
+    status: StepStatus
+    detail: str = ""
+    trace: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.engine or 'run'}/{self.step}"
+
+
+def set_readiness(run_dir: RunDir, engine: str, ready: bool, detail: str, waited_s: float | None = None) -> None:
+    run_dir.write_json(readiness_doc(engine),
+                       EngineReadiness(ready=ready, detail=detail, waited_s=waited_s).model_dump())
+
+
+def readiness(run_dir: RunDir, engine: str) -> EngineReadiness:
+    doc = run_dir.read_json(readiness_doc(engine))
+    return EngineReadiness.model_validate(doc) if doc else EngineReadiness()
+
+
+def write_outcome(run_dir: RunDir, outcome: StepOutcome) -> None:
+    run_dir.write_json(outcome_doc(outcome.step, outcome.engine), outcome.model_dump(exclude_defaults=False))
+
+
+def outcomes(run_dir: RunDir) -> list[StepOutcome]:
+    """Every recorded step outcome of the run, in path order."""
+    found = []
+    for path in sorted((run_dir.path / OUTCOMES_DIR).glob("*.json")):
+        doc = run_dir.read_json(f"{OUTCOMES_DIR}/{path.name}")
+        if doc:
+            found.append(StepOutcome.model_validate(doc))
+    return found
+
+
+def pinned(run_dir: RunDir) -> dict[str, dict]:
+    return run_dir.read_json(PINNED, {}) or {}
+
+
+def manifest(run_dir: RunDir) -> dict | None:
+    return run_dir.read_json(MANIFEST)

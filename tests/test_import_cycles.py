@@ -1,0 +1,77 @@
+"""No import cycles among DayOne's modules (tasks/ and plugins/), counting every import, also
+the ones inside functions: a cycle hidden in a function is still two modules that cannot be
+understood, tested or moved one without the other."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = {"tasks": ROOT, "dayone_airflow": ROOT / "plugins"}
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package, base in PACKAGES.items():
+        for path in (base / package).rglob("*.py"):
+            parts = path.relative_to(base).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imported(node: ast.AST, module: str, is_package: bool, known: set[str]) -> set[str]:
+    """The project modules an import statement names (a package's submodules when imported by name)."""
+    names: set[str] = set()
+    if isinstance(node, ast.Import):
+        names = {alias.name for alias in node.names}
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            anchor = module.split(".") if is_package else module.split(".")[:-1]
+            anchor = anchor[: len(anchor) - (node.level - 1)]
+            base = ".".join([*anchor, *([base] if base else [])])
+        names = {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return {n for n in names if n in known}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    known = set(modules)
+    graph = {}
+    for module, path in modules.items():
+        is_package = path.name == "__init__.py"
+        edges: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            edges |= _imported(node, module, is_package, known)
+        # A package importing its own submodules (to register or re-export them) is how packages work,
+        # and a submodule importing its package's __init__ is implied by Python: neither is a cycle of ours.
+        graph[module] = {m for m in edges if m != module and not m.startswith(module + ".")
+                         and not module.startswith(m + ".")}
+    return graph
+
+
+def test_the_graph_sees_imports_inside_functions():
+    graph = import_graph()
+    assert "tasks.config" in graph["tasks.steps"]
+    assert "tasks.scenarios.perf" in graph["tasks.steps"]  # imported inside a step function
+    assert len(graph) > 80
+
+
+def test_no_import_cycles():
+    try:
+        graphlib.TopologicalSorter(import_graph()).prepare()
+    except graphlib.CycleError as exc:
+        cycle = " -> ".join(exc.args[1])
+        raise AssertionError(f"import cycle: {cycle}") from None
+
+
+def test_a_cycle_would_be_found():
+    graph = import_graph()
+    graph["tasks.config"] = graph["tasks.config"] | {"tasks.steps"}  # steps imports config: now a cycle
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError:
+        return
+    raise AssertionError("a planted cycle went unnoticed")

@@ -19,6 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
+from tasks import state
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.staging import RunDir
@@ -112,10 +113,10 @@ def json_bytes(doc: Any) -> bytes:
 
 def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
     """Upload manifest, tables and validation for every engine. Safe to retry."""
-    validation = run_dir.read_json("validation.json")
+    validation = run_dir.read_json(state.VALIDATION)
     quarantined = not (validation and validation.get("success"))
-    pinned = run_dir.read_json("pinned.json", {})
-    manifest = desensitize(run_dir.read_json("manifest.json", {}))
+    pinned = state.pinned(run_dir)
+    manifest = desensitize(state.manifest(run_dir) or {})
     bucket = cfg.archive.bucket
     ensure_bucket(s3, bucket)
     frames = {name: run_dir.frame(name) for name in TABLES}
@@ -145,7 +146,7 @@ def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
     put_once(s3, bucket, index_key(cfg), json_bytes(index), "application/json")
     keys.append(index_key(cfg))
     result = {"bucket": bucket, "quarantined": quarantined, "prefixes": prefixes, "keys": keys}
-    run_dir.write_json("archive.json", result)
+    run_dir.write_json(state.ARCHIVED, result)
     log.info("archived run %s to s3://%s (%d objects%s)", cfg.run_id, bucket, len(keys),
              ", QUARANTINED" if quarantined else "")
     return result

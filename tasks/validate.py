@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from tasks.staging import RunDir
+from tasks.state import VALIDATION
 from tasks.tables import TABLES, Table
 
 log = logging.getLogger("dayone.validate")
@@ -113,7 +114,7 @@ def validate_run(run_dir: RunDir) -> dict[str, Any]:
     frames = {name: run_dir.frame(name) for name in TABLES}
     results = validate_frames(frames)
     doc = {"success": all(r["success"] for r in results.values()), "tables": results}
-    run_dir.write_json("validation.json", doc)
+    run_dir.write_json(VALIDATION, doc)
     for name, r in results.items():
         if not r["success"]:
             log.warning("table %s failed validation: %s", name, r["failed"])

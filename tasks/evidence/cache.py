@@ -24,6 +24,7 @@ from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, plai
 from tasks.evidence.stream import excerpt, stream_post
 from tasks.evidence.window import Window, hit_rate_over
 from tasks.staging import RowWriter
+from tasks.state import cache_verdict_doc
 
 SCENARIO = "prefix_cache"
 MIN_TTFT_DECREASE = 0.30
@@ -222,5 +223,5 @@ def run_prefix_cache(ctx: StepContext, restart_count: Callable[[], int | None] |
     )
     if not cleared:
         doc["reason"] += f"; note: the cache was not cleared before the cold request ({clear_detail})"
-    ctx.run_dir.write_json(f"verdicts/{ep.engine}/prefix_cache.json", doc)
+    ctx.run_dir.write_json(cache_verdict_doc(ep.engine), doc)
     return doc

@@ -30,16 +30,15 @@ def start_group(argv: Sequence[str], log_path: Path, env: dict[str, str] | None 
 
 
 def alive(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (a zombie child of ours is reaped here)."""
+    """Whether the process exists and has not exited (a zombie child of ours has exited)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        return done == 0
+    try:  # a zombie child of ours has exited: look without reaping, so its Popen still gets the exit code
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
     except ChildProcessError:
         return True  # not our child: it exists
 

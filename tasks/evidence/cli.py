@@ -15,10 +15,10 @@ from typing import Any
 
 from tasks.config import DIALECTS, ConfigError, RunConfig, parse_run_config
 from tasks.context import StepContext, endpoint_for
+from tasks.scenarios import SCENARIO_SWITCHES
 from tasks.staging import RunDir
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
 
-ALL_OFF = ("short", "prefill", "decode", "rate", "long_context", "boundary", "prefix_cache", "functional")
 
 
 # ---- shared by the check, longctx and cache commands ---------------------------------------------
@@ -52,7 +52,7 @@ def floats(text: str, field: str) -> list[float]:
 
 def config_doc(args: argparse.Namespace, command: str, scenarios: dict[str, Any]) -> dict[str, Any]:
     """A run config for one external endpoint with only `scenarios` enabled."""
-    sc: dict[str, Any] = {name: {"enabled": False} for name in ALL_OFF}
+    sc: dict[str, Any] = {name: {"enabled": False} for name in SCENARIO_SWITCHES}
     sc["warmup"] = False
     sc.update(scenarios)
     model: dict[str, Any] = {"name": args.model}

@@ -15,11 +15,11 @@ from typing import Any
 
 from tasks.config import DIALECTS, ConfigError, parse_run_config
 from tasks.context import StepContext, endpoint_for
+from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
 
 log = logging.getLogger("dayone.bench")
-PERF = ("short", "prefill", "decode", "rate")
 
 
 def register(subparsers: Any) -> None:
@@ -81,12 +81,10 @@ def parse_slo(text: str | None) -> dict[str, float]:
 def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     scenarios = [s.strip() for s in args.scenario.split(",") if s.strip()]
     for s in scenarios:
-        if s not in PERF:
-            raise ConfigError([("--scenario", f"{s!r} is not a performance scenario", f"use {', '.join(PERF)}")])
+        if s not in PERF_SCENARIOS:
+            raise ConfigError([("--scenario", f"{s!r} is not a performance scenario", f"use {', '.join(PERF_SCENARIOS)}")])
     engine = args.engine or args.dialect
-    sc: dict[str, Any] = {name: {"enabled": name in scenarios} for name in PERF}
-    for name in ("long_context", "boundary", "prefix_cache", "functional"):
-        sc[name] = {"enabled": False}
+    sc: dict[str, Any] = {name: {"enabled": name in scenarios} for name in SCENARIO_SWITCHES}
     sc["warmup"] = not args.no_warmup
     for name in scenarios:
         if args.rounds is not None:
@@ -147,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     if config.scenarios.warmup:
         summary["warmup"] = watch_step(ctx, "warmup", restart_count, lambda: run_warmup(ctx))
     failed_rounds = 0
-    for name in PERF:
+    for name in PERF_SCENARIOS:
         if getattr(config.scenarios, name).enabled:
             result = watch_step(ctx, name, restart_count, lambda: run_perf(ctx, name))
             summary["scenarios"][name] = result
@@ -166,7 +164,7 @@ def _apply_stream_rule(summary: dict[str, Any], run_dir: RunDir, engine: str) ->
     they did not stream, TTFT, TPOT and ITL are withheld from the summary and the printout."""
     from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
 
-    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF]
+    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
     summary["ttft"] = ttft_verdict(None, measured)
     if summary["ttft"]["reliable"]:
         return

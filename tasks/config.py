@@ -8,9 +8,11 @@ input fails in one place, before anything is deployed, with one kind of message:
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tasks.models import KNOWN_MODELS
 
 DIALECTS = ("sglang", "vllm", "llamacpp", "openai")
 Dialect = Literal["sglang", "vllm", "llamacpp", "openai"]
@@ -26,7 +28,11 @@ _SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
 # The same grammar for JSON schema (ECMA-262 has no named groups), so the trigger form checks it too.
 IMAGE_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", _IMAGE_RE.pattern)
 
-# Hints shown after "Fix:"; keyed by the last component of the field path.
+ReasoningFormat = Literal["none", "auto", "deepseek", "deepseek-legacy"]
+FlashAttn = Literal["auto", "on", "off"]
+
+# Hints shown after "Fix:"; keyed by the last component of the field path, or the last two
+# ("llamacpp.model") where the last alone is ambiguous; "X.*" covers every field below X.
 FIX_HINTS: dict[str, str] = {
     "image": "use NAME[:TAG] or REGISTRY/NAME[:TAG][@sha256:<64 hex>], e.g. lmsysorg/sglang:v0.5.0",
     "concurrency": "give a list of integers >= 1, e.g. [1, 4, 8]",
@@ -38,6 +44,21 @@ FIX_HINTS: dict[str, str] = {
     "rounds": "give an integer >= 1",
     "depths": "give fractions between 0 and 1, e.g. [0.1, 0.5, 0.9]",
     "rates": "give request rates > 0 in requests per second",
+    "llamacpp.model": f"use one of {', '.join(KNOWN_MODELS)} or a GGUF file path",
+    "llamacpp.ctx_size": "give the KV cache size in tokens, e.g. 4096",
+    "llamacpp.parallel": "give the number of slots, an integer >= 1",
+    "llamacpp.threads": "give a thread count >= 1 (default: the CPU count minus one)",
+    "llamacpp.threads_batch": "give a thread count >= 1 (default: threads)",
+    "llamacpp.batch_size": "give an integer >= 1",
+    "llamacpp.ubatch_size": "give an integer >= 1, at most batch_size",
+    "llamacpp.kv_unified": "give true or false",
+    "llamacpp.cont_batching": "give true or false",
+    "llamacpp.cache_prompt": "give true or false",
+    "llamacpp.cache_ram_mib": "give MiB >= 0; 0 turns the host-RAM prompt cache off",
+    "llamacpp.chat_template": "give a built-in template name such as chatml, or a Jinja template",
+    "llamacpp.reasoning_format": f"use one of {', '.join(get_args(ReasoningFormat))}",
+    "llamacpp.flash_attn": f"use one of {', '.join(get_args(FlashAttn))}",
+    "llamacpp.temperature": "give a temperature >= 0, e.g. 0 for greedy decoding",
 }
 
 
@@ -67,6 +88,48 @@ class ModelSpec(_Model):
                           "false or null (unknown): no reasoning is not applicable.")
 
 
+class LlamaCppSettings(_Model):
+    """llama.cpp server settings for the llamacpp launcher (and the llamacpp dialect's container)."""
+
+    # Strict like the server's own options: "4" or 1 for true is a mistake, not a number or a flag.
+    model_config = ConfigDict(strict=True)
+
+    model: str | None = Field(
+        None, description=f"GGUF model: {', '.join(KNOWN_MODELS)} (tasks/models.py) or a file path; "
+                          "default: model.path, else smollm2.")
+    ctx_size: int = Field(4096, ge=256, description="KV cache size in tokens; with kv_unified every slot may use all.")
+    parallel: int = Field(1, ge=1, description="Slots: requests decoded together (continuous batching).")
+    threads: int | None = Field(
+        None, ge=1, description="Decode threads; default (null): the CPU count minus one, one core left to the "
+                                "load client.")
+    threads_batch: int | None = Field(None, ge=1, description="Prompt-processing threads; default (null): threads.")
+    batch_size: int = Field(2048, ge=1, description="Logical batch (n_batch).")
+    ubatch_size: int = Field(512, ge=1, description="Physical batch (n_ubatch), at most batch_size.")
+    kv_unified: bool = Field(True, description="One KV buffer shared by all slots (false: ctx_size / parallel each).")
+    cont_batching: bool = Field(True, description="Continuous batching.")
+    cache_prompt: bool = Field(True, description="Reuse a slot's KV for a shared prompt prefix.")
+    cache_ram_mib: int = Field(
+        0, ge=0, description="Host-RAM prompt cache in MiB; 0 so a slot erase really empties the caches.")
+    chat_template: str = Field(
+        "", description="A built-in template name (e.g. chatml) or a Jinja template; empty: the model's own.")
+    reasoning_format: ReasoningFormat = Field("deepseek", description="How reasoning is split from the content.")
+    flash_attn: FlashAttn = Field("auto", description="Flash attention.")
+    temperature: float | None = Field(
+        None, ge=0, description="Default sampling temperature of requests that set none; default (null): "
+                                "llama.cpp's (0.8).")
+
+    @model_validator(mode="after")
+    def _batches(self) -> LlamaCppSettings:
+        if self.ubatch_size > self.batch_size:
+            raise ValueError(f"ubatch_size: {self.ubatch_size} is over batch_size {self.batch_size}. "
+                             "Fix: give ubatch_size <= batch_size")
+        return self
+
+    def model_for(self, model: ModelSpec) -> str:
+        """The model the server loads: this setting, else model.path, else SmolLM2."""
+        return self.model or model.path or "smollm2"
+
+
 class EngineSpec(_Model):
     name: str = Field(..., description="Engine name in tables and the archive, e.g. sglang or vllm-preview.",
                       json_schema_extra={"pattern": _SLUG_RE.pattern})
@@ -84,7 +147,9 @@ class EngineSpec(_Model):
     )
     endpoint: str | None = Field(None, description="Base URL of an already running server (launcher=external).")
     sim_profile: dict[str, Any] = Field(default_factory=dict, description="Simulator profile overrides (launcher=sim).")
-    llamacpp: dict[str, Any] = Field(default_factory=dict, description="llama.cpp server settings (launcher=llamacpp).")
+    llamacpp: LlamaCppSettings | None = Field(
+        None, title="llama.cpp settings",
+        description="llama.cpp server settings (launcher=llamacpp; on kubernetes, dialect=llamacpp).")
     digest: str | None = Field(None, description="Pinned digest for backfills; overrides resolving the tag.",
                                json_schema_extra={"pattern": r"^sha256:[a-f0-9]{64}$"})
     ready_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
@@ -116,6 +181,11 @@ class EngineSpec(_Model):
     @property
     def tp(self) -> int:
         return self.tensor_parallel or max(self.gpus, 1)
+
+    @property
+    def llamacpp_settings(self) -> LlamaCppSettings:
+        """The llama.cpp settings given, with their defaults."""
+        return self.llamacpp or LlamaCppSettings()
 
 
 class PerfScenario(_Model):
@@ -284,6 +354,8 @@ class RunConfig(_Model):
             for i, e in enumerate(self.engines):
                 if not e.image:
                     raise ValueError(f"engines[{i}].image: required when target is kubernetes")
+        for i, e in enumerate(self.engines):
+            self._llamacpp_checks(i, e)
         limit = self.usable_context_tokens(self.scenarios.long_context.output_tokens)
         for i, n in enumerate(self.scenarios.long_context.lengths):
             if self.scenarios.long_context.enabled and n > limit:
@@ -299,6 +371,30 @@ class RunConfig(_Model):
                     f"({self.model.context_limit_tokens} minus output and template = {blimit})"
                 )
         return self
+
+    def _llamacpp_checks(self, i: int, e: EngineSpec) -> None:
+        """Who reads engines[i].llamacpp depends on the target: the llamacpp launcher on this
+        machine, the llamacpp dialect's container command on a cluster."""
+        given = e.llamacpp is not None and e.llamacpp.model_fields_set  # {} is "nothing given"
+        if self.target == "kubernetes":
+            if given and e.dialect != "llamacpp":
+                raise ValueError(f"engines[{i}].llamacpp: only the llamacpp dialect reads it, and dialect is "
+                                 f"{e.dialect!r}. Fix: remove llamacpp, or set dialect: llamacpp")
+            return
+        if e.launcher != "llamacpp":
+            if given:
+                raise ValueError(f"engines[{i}].llamacpp: only the llamacpp launcher reads it, and launcher is "
+                                 f"{e.launcher!r}. Fix: remove llamacpp, or set launcher: llamacpp")
+            return
+        if e.args:
+            raise ValueError(f"engines[{i}].args: the llamacpp launcher takes no command-line arguments. "
+                             f"Fix: put settings in engines[{i}].llamacpp ({', '.join(LlamaCppSettings.model_fields)})")
+        settings = e.llamacpp_settings
+        known = KNOWN_MODELS.get(settings.model_for(self.model))
+        if known and settings.ctx_size > known.context_limit_tokens:
+            limit = known.context_limit_tokens
+            raise ValueError(f"engines[{i}].llamacpp.ctx_size: {settings.ctx_size} is over {known.name}'s trained "
+                             f"context {limit}. Fix: give ctx_size <= {limit}")
 
     def usable_context_tokens(self, output_tokens: int) -> int:
         return self.model.context_limit_tokens - output_tokens - self.model.template_overhead_tokens
@@ -321,8 +417,21 @@ def _path(loc: tuple[Any, ...]) -> str:
 
 
 def _fix_for(path: str) -> str:
-    last = re.sub(r"\[\d+\]$", "", path).rsplit(".", 1)[-1]
-    return FIX_HINTS.get(last, "see this field's description in the trigger form or docs/config")
+    parts = re.sub(r"\[\d+\]", "", path).split(".")
+    for key in (".".join(parts[-2:]), parts[-1], *(f"{p}.*" for p in parts[:-1])):
+        if key in FIX_HINTS:
+            return FIX_HINTS[key]
+    return "see this field's description in the trigger form or docs/config"
+
+
+# Sections whose field names an unknown-field fix lists (what a typo there was likely meant to be).
+_LISTED_FIELDS = {"llamacpp": LlamaCppSettings.model_fields}
+
+
+def _unknown_fix(path: str) -> str:
+    parent = re.sub(r"\[\d+\]", "", path).split(".")[-2:-1]
+    known = _LISTED_FIELDS.get(parent[0]) if parent else None
+    return "remove it or check its spelling" + (f" (known: {', '.join(known)})" if known else "")
 
 
 def parse_run_config(data: dict[str, Any] | None) -> RunConfig:
@@ -337,16 +446,22 @@ def parse_run_config(data: dict[str, Any] | None) -> RunConfig:
         problems = []
         for err in exc.errors(include_url=False):
             path = _path(tuple(err["loc"]))
-            msg = err["msg"].removeprefix("Value error, ")
-            # Cross-field errors carry their own field path in the message.
-            m = re.match(r"^([A-Za-z_][\w.\[\]]*): (.*)$", msg)
-            if m and path == "config":
-                path, msg = m.group(1), m.group(2)
             if err["type"] == "extra_forbidden":
-                msg = "unknown field"
-                problems.append((path, msg, "remove it or check its spelling"))
+                problems.append((path, "unknown field", _unknown_fix(path)))
                 continue
-            problems.append((path, msg, _fix_for(path)))
+            msg = err["msg"].removeprefix("Value error, ")
+            fix = None
+            if err["type"] == "value_error":
+                # A model's own check names its field (relative to the model) and may say the fix.
+                m = re.match(r"^([A-Za-z_][\w.\[\]]*): (.*)$", msg, re.S)
+                if m:
+                    field, msg = m.groups()
+                    if path == "config":
+                        path = field
+                    elif not path.endswith(field):
+                        path = f"{path}.{field}"
+                msg, _, fix = msg.partition(". Fix: ")
+            problems.append((path, msg, fix or _fix_for(path)))
         raise ConfigError(problems) from None
 
 

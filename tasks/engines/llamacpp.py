@@ -105,23 +105,22 @@ class LlamaCppAdapter(EngineAdapter):
     def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
         """llama-server in a container (ghcr.io/ggml-org/llama.cpp:server); settings as the local
         launcher reads them from engines[i].llamacpp."""
-        settings = dict(engine.llamacpp)
-        parallel = int(settings.get("parallel", 1))
+        settings = engine.llamacpp_settings
         cmd = [
             "/app/llama-server",
-            "--model", model.path or str(settings.get("model", model.name)),
+            "--model", model.path or settings.model or model.name,
             "--alias", model.name,
             "--host", "0.0.0.0",
             "--port", str(port),
-            "--ctx-size", str(int(settings.get("ctx_size", 4096))),
-            "--parallel", str(parallel),
+            "--ctx-size", str(settings.ctx_size),
+            "--parallel", str(settings.parallel),
             "--metrics",
             "--slots",
             "--slot-save-path", SLOT_SAVE_DIR,  # needed for slot erase (cache clear)
-            "--cache-ram", str(int(settings.get("cache_ram_mib", 0))),
+            "--cache-ram", str(settings.cache_ram_mib),
         ]
-        if settings.get("kv_unified", True):
+        if settings.kv_unified:
             cmd.append("--kv-unified")
-        if settings.get("chat_template"):
-            cmd += ["--chat-template", str(settings["chat_template"])]
+        if settings.chat_template:
+            cmd += ["--chat-template", settings.chat_template]
         return cmd + list(engine.args)

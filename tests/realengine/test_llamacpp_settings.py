@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tasks.config import ConfigError, parse_run_config
 from tasks.engines import adapter_for
 from tasks.models import KNOWN_MODELS, ModelNotFound, model_path
 from tasks.targets.llamacpp import LlamaCppLauncher, LlamaCppSettingsError, resolve_settings
@@ -53,20 +54,32 @@ def test_defaults_are_filled_in_and_recorded():
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"paralel": 4}, r"engines\[0\]\.llamacpp\.paralel: unknown setting"),
-        ({"parallel": 0}, r"engines\[0\]\.llamacpp\.parallel: 0 is not valid. Fix: give the number of slots"),
-        ({"parallel": "4"}, r"engines\[0\]\.llamacpp\.parallel: '4' is not valid"),
-        ({"kv_unified": 1}, r"engines\[0\]\.llamacpp\.kv_unified: 1 is not valid. Fix: give true or false"),
-        ({"flash_attn": "yes"}, r"engines\[0\]\.llamacpp\.flash_attn: 'yes' is not valid. Fix: use one of auto, on, off"),
+        ({"paralel": 4}, r"engines\[0\]\.llamacpp\.paralel: unknown field. Fix: .*known: model, ctx_size, parallel"),
+        ({"parallel": 0}, r"engines\[0\]\.llamacpp\.parallel: .*Fix: give the number of slots"),
+        ({"parallel": "4"}, r"engines\[0\]\.llamacpp\.parallel: Input should be a valid integer"),
+        ({"kv_unified": 1}, r"engines\[0\]\.llamacpp\.kv_unified: .*Fix: give true or false"),
+        ({"flash_attn": "yes"}, r"engines\[0\]\.llamacpp\.flash_attn: .*Fix: use one of auto, on, off"),
         ({"ctx_size": 16384}, r"engines\[0\]\.llamacpp\.ctx_size: 16384 is over smollm2's trained context 8192"),
-        ({"temperature": -1}, r"engines\[0\]\.llamacpp\.temperature: -1.0 is not valid. Fix: give a temperature >= 0"),
+        ({"temperature": -1}, r"engines\[0\]\.llamacpp\.temperature: .*Fix: give a temperature >= 0"),
         ({"batch_size": 64, "ubatch_size": 128}, r"engines\[0\]\.llamacpp\.ubatch_size: 128 is over batch_size 64"),
     ],
 )
-def test_a_bad_setting_is_refused_naming_its_field_and_fix(settings, message):
-    config = llamacpp_config(settings)
-    with pytest.raises(LlamaCppSettingsError, match=message):
-        LocalTarget().pin(config, config.engines[0])
+def test_a_bad_setting_is_refused_by_the_run_config_naming_its_field_and_fix(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        llamacpp_config(settings)
+
+
+def test_the_trained_context_is_the_one_of_the_model_in_the_settings():
+    assert llamacpp_config({"model": "gemma3-270m", "ctx_size": 16384}).engines[0].llamacpp_settings.ctx_size == 16384
+    with pytest.raises(ConfigError, match=r"ctx_size: 32769 is over gemma3-270m's trained context 32768"):
+        llamacpp_config({"model": "gemma3-270m", "ctx_size": 32769})
+
+
+def test_args_are_refused_with_the_llamacpp_launcher():
+    with pytest.raises(ConfigError, match=r"engines\[0\]\.args: the llamacpp launcher takes no command-line "
+                                          r"arguments. Fix: put settings in engines\[0\]\.llamacpp"):
+        parse_run_config({"engines": [{"name": "l", "dialect": "llamacpp", "launcher": "llamacpp",
+                                       "args": ["-c", "8"]}]})
 
 
 def test_an_unknown_model_file_is_refused_at_pin():

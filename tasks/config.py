@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.models import KNOWN_MODELS
+from tasks.sim.profile import Profile
 
 DIALECTS = ("sglang", "vllm", "llamacpp", "openai")
 Dialect = Literal["sglang", "vllm", "llamacpp", "openai"]
@@ -44,6 +45,8 @@ FIX_HINTS: dict[str, str] = {
     "rounds": "give an integer >= 1",
     "depths": "give fractions between 0 and 1, e.g. [0.1, 0.5, 0.9]",
     "rates": "give request rates > 0 in requests per second",
+    "endpoint": "give the base URL of the running server, e.g. http://127.0.0.1:30000",
+    "sim_profile.*": "give a value the simulator's Profile accepts (tasks/sim/profile.py)",
     "llamacpp.model": f"use one of {', '.join(KNOWN_MODELS)} or a GGUF file path",
     "llamacpp.ctx_size": "give the KV cache size in tokens, e.g. 4096",
     "llamacpp.parallel": "give the number of slots, an integer >= 1",
@@ -146,7 +149,10 @@ class EngineSpec(_Model):
         "sim", description="For target=local: DayOne's simulator, llama.cpp's server, or an already running endpoint."
     )
     endpoint: str | None = Field(None, description="Base URL of an already running server (launcher=external).")
-    sim_profile: dict[str, Any] = Field(default_factory=dict, description="Simulator profile overrides (launcher=sim).")
+    # A free object in the form (the simulator's Profile is large); checked against it when parsed.
+    sim_profile: dict[str, Any] = Field(
+        default_factory=dict, description="Simulator profile overrides (launcher=sim), fields of the simulator's "
+        "Profile (tasks/sim/profile.py), e.g. {\"startup_delay_s\": 1, \"slots\": 8}.")
     llamacpp: LlamaCppSettings | None = Field(
         None, title="llama.cpp settings",
         description="llama.cpp server settings (launcher=llamacpp; on kubernetes, dialect=llamacpp).")
@@ -177,6 +183,22 @@ class EngineSpec(_Model):
         if v is not None and not re.fullmatch(r"sha256:[a-f0-9]{64}", v):
             raise ValueError(f"{v!r} is not a sha256 digest")
         return v
+
+    @field_validator("sim_profile")
+    @classmethod
+    def _sim_profile(cls, v: dict[str, Any]) -> dict[str, Any]:
+        # Kept as given (the launcher merges it over the run's model); its errors carry their field paths.
+        Profile.model_validate(v)
+        return v
+
+    @model_validator(mode="after")
+    def _launcher_fields(self) -> EngineSpec:
+        if self.launcher == "external" and not self.endpoint:
+            raise ValueError("endpoint: required when launcher is 'external'")
+        if self.sim_profile and self.launcher != "sim":
+            raise ValueError(f"sim_profile: only the simulator reads it, and launcher is {self.launcher!r}. "
+                             "Fix: remove sim_profile, or set launcher: sim")
+        return self
 
     @property
     def tp(self) -> int:
@@ -425,7 +447,7 @@ def _fix_for(path: str) -> str:
 
 
 # Sections whose field names an unknown-field fix lists (what a typo there was likely meant to be).
-_LISTED_FIELDS = {"llamacpp": LlamaCppSettings.model_fields}
+_LISTED_FIELDS = {"llamacpp": LlamaCppSettings.model_fields, "sim_profile": Profile.model_fields}
 
 
 def _unknown_fix(path: str) -> str:

@@ -43,3 +43,58 @@ def test_bad_input_names_the_field_and_the_fix(bad, field, fix):
     message = str(info.value)
     assert message.startswith(field + ":"), message
     assert "Fix:" in message and fix in message
+
+
+# ---- launcher settings: typed, and checked against the launcher that reads them ----------------
+
+@pytest.mark.parametrize(
+    ("engine", "field", "fix"),
+    [
+        ({"sim_profile": {"startup_delay": 1}}, "engines[0].sim_profile.startup_delay", "startup_delay_s"),
+        ({"sim_profile": {"slots": 0}}, "engines[0].sim_profile.slots", "Profile"),
+        ({"sim_profile": {"faults": {"error_burst": {"count": 3}}}}, "engines[0].sim_profile.faults.error_burst",
+         "Profile"),
+        ({"llamacpp": {"parallel": 2}}, "engines[0].llamacpp", "set launcher: llamacpp"),
+        ({"launcher": "llamacpp", "sim_profile": {"slots": 2}}, "engines[0].sim_profile", "set launcher: sim"),
+        ({"launcher": "external"}, "engines[0].endpoint", "base URL"),
+    ],
+)
+def test_launcher_settings_are_checked_when_the_config_is_parsed(engine, field, fix):
+    with pytest.raises(ConfigError) as info:
+        parse_run_config({"engines": [{"name": "e", "dialect": "vllm", **engine}]})
+    message = str(info.value)
+    assert message.startswith(field + ": "), message
+    assert "Fix:" in message and fix in message.split("Fix:", 1)[1], message
+
+
+def test_a_sim_profile_typo_is_an_unknown_field_naming_the_known_ones():
+    with pytest.raises(ConfigError) as info:
+        parse_run_config({"engines": [{"name": "e", "dialect": "vllm", "sim_profile": {"startup_delay": 1}}]})
+    [(path, message, fix)] = info.value.problems
+    assert (path, message) == ("engines[0].sim_profile.startup_delay", "unknown field") and "startup_delay_s" in fix
+
+
+def test_sim_profile_stays_the_mapping_of_the_overrides_given():
+    overrides = {"startup_delay_s": 2, "faults": {"never_ready": True}}
+    engine = parse_run_config({"engines": [{"name": "e", "dialect": "vllm", "sim_profile": overrides}]}).engines[0]
+    assert engine.sim_profile == overrides and engine.sim_profile.get("startup_delay_s", 0) == 2
+
+
+def test_on_a_cluster_llamacpp_settings_belong_to_the_llamacpp_dialect():
+    base = {"target": "kubernetes", "model": {"path": "/models/m.gguf"}}
+    llamacpp = {"name": "l", "dialect": "llamacpp", "image": "ghcr.io/ggml-org/llama.cpp:server"}
+    cfg = parse_run_config({**base, "engines": [{**llamacpp, "args": ["--threads", "8"], "llamacpp": {"parallel": 4}}]})
+    assert cfg.engines[0].llamacpp_settings.parallel == 4 and cfg.engines[0].args == ["--threads", "8"]
+    with pytest.raises(ConfigError, match=r"^engines\[0\]\.llamacpp: .*Fix: remove llamacpp, or set dialect: llamacpp"):
+        parse_run_config({**base, "engines": [{"name": "v", "dialect": "vllm", "image": "vllm/vllm-openai:v0.10.0",
+                                               "llamacpp": {"parallel": 4}}]})
+
+
+def test_a_parsed_config_parses_again_from_its_dump():
+    """The plan records the config as JSON and later steps parse it again: defaults must not read as 'given'."""
+    cfg = parse_run_config({"engines": [
+        {"name": "s", "dialect": "sglang"},
+        {"name": "l", "dialect": "llamacpp", "launcher": "llamacpp", "llamacpp": {"parallel": 2, "temperature": 0}},
+        {"name": "x", "dialect": "openai", "launcher": "external", "endpoint": "http://127.0.0.1:9"}]})
+    assert parse_run_config(cfg.model_dump(mode="json")) == cfg
+    assert parse_run_config({"engines": [{"name": "s", "dialect": "sglang", "llamacpp": {}, "sim_profile": {}}]})

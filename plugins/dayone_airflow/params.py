@@ -28,26 +28,31 @@ ORDER = tuple(SECTIONS)
 
 @lru_cache(maxsize=1)
 def _schema() -> dict[str, Any]:
-    return _nullable_inline(RunConfig.model_json_schema())
+    schema = RunConfig.model_json_schema()
+    return _nullable_inline(schema, schema.get("$defs", {}))
 
 
-def _nullable_inline(node: Any) -> Any:
-    """`anyOf: [X, {type: null}]` -> X with `type: [X.type, "null"]`, everywhere in the schema.
+def _nullable_inline(node: Any, defs: dict[str, Any]) -> Any:
+    """`anyOf: [X, {type: null}]` -> X with `type: [X.type, "null"]`, everywhere in the schema; an
+    X that is a `$ref` (an optional sub-section, e.g. engines[i].llamacpp) is inlined from `defs`.
 
     An error inside an anyOf branch loses its path in the form's message ("0 is less than the
     minimum of 1", but which field?); inlined, the message says `On instance['short']['rounds']`.
     """
     if isinstance(node, list):
-        return [_nullable_inline(n) for n in node]
+        return [_nullable_inline(n, defs) for n in node]
     if not isinstance(node, dict):
         return node
-    node = {k: _nullable_inline(v) for k, v in node.items()}
+    node = {k: _nullable_inline(v, defs) for k, v in node.items()}
     branches = node.get("anyOf")
     if isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches:
         other = next(b for b in branches if b != {"type": "null"})
+        ref = other.get("$ref", "")
+        if len(other) == 1 and ref.startswith("#/$defs/"):
+            other = _nullable_inline(defs[ref.removeprefix("#/$defs/")], defs)
         if isinstance(other.get("type"), str) and "$ref" not in other:
             merged = {k: v for k, v in node.items() if k != "anyOf"}
-            merged.update(other)
+            merged = {**other, **merged} if ref else {**merged, **other}  # the field's title wins over its model's
             merged["type"] = [other["type"], "null"]
             if "enum" in other:
                 merged["enum"] = [*other["enum"], None]

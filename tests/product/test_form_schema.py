@@ -64,3 +64,22 @@ def test_every_field_has_a_title_and_description(served_params):
                 title = prop.get("title") or (defs[ref].get("title") if ref else None)  # a sub-section's own title
                 assert title and prop.get("description"), (name, field)
     assert {"Model", "Engines", "Scenarios", "Where"} <= sections
+
+
+def test_the_engine_form_shows_llamacpps_settings_and_checks_them(served_params):
+    from airflow.exceptions import ParamValidationError
+
+    from tasks.config import LlamaCppSettings
+
+    engine = served_params.get_param("engines").schema["$defs"]["EngineSpec"]["properties"]
+    settings = engine["llamacpp"]
+    assert set(settings["properties"]) == set(LlamaCppSettings.model_fields)
+    assert settings["properties"]["flash_attn"]["enum"] == ["auto", "on", "off"]
+    assert settings["properties"]["parallel"]["minimum"] == 1 and settings["properties"]["ctx_size"]["default"] == 4096
+    assert engine["sim_profile"]["type"] == "object" and "Profile" in engine["sim_profile"]["description"]
+    llamacpp = {"name": "l", "dialect": "llamacpp", "launcher": "llamacpp"}
+    values = served_params.deep_merge({"engines": [{**llamacpp, "llamacpp": {"parallel": 4}}]}).validate()
+    assert values["engines"][0]["llamacpp"] == {"parallel": 4}
+    with pytest.raises(ParamValidationError) as info:
+        served_params.deep_merge({"engines": [{**llamacpp, "llamacpp": {"parallel": 0}}]}).validate()
+    assert "instance[0]['llamacpp']['parallel']" in str(info.value)

@@ -43,15 +43,24 @@ def alive(pid: int) -> bool:
         return True  # not our child: it exists
 
 
-def stop_group(pid: int, grace_s: float = 10.0) -> None:
-    """SIGTERM the process group led by `pid`, SIGKILL it after `grace_s`; safe when already gone."""
+def stop_group(pid: int, grace_s: float = 10.0) -> int | None:
+    """SIGTERM the process group led by `pid`, SIGKILL it after `grace_s`; safe when already gone.
+
+    A child of ours is reaped (no zombie outlives a teardown) and its exit code returned
+    (negative: the signal that ended it); None for a process that is not our child.
+    """
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             poll(lambda: True if not alive(pid) else None, timeout_s=grace_s, interval_s=0.1)
-            return
+            break
         except TimedOut:
             continue
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    return os.waitstatus_to_exitcode(status) if reaped else None

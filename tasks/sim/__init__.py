@@ -92,8 +92,9 @@ class SimProcess:
 
     def stop(self, grace_s: float = 5.0) -> int | None:
         """SIGTERM to the process group, SIGKILL after grace_s; returns the exit code."""
-        stop_group(self.proc.pid, grace_s)
-        return self.proc.poll()
+        code = stop_group(self.proc.pid, grace_s)
+        self.proc.returncode = code if code is not None else self.proc.poll()
+        return self.proc.returncode
 
     def __enter__(self) -> SimProcess:
         return self

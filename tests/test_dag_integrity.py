@@ -45,3 +45,29 @@ def test_eval_dag_has_every_stage_in_order():
                   "engines_0.functional", "engines_0.warmup", "engines_0.short", "engines_0.prefix_cache",
                   "engines_0.teardown", "validate", "archive", "report", "conclude"):
         assert stage in tasks, stage
+
+
+def test_the_graph_follows_the_step_registry():
+    """Step names, their order and their retries come from tasks/steps.py; the nightly cleans up first."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tasks.steps import SCENARIO_STEPS, STEPS
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    for dag_id in ("dayone_eval", "dayone_nightly"):
+        dag = bag.dags[dag_id]
+        chain, task = [], dag.get_task("engines_0.wait_ready")
+        while True:
+            following = [t for t in task.downstream_list if t.task_id.removeprefix("engines_0.") in SCENARIO_STEPS]
+            if not following:
+                break
+            task = following[0]
+            chain.append(task.task_id.removeprefix("engines_0."))
+        assert tuple(chain) == SCENARIO_STEPS, dag_id
+        for task_id, step in (("pin_images", "pin"), ("engines_0.deploy", "deploy"), ("engines_0.short", "short"),
+                              ("engines_0.teardown", "teardown"), ("archive", "archive"), ("report", "report")):
+            assert dag.get_task(task_id).retries == STEPS[step].retries, (dag_id, task_id)
+    assert STEPS["short"].retries == 0  # a retried measurement would replace the failed try's rows
+    nightly = bag.dags["dayone_nightly"]
+    assert "pin_images" in nightly.get_task("cleanup").downstream_task_ids
+    assert "cleanup" not in bag.dags["dayone_eval"].task_ids

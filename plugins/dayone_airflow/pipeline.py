@@ -75,7 +75,9 @@ def _is_backfill(dag_run: Any) -> bool:
 def evaluation(nightly: bool = False) -> None:
     """Add the evaluation's tasks to the DAG being defined. `nightly` adds the catalog, cleanup and compare."""
 
-    @task(task_id="plan")
+    # all_done: on the nightly the plan follows the cleanup whatever became of it (a failed cleanup fails
+    # the run's verdict, not its measurements)
+    @task(task_id="plan", trigger_rule="all_done")
     def plan(params=None, run_id=None):
         return run_step("plan", params, run_id)
 
@@ -125,10 +127,10 @@ def evaluation(nightly: bool = False) -> None:
         return due
 
     planned = plan()
+    if nightly:  # engines that killed runs left on the cluster hold GPUs: removed before this run's deploys
+        cleanup() >> planned
     pinned = pin_dated() if nightly else pin_images()
     planned >> pinned
-    if nightly:  # engines that killed runs left on the cluster hold GPUs: removed before this run's deploys
-        cleanup() >> pinned
     engine_ends: list[Any] = []
     previous_teardown = None
     for p in range(MAX_ENGINES_PER_NODE):

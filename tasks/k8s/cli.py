@@ -3,6 +3,9 @@
 Nothing is deployed. Tags are pinned through the registry first (read-only), unless every
 engine already names a digest; `--offline` refuses to touch the network. Every object is checked
 against the official Kubernetes schema before it is written.
+
+`dayone render --runner-pod-template IMAGE --out DIR` writes the KubernetesExecutor pod template
+of the runner image instead (no run config needed).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from typing import Any
 import yaml
 
 from tasks.config import EngineSpec, RunConfig, parse_run_config, read_config_file
-from tasks.k8s.manifests import ManifestError, render_engine, validate_objects
+from tasks.k8s.manifests import ManifestError, render_engine, runner_pod_template, validate_objects
+
+RUNNER_POD_TEMPLATE_FILE = "runner-pod-template.yaml"
 
 
 def pinned_from_config(engine: EngineSpec) -> dict[str, Any] | None:
@@ -69,9 +74,12 @@ def write_manifests(rendered: dict[str, list[dict[str, Any]]], out_dir: Path) ->
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("render", help="write the Kubernetes objects of a run (deploys nothing)")
-    p.add_argument("--config", required=True, type=Path, help="run config, YAML or JSON")
-    p.add_argument("--out", required=True, type=Path, help="directory for <engine>.yaml")
+    p = subparsers.add_parser("render", help="write the Kubernetes objects of a run, or the runner pod template (deploys nothing)")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--config", type=Path, help="run config, YAML or JSON")
+    what.add_argument("--runner-pod-template", metavar="IMAGE",
+                      help=f"write {RUNNER_POD_TEMPLATE_FILE}, the KubernetesExecutor pod template of this runner image")
+    p.add_argument("--out", required=True, type=Path, help="directory for <engine>.yaml (or the pod template)")
     p.add_argument("--run-id", default=None, help="run id for names and labels (default: the config's, else 'dry-run')")
     p.add_argument("--offline", action="store_true", help="never contact a registry: every engine must name a digest")
     p.add_argument("--kube-version", default=None, help="schema version to validate against (default: newest known)")
@@ -80,6 +88,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.runner_pod_template:
+        return write_runner_pod_template(args)
     from tasks.registry import RegistryError, credentials_from_env, resolve
 
     data = read_config_file(str(args.config))
@@ -107,4 +117,19 @@ def run(args: argparse.Namespace) -> int:
     for p in write_manifests(rendered, args.out):
         print(p)
     (args.out / "pinned.json").write_text(json.dumps(pinned, indent=2, sort_keys=True), encoding="utf-8")
+    return 0
+
+
+def write_runner_pod_template(args: argparse.Namespace) -> int:
+    template = runner_pod_template(args.runner_pod_template)
+    if not args.no_validate:
+        try:
+            validate_objects([template], args.kube_version)
+        except ManifestError as exc:
+            print(f"dayone render: {exc}", file=sys.stderr)
+            return 1
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / RUNNER_POD_TEMPLATE_FILE
+    path.write_text(yaml.safe_dump(template, sort_keys=False), encoding="utf-8")
+    print(path)
     return 0

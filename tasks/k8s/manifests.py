@@ -1,4 +1,7 @@
-"""Kubernetes objects for one engine: a Deployment and a Service, pure functions of the run config.
+"""Kubernetes objects DayOne applies or hands over, as plain API dicts: pure functions.
+
+For one engine of a run: a Deployment and a Service. For the runner image: the pod template
+Airflow's KubernetesExecutor starts every DayOne task from.
 
 What the seed learnt by hand on a shared 8-GPU host, written down once:
 - the image runs by digest (the linux/amd64 manifest), never by tag;
@@ -33,6 +36,15 @@ PROBE_PERIOD_S = 10
 # Slack on top of the startup timeout for scheduling and pulling a multi-GB image on a cold node.
 PULL_AND_SCHEDULE_SLACK_S = 600
 HOME = "/home/dayone"
+# The runner image's user (USER in docker/Dockerfile) and the places it writes: everything else is read-only.
+RUNNER_UID = 10001
+RUNNER_ENV = {"DAYONE_WORKDIR": "/work/runs", "HOME": "/tmp", "MPLCONFIGDIR": "/tmp/matplotlib"}
+RUNNER_WRITABLE = {"tmp": "/tmp", "work": "/work"}
+# KubernetesExecutor finds the task's container by this name and sets its args to the task's
+# command (`python -m airflow.sdk.execution_time.execute_workload ...`), keeping the template's
+# command. The image's entrypoint is `dayone`, so the template's command runs the args as they are.
+EXECUTOR_CONTAINER = "base"
+EXECUTOR_COMMAND = ["/usr/bin/env"]
 
 
 class ManifestError(ValueError):
@@ -96,19 +108,18 @@ def _probe(path: str, period_s: int, timeout_s: int, failures: int) -> dict[str,
     }
 
 
-def _security(config: RunConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(pod, container) security contexts: as tight as a GPU engine allows.
+def _security(uid: int | None, read_only_root: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(pod, container) security contexts: no privilege, no capabilities, RuntimeDefault seccomp.
 
-    The root filesystem stays writable: engine images JIT-compile kernels (Triton, FlashInfer,
-    DeepGEMM) into caches some versions keep beside their packages. Everything else is locked.
+    Engines keep a writable root filesystem: their images JIT-compile kernels (Triton, FlashInfer,
+    DeepGEMM) into caches some versions keep beside their packages. The runner needs none.
     """
-    uid = config.kubernetes.run_as_user
     pod: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     container: dict[str, Any] = {
         "allowPrivilegeEscalation": False,
         "privileged": False,
         "capabilities": {"drop": ["ALL"]},
-        "readOnlyRootFilesystem": False,
+        "readOnlyRootFilesystem": read_only_root,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
     if uid is not None:
@@ -116,6 +127,27 @@ def _security(config: RunConfig) -> tuple[dict[str, Any], dict[str, Any]]:
         pod.update({"runAsUser": uid, "runAsGroup": uid, "fsGroup": uid, "runAsNonRoot": non_root})
         container.update({"runAsUser": uid, "runAsGroup": uid, "runAsNonRoot": non_root})
     return pod, container
+
+
+def _pod_spec(service_account: str, pod_security: dict[str, Any], container: dict[str, Any],
+              volumes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The spec every DayOne pod shares: no API token (so no API rights), no host namespaces."""
+    return {
+        "serviceAccountName": service_account,
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "hostNetwork": False,
+        "hostPID": False,
+        "hostIPC": False,
+        "securityContext": pod_security,
+        "terminationGracePeriodSeconds": 60,
+        "containers": [container],
+        "volumes": volumes,
+    }
+
+
+def _env(env: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": k, "value": v} for k, v in sorted(env.items())]
 
 
 def render_engine(
@@ -146,7 +178,7 @@ def render_engine(
         "dayone/index-digest": pinned.get("index_digest") or "",
         "dayone/platform-digest": pinned.get("platform_digest") or "",
     }
-    pod_security, container_security = _security(config)
+    pod_security, container_security = _security(k8s.run_as_user, read_only_root=False)
 
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory"}},
@@ -180,7 +212,7 @@ def render_engine(
         "image": image_by_digest(engine, pinned),
         "imagePullPolicy": "IfNotPresent",
         "command": command,
-        "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "env": _env(env),
         "ports": [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         "resources": resources,
         "volumeMounts": mounts,
@@ -193,18 +225,7 @@ def render_engine(
         "securityContext": container_security,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod_spec: dict[str, Any] = {
-        "serviceAccountName": k8s.service_account,
-        "automountServiceAccountToken": False,
-        "enableServiceLinks": False,
-        "hostNetwork": False,
-        "hostPID": False,
-        "hostIPC": False,
-        "securityContext": pod_security,
-        "terminationGracePeriodSeconds": 60,
-        "containers": [container],
-        "volumes": volumes,
-    }
+    pod_spec = _pod_spec(k8s.service_account, pod_security, container, volumes)
     if node_selector:
         pod_spec["nodeSelector"] = node_selector
     if k8s.tolerations:
@@ -237,6 +258,37 @@ def render_engine(
     return [deployment, service]
 
 
+def runner_pod_template(image: str, namespace: str = "dayone", service_account: str = "dayone-runner") -> dict[str, Any]:
+    """The Pod KubernetesExecutor starts each DayOne task from (`[kubernetes_executor] pod_template_file`).
+
+    The runner image, non-root with a read-only root: it writes only to emptyDirs at /tmp and /work.
+    Results leave through S3 (its connection comes in as env the deployment adds). The executor
+    adds the task's args to the container named "base" (see EXECUTOR_COMMAND).
+    """
+    pod_security, container_security = _security(RUNNER_UID, read_only_root=True)
+    container = {
+        "name": EXECUTOR_CONTAINER,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": list(EXECUTOR_COMMAND),
+        "env": _env(RUNNER_ENV),
+        "volumeMounts": [{"name": n, "mountPath": path} for n, path in RUNNER_WRITABLE.items()],
+        "securityContext": container_security,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    volumes = [{"name": n, "emptyDir": {}} for n in RUNNER_WRITABLE]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "dayone-runner",  # the executor names each task's pod itself
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, "app.kubernetes.io/name": "dayone-runner"},
+        },
+        "spec": {**_pod_spec(service_account, pod_security, container, volumes), "restartPolicy": "Never"},
+    }
+
+
 def service_url(obj_name: str, namespace: str, port: int) -> str:
     """The in-cluster address of an engine's Service."""
     return f"http://{obj_name}.{namespace}.svc.cluster.local:{port}"
@@ -255,9 +307,17 @@ def validate_objects(objects: list[dict[str, Any]], kube_version: str | None = N
             "Fix: pip install kubernetes-validate (or render with --no-validate)"
         ) from None
 
+    from kubernetes_validate.utils import VersionNotSupportedError, all_versions
+
     version = kube_version or kubernetes_validate.latest_version()
     for obj in objects:
         try:
             kubernetes_validate.validate(obj, version, strict=strict)
+        except (VersionNotSupportedError, IndexError):  # IndexError: older than the oldest schema
+            known = all_versions()
+            raise ManifestError(
+                f"Kubernetes {version}: kubernetes-validate has no schema for it. "
+                f"Fix: pick a version from {known[0]} to {known[-1]}"
+            ) from None
         except kubernetes_validate.ValidationError as exc:
             raise ManifestError(f"{obj['kind']}/{obj['metadata']['name']}: invalid for Kubernetes {version}: {exc.message}") from None

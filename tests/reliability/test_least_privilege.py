@@ -3,7 +3,8 @@
 Engine pods: not privileged, no host network/PID/IPC, no host paths or ports, every capability
 dropped and none added, no privilege escalation, non-root, RuntimeDefault seccomp, and a service
 account without an API token (so it has no API rights, whatever RBAC says); nothing DayOne renders
-grants rights (no Role or binding). The runner pod: read-only root filesystem, non-root, no token.
+grants rights (no Role or binding). The runner pod (KubernetesExecutor's pod template): read-only
+root filesystem, non-root, no token.
 """
 
 from __future__ import annotations
@@ -80,16 +81,10 @@ def test_the_applied_objects_kept_in_the_run_never_hold_env_values():
         assert "planted-token-value" not in repr(kept)
 
 
-def test_runner_pod_has_a_read_only_root_and_runs_as_non_root(airflow_db, kube_conn_id):
-    from kubernetes.client import ApiClient
+def test_runner_pod_has_a_read_only_root_and_runs_as_non_root():
+    from tasks.k8s.manifests import runner_pod_template
 
-    from dayone_airflow.kubernetes import runner_pod_operator
-
-    op = runner_pod_operator(task_id="bench_short", arguments=["step", "short", "--engine", "sglang"],
-                             image="registry.example.org/dayone-runner@" + DIGEST, namespace="bench",
-                             kubernetes_conn_id=kube_conn_id)
-    doc = ApiClient().sanitize_for_serialization(op.build_pod_request_obj())
-    spec = doc["spec"]
+    spec = runner_pod_template("registry.example.org/dayone-runner@" + DIGEST, namespace="bench")["spec"]
     assert spec["automountServiceAccountToken"] is False
     assert spec.get("hostNetwork", False) is False
     assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0

@@ -274,12 +274,16 @@ def readiness_reached(ctx: RunContext, engine: str, ready: bool, detail: str, wa
 
 def startup_findings(ctx: RunContext, engine: str) -> dict[str, Any]:
     ectx = ctx.engine(engine)
-    text = ctx.target.startup_log(ctx.deployment(engine))
-    findings = ectx.endpoint.adapter.scan_startup_log(text)
+    rows = startup_finding_rows(ectx, ctx.target.startup_log(ctx.deployment(engine)))
     with ctx.run_dir.rows("startup_findings", engine, "startup") as out:
-        for f in findings:
-            out.write({**ectx.endpoint.row_keys("startup"), **f})
-    return {"engine": engine, "findings": len(findings)}
+        for row in rows:
+            out.write(row)
+    return {"engine": engine, "findings": len(rows)}
+
+
+def startup_finding_rows(ectx: StepContext, text: str) -> list[dict[str, Any]]:
+    """Rows of the startup_findings table from the engine's startup log, read by its adapter."""
+    return [{**ectx.endpoint.row_keys("startup"), **f} for f in ectx.endpoint.adapter.scan_startup_log(text)]
 
 
 def functional(ctx: RunContext, engine: str) -> dict[str, Any]:

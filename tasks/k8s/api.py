@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
-from tasks.k8s.manifests import LABEL_MANAGED_BY, MANAGED_BY
+from tasks.k8s.manifests import LABEL_MANAGED_BY, LABEL_RUN, MANAGED_BY
 
 LOG_LIMIT_BYTES = 4_000_000
 
@@ -101,9 +101,10 @@ def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str) ->
 
 
 def list_managed(api_client: k8s.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    """Every Deployment, Service and Pod DayOne manages in the namespace, as plain dicts with kind."""
+    """Every Deployment, Service and Pod of a DayOne run's engines in the namespace, as plain dicts with
+    kind. Only objects with a run label: the runner's own task pods (KubernetesExecutor) carry none."""
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
-    selector = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+    selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}"
     out = []
     for kind, lister in (
         ("Deployment", apps.list_namespaced_deployment),

@@ -228,11 +228,6 @@ class KubernetesTarget:
             return []  # a dry run applied nothing and may have no cluster to talk to
         return api.delete_selected(self.client(k8s.conn_id), k8s.namespace, run_selector(config.run_id or run_dir.run_id, engine))
 
-    def teardown_run(self, config: RunConfig, run_id: str | None = None) -> list[str]:
-        """Delete everything labelled with the run, all engines."""
-        k8s = config.kubernetes
-        return api.delete_selected(self.client(k8s.conn_id), k8s.namespace, run_selector(run_id or config.run_id or ""))
-
     def cleanup(self, config: RunConfig, older_than_s: float | None = None) -> list[str]:
         """Delete DayOne's objects older than `older_than_s` (default kubernetes.cleanup_age_s).
 
@@ -262,11 +257,3 @@ def _without_env_values(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for c in obj["spec"]["template"]["spec"]["containers"]:
             c["env"] = [{"name": e["name"], "value": "<redacted>"} for e in c.get("env", [])]
     return out
-
-
-def startup_finding_rows(config: RunConfig, deployment: Deployment, text: str) -> list[dict[str, Any]]:
-    """Rows of the startup_findings table from an engine's startup log."""
-    adapter = adapter_for(config.engine(deployment.engine).dialect)
-    keys = {"run_id": config.run_id, "engine": deployment.engine, "image_digest": deployment.image_digest,
-            "scenario": "startup", "round": 0}
-    return [{**keys, **finding} for finding in adapter.scan_startup_log(text)]

@@ -15,7 +15,8 @@ from tasks.staging import RunDir
 from tasks.k8s.manifests import render_engine
 from tasks.tables import TABLES, to_frame
 from tasks.targets.base import DeployError
-from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget, startup_finding_rows
+from tasks.context import StepContext, endpoint_for
+from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget
 
 NS = "bench"
 
@@ -148,7 +149,8 @@ def test_restart_counts_and_startup_log_findings(apiserver, target, run_dir):
     text = target.startup_log(dep)
     assert text.index("OutOfMemoryError") < text.index("Using default MoE config")  # crashed run first
     assert '{"msg": "a log line that is JSON"}' in text
-    rows = startup_finding_rows(config, dep, text)
+    ectx = StepContext(config, endpoint_for(config, "vllm", dep.base_url, dep.image_digest), run_dir)
+    rows = steps.startup_finding_rows(ectx, text)
     assert {(r["finding"], r["severity"]) for r in rows} == {
         ("out_of_memory", "error"), ("missing_tuned_config", "warning"), ("cuda_graph_capture", "info")}
     frame = to_frame("startup_findings", rows)

@@ -59,6 +59,12 @@ def test_cleanup_task_removes_what_a_killed_run_left_and_nothing_else(apiserver,
     _deploy(conf, "run-killed", apiserver)  # ... and then the worker died: no teardown ran
     _deploy(_conf(kube_conn_id, engines=("sglang",)), "run-live", apiserver)
     _age(apiserver, "run-killed", AGE_S + 600)
+    # a long task pod of the runner (KubernetesExecutor, from the runner pod template): DayOne's, but no engine
+    from tasks.k8s.manifests import runner_pod_template
+
+    task_pod = runner_pod_template("registry.example.org/dayone-runner@sha256:" + "3" * 64, namespace=NS)
+    task_pod["metadata"].update(name="dayone-eval-short-task", creationTimestamp="2020-01-01T00:00:00Z")
+    apiserver.objects[("pods", NS, "dayone-eval-short-task")] = task_pod
     killed = "dayone/run-id=run-killed"
     assert {d["metadata"]["name"] for d in apiserver.list("deployments", NS, killed)} == {
         "dayone-sglang-run-killed", "dayone-vllm-run-killed"}
@@ -73,5 +79,7 @@ def test_cleanup_task_removes_what_a_killed_run_left_and_nothing_else(apiserver,
     live = "dayone/run-id=run-live"
     assert [d["metadata"]["name"] for d in apiserver.list("deployments", NS, live)] == ["dayone-sglang-run-live"]
     assert len(apiserver.list("pods", NS, live)) == 1
+    assert [p["metadata"]["name"] for p in apiserver.list("pods", NS) if "dayone/run-id" not in p["metadata"]["labels"]] \
+        == ["dayone-eval-short-task"], "a runner task pod is not an engine a killed run left"
     # a second cleanup finds nothing more to do
     assert run_step("cleanup", conf, "scheduled__nightly")["data"]["deleted"] == []

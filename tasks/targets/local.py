@@ -40,8 +40,6 @@ class LocalTarget:
 
     def pin(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
         if engine.launcher == "external":
-            if not engine.endpoint:
-                raise DeployError(f"engines[{engine.name}].endpoint: required when launcher is 'external'")
             identity = {"launcher": "external", "dialect": engine.dialect}
         else:
             identity = launcher_for(engine.launcher).identity(config, engine)

@@ -83,37 +83,46 @@ def test_backfill_over_three_dates_uses_each_dates_catalog_digest(dagbag, s3_con
 
 
 def test_backfill_of_a_date_without_catalog_entry_fails_naming_the_fix(s3_conn, run_root, bucket):
-    from tasks.catalog import CatalogError, pin_for_date
+    from tasks.catalog import CatalogError
 
     s3 = s3_conn.client()
     _seed_catalog(s3, bucket)
     with pytest.raises(CatalogError) as info:
-        pin_for_date(_conf(bucket), "backfill-missing", dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc), s3,
+        _pin(_conf(bucket), "backfill-missing", dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc), s3,
                      backfill=True)
     assert "2026-10-01T00-00-00Z" in str(info.value) and "engines[].digest" in str(info.value)
     assert "2026-11-22T00-00-00Z" in str(info.value)  # the dates it does have
     # An explicit digest in the run conf needs no catalog entry.
     conf = _conf(bucket)
     conf["engines"][0]["digest"] = _digest("explicit")
-    out = pin_for_date(conf, "backfill-explicit", dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc), s3, backfill=True)
+    out = _pin(conf, "backfill-explicit", dt.datetime(2026, 10, 1, tzinfo=dt.timezone.utc), s3, backfill=True)
     assert out["digests"] == {"sglang": _digest("explicit")}
 
 
 def test_scheduled_run_records_the_local_identity_and_a_rerun_reads_it(s3_conn, run_root, bucket):
-    from tasks.catalog import pin_for_date, read_entry
+    from tasks.catalog import read_entry
     from tasks.config import parse_run_config
 
     s3 = s3_conn.client()
     conf = {**_conf(bucket), "target": "local", "dry_run": False,
             "engines": [{"name": "sim-a", "dialect": "sglang", "launcher": "sim"}]}
     date = dt.datetime(2026, 11, 29, tzinfo=dt.timezone.utc)
-    first = pin_for_date(conf, "scheduled-1", date, s3, backfill=False)
+    first = _pin(conf, "scheduled-1", date, s3, backfill=False)
     assert first["source"] == "pinned now"
     entry = read_entry(s3, parse_run_config(conf), date)
     assert entry["engines"]["sim-a"]["image_digest"] == first["digests"]["sim-a"]
-    again = pin_for_date(conf, "scheduled-1-rerun", date, s3, backfill=True)
+    again = _pin(conf, "scheduled-1-rerun", date, s3, backfill=True)
     assert again["source"] == "catalog" and again["digests"] == first["digests"]
     changed = {**conf, "engines": [{"name": "sim-a", "dialect": "sglang", "launcher": "sim",
-                                    "sim_profile": {"decode_tps": 10}}]}
+                                    "sim_profile": {"itl_s": 0.01}}]}
     with pytest.raises(Exception, match="cannot be run at an older identity"):
-        pin_for_date(changed, "scheduled-1-changed", date, s3, backfill=True)
+        _pin(changed, "scheduled-1-changed", date, s3, backfill=True)
+
+
+def _pin(conf, run_id, logical_date, s3, backfill):
+    """The pin step of a dated run, as the nightly runs it."""
+    from tasks import steps
+    from tasks.run import RunContext
+
+    ctx = RunContext.build(conf, run_id, archive_client=lambda: s3, logical_date=logical_date, backfill=backfill)
+    return steps.pin(ctx)

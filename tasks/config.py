@@ -443,7 +443,7 @@ def _fix_for(path: str) -> str:
     for key in (".".join(parts[-2:]), parts[-1], *(f"{p}.*" for p in parts[:-1])):
         if key in FIX_HINTS:
             return FIX_HINTS[key]
-    return "see this field's description in the trigger form or docs/config"
+    return "see this field's description in the trigger form (or its Field in tasks/config.py)"
 
 
 # Sections whose field names an unknown-field fix lists (what a typo there was likely meant to be).

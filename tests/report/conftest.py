@@ -28,7 +28,8 @@ SIM_CONFIG = {
         {"name": "sim-vllm", "dialect": "vllm", "launcher": "sim",
          "sim_profile": {"jit_delay_s": 0.25, "dev_mode": True, "itl_s": 0.004, "needle_max_tokens": 1500,
                          "quirks": {"echo_ignored": True}}},
-        {"name": "sim-down", "dialect": "openai", "launcher": "sim", "sim_profile": {"faults": {"never_ready": True}}},
+        {"name": "sim-down", "dialect": "openai", "launcher": "sim", "sim_profile": {"faults": {"never_ready": True}},
+         "ready_timeout_s": BROKEN_ENGINE_READY_TIMEOUT_S},
     ],
     "scenarios": {
         "functional": {"skip": ["image_input"]},
@@ -77,9 +78,9 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
     before = os.environ.get("DAYONE_WORKDIR")
     os.environ["DAYONE_WORKDIR"] = str(root)  # the steps find their run directory here
     try:
-        def step(name: str, engine: str | None = None, **kwargs) -> None:
+        def step(name: str, engine: str | None = None) -> None:
             try:
-                run_step(name, SIM_CONFIG, AIRFLOW_RUN_ID, engine, **kwargs)
+                run_step(name, SIM_CONFIG, AIRFLOW_RUN_ID, engine)
             except Exception:  # noqa: BLE001  (recorded in state/steps by the glue: the report shows it)
                 pass
 
@@ -87,7 +88,7 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
         step("pin")
         for engine in [e["name"] for e in SIM_CONFIG["engines"]]:
             step("deploy", engine)
-            step("wait_ready", engine, **({"timeout_s": BROKEN_ENGINE_READY_TIMEOUT_S} if engine == "sim-down" else {}))
+            step("wait_ready", engine)
             for name in ENGINE_STEPS:
                 step(name, engine)
             step("teardown", engine)

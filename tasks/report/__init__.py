@@ -1,9 +1,10 @@
 """Report: summary.json (the figures a reader needs, desensitized) and report.html, per run.
 
-Both are built from the run's tables; nothing here measures. summary.py builds the one document,
-decision.py writes the decision summary from it, charts.py draws the PNGs and html.py renders the
-self-contained page. The report is written next to the archived tables of every engine of the run
-(summary.json, report.html, charts/<name>.png; PROTOCOL.md section 7), write-once like the rest.
+Both are built from the run's tables; nothing here measures. summary.py builds the one document
+(a RunSummary, schema.py), decision.py writes the decision summary from it, charts.py draws the
+PNGs and html.py renders the self-contained page from templates/. The report is written next to
+the archived tables of every engine of the run (summary.json, report.html, charts/<name>.png;
+PROTOCOL.md section 7), write-once like the rest.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import Any
 from tasks.archive import json_bytes, put_once
 from tasks.config import RunConfig
 from tasks.report.html import render_html
+from tasks.report.schema import RunSummary, read_summary
 from tasks.report.summary import build_summary
 from tasks.staging import RunDir
 
 log = logging.getLogger("dayone.report")
 
-__all__ = ["build_summary", "render_html", "publish_report", "write_report"]
+__all__ = ["RunSummary", "build_summary", "read_summary", "render_html", "publish_report", "write_report"]
 
 
 def write_report(run_dir: RunDir, cfg: RunConfig) -> dict[str, Any]:
@@ -29,7 +31,7 @@ def write_report(run_dir: RunDir, cfg: RunConfig) -> dict[str, Any]:
     summary = build_summary(run_dir, cfg)
     charts = render_charts(summary)
     page = render_html(summary, charts)
-    run_dir.write_json("summary.json", summary)
+    run_dir.write_json("summary.json", summary.model_dump(mode="json"))
     chart_dir = run_dir.path / "charts"
     chart_dir.mkdir(exist_ok=True)
     for name, png in charts.items():
@@ -45,7 +47,7 @@ def publish_report(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
         raise RuntimeError(f"run {cfg.run_id}: not archived yet; the archive step must run before the report")
     built = write_report(run_dir, cfg)
     objects = {
-        "summary.json": (json_bytes(built["summary"]), "application/json"),
+        "summary.json": (json_bytes(built["summary"].model_dump(mode="json")), "application/json"),
         "report.html": (built["page"].encode("utf-8"), "text/html; charset=utf-8"),
         **{f"charts/{name}.png": (png, "image/png") for name, png in built["charts"].items()},
     }

@@ -1,4 +1,4 @@
-"""The report's charts, drawn from summary.json alone, as PNG bytes.
+"""The report's charts, drawn from the run's summary (a RunSummary) alone, as PNG bytes.
 
 Every bar or point that carries a median also shows its round values (small dots) and a red
 "spread" mark when they spread more than 25% of the median. The first-encounter round's P95/P99
@@ -16,15 +16,16 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.load.stats import median
+from tasks.report.schema import EngineSummary, Figure, PerfLevel, RunSummary
 
 DPI = 100
 PASS_COLOR, FAIL_COLOR, SPREAD_COLOR = "#2e7d32", "#c62828", "#d32f2f"
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
-def render_charts(summary: dict[str, Any]) -> dict[str, bytes]:
+def render_charts(summary: RunSummary) -> dict[str, bytes]:
     """{chart name: PNG bytes} for every chart the run has data for."""
-    makers: dict[str, Callable[[dict[str, Any]], bytes | None]] = {
+    makers: dict[str, Callable[[RunSummary], bytes | None]] = {
         "throughput": throughput_chart,
         "ttft": ttft_chart,
         "decode_prefill": decode_prefill_chart,
@@ -59,20 +60,12 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def _colors(summary: dict[str, Any]) -> dict[str, str]:
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(summary.get("engines") or {})}
+def _colors(summary: RunSummary) -> dict[str, str]:
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(summary.engines)}
 
 
-def _published(engine: dict[str, Any]) -> bool:
-    return bool((engine.get("ttft") or {}).get("reliable"))
-
-
-def _levels(engine: dict[str, Any], scenario: str) -> list[dict[str, Any]]:
-    return (((engine.get("perf") or {}).get(scenario)) or {}).get("levels", [])
-
-
-def _rounds(figure: dict[str, Any] | None) -> list[float]:
-    return [v for v in (figure or {}).get("rounds", []) if v is not None]
+def _rounds(figure: Figure | None) -> list[float]:
+    return [] if figure is None else [v for v in figure.rounds if v is not None]
 
 
 def _style(ax: Any, title: str, ylabel: str) -> None:
@@ -95,17 +88,17 @@ def _spread_mark(ax: Any, x: float, y: float) -> None:
                 color=SPREAD_COLOR, fontweight="bold")
 
 
-def _bars_with_rounds(ax: Any, x: float, width: float, figure: dict[str, Any] | None, color: str,
+def _bars_with_rounds(ax: Any, x: float, width: float, figure: Figure | None, color: str,
                       hatch: str | None = None, label: str | None = None) -> None:
     """One bar at the median, its round values as dots, the spread mark when flagged."""
-    if not figure or figure.get("median") is None:
+    if figure is None or figure.median is None:
         return
-    med = figure["median"]
+    med = figure.median
     ax.bar(x, med, width, color=color, alpha=0.85 if not hatch else 0.35, hatch=hatch, edgecolor=color, label=label)
     values = _rounds(figure)
     if values:
         ax.scatter([x] * len(values), values, s=9, color="black", zorder=3, linewidths=0)
-    if figure.get("spread"):
+    if figure.spread:
         _spread_mark(ax, x, max([med, *values]))
 
 
@@ -125,10 +118,10 @@ def _round_dot_legend(ax: Any) -> None:
 # ---- charts ----------------------------------------------------------------------------------------
 
 
-def throughput_chart(summary: dict[str, Any]) -> bytes | None:
+def throughput_chart(summary: RunSummary) -> bytes | None:
     """Output tokens/s against concurrency (short scenario), per engine: median line, round dots."""
-    engines = summary.get("engines") or {}
-    if not any(_levels(e, "short") for e in engines.values()):
+    engines = summary.engines
+    if not any(e.levels("short") for e in engines.values()):
         return None
     colors = _colors(summary)
     fig, axes = _figure(11, 4.0, ncols=2)
@@ -136,25 +129,25 @@ def throughput_chart(summary: dict[str, Any]) -> bytes | None:
                                     (axes[0][1], "request_tps", "requests/s")):
         ticks: set[int] = set()
         for k, (name, e) in enumerate(engines.items()):
-            levels = [lv for lv in _levels(e, "short") if (lv["figures"].get(figure_name) or {}).get("median")]
+            levels = [lv for lv in e.levels("short") if lv.median(figure_name) and lv.concurrency is not None]
             if not levels:
                 continue
             shift = 1 + 0.04 * (k - (len(engines) - 1) / 2)  # side by side on a log axis
-            xs = [lv["concurrency"] * shift for lv in levels]
-            meds = [lv["figures"][figure_name]["median"] for lv in levels]
+            xs = [lv.concurrency * shift for lv in levels]
+            meds = [lv.median(figure_name) for lv in levels]
             ax.plot(xs, meds, "-o", color=colors[name], label=f"{name} (median)", markersize=5)
             for x, lv in zip(xs, levels):
-                f = lv["figures"][figure_name]
-                values = f.get("rounds") or []
-                firsts = set(lv.get("first_encounter_rounds") or [])
-                for rnd, v in zip(lv.get("rounds") or [], values):
+                f = lv.figures[figure_name]
+                values = f.rounds
+                firsts = set(lv.first_encounter_rounds)
+                for rnd, v in zip(lv.rounds, values):
                     if v is None:
                         continue
                     marker = "^" if rnd in firsts else "o"
                     ax.scatter([x], [v], s=16, marker=marker, facecolors="none", edgecolors=colors[name], zorder=3)
-                if f.get("spread"):
-                    _spread_mark(ax, x, max([f["median"], *[v for v in values if v is not None]]))
-                ticks.add(lv["concurrency"])
+                if f.spread and f.median is not None:
+                    _spread_mark(ax, x, max([f.median, *[v for v in values if v is not None]]))
+                ticks.add(lv.concurrency)
         ax.scatter([], [], s=16, marker="o", facecolors="none", edgecolors="gray", label="round values")
         ax.scatter([], [], s=16, marker="^", facecolors="none", edgecolors="gray", label="first-encounter round")
         ax.set_xscale("log", base=2)
@@ -167,35 +160,35 @@ def throughput_chart(summary: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def ttft_chart(summary: dict[str, Any]) -> bytes | None:
+def ttft_chart(summary: RunSummary) -> bytes | None:
     """Per engine: P50/P95/P99 medians with round dots, first-encounter P95/P99 hatched beside them.
 
     An engine whose TTFT is not published shows the same for E2E, titled with the reason.
     """
-    engines = {n: e for n, e in (summary.get("engines") or {}).items() if _levels(e, "short")}
+    engines = {n: e for n, e in summary.engines.items() if e.levels("short")}
     if not engines:
         return None
     fig, axes = _figure(11, 3.3 * len(engines), nrows=len(engines))
     shades = {"p50": "#90caf9", "p95": "#1e88e5", "p99": "#0d47a1"}
     for row, (name, e) in enumerate(engines.items()):
         ax = axes[row][0]
-        metric = "ttft" if _published(e) else "e2e"
-        levels = _levels(e, "short")
+        metric = "ttft" if e.ttft_published else "e2e"
+        levels = e.levels("short")
         width = 0.15
         drawn = [v for lv in levels for p in ("p50", "p95", "p99")
-                 for v in _rounds(lv["figures"].get(f"{metric}_{p}_s")) if v > 0]
+                 for v in _rounds(lv.figures.get(f"{metric}_{p}_s")) if v > 0]
         for i, lv in enumerate(levels):
             for j, p in enumerate(("p50", "p95", "p99")):
-                _bars_with_rounds(ax, i + (j - 2) * width, width, lv["figures"].get(f"{metric}_{p}_s"), shades[p],
+                _bars_with_rounds(ax, i + (j - 2) * width, width, lv.figures.get(f"{metric}_{p}_s"), shades[p],
                                   label=f"{p.upper()} (median of rounds)")
-            first = lv.get("first_encounter") or {}
+            first = lv.first_encounter
             for j, p in enumerate(("p95", "p99")):
-                v = first.get(f"{metric}_{p}_s")
+                v = None if first is None else first.figure(f"{metric}_{p}_s")
                 if v is not None:
                     ax.bar(i + (j + 1) * width, v, width, color="#ef6c00", alpha=0.4 if p == "p95" else 0.7,
                            hatch="//", edgecolor="#ef6c00", label=f"first-encounter round {p.upper()}")
         _round_dot_legend(ax)
-        ax.set_xticks(range(len(levels)), [lv["label"] for lv in levels])
+        ax.set_xticks(range(len(levels)), [lv.label for lv in levels])
         ax.set_yscale("log")  # first-encounter tails can be tens of times the steady figures
         _seconds_axis(ax)
         if drawn:
@@ -203,16 +196,16 @@ def ttft_chart(summary: dict[str, Any]) -> bytes | None:
         if metric == "ttft":
             title = f"{name}: TTFT by concurrency (short)"
         else:
-            title = f"{name}: E2E by concurrency (short)\nTTFT not published: {_short(e['ttft'].get('reason'), 110)}"
+            title = f"{name}: E2E by concurrency (short)\nTTFT not published: {_short(e.ttft.reason, 110)}"
         _style(ax, title, f"{metric.upper()} (log scale)")
         _legend(ax, loc="best", ncols=3)
     return _png(fig)
 
 
-def decode_prefill_chart(summary: dict[str, Any]) -> bytes | None:
+def decode_prefill_chart(summary: RunSummary) -> bytes | None:
     """Decode: output tokens/s and P50 TPOT by concurrency. Prefill: output tokens/s and P95 TTFT."""
-    engines = summary.get("engines") or {}
-    if not any(_levels(e, "decode") or _levels(e, "prefill") for e in engines.values()):
+    engines = summary.engines
+    if not any(e.levels("decode") or e.levels("prefill") for e in engines.values()):
         return None
     colors = _colors(summary)
     fig, axes = _figure(11, 7.0, ncols=2, nrows=2)
@@ -223,9 +216,9 @@ def decode_prefill_chart(summary: dict[str, Any]) -> bytes | None:
         (axes[1][1], "prefill", "ttft_p95_s", "prefill: P95 TTFT (first-encounter round hatched)", "seconds", True),
     )
     for ax, scenario, figure_name, title, ylabel, stream_timed in panels:
-        shown = {n: e for n, e in engines.items() if _levels(e, scenario) and (_published(e) or not stream_timed)}
-        withheld = [n for n, e in engines.items() if _levels(e, scenario) and stream_timed and not _published(e)]
-        labels = sorted({lv["label"] for e in shown.values() for lv in _levels(e, scenario)},
+        shown = {n: e for n, e in engines.items() if e.levels(scenario) and (e.ttft_published or not stream_timed)}
+        withheld = [n for n, e in engines.items() if e.levels(scenario) and stream_timed and not e.ttft_published]
+        labels = sorted({lv.label for e in shown.values() for lv in e.levels(scenario)},
                         key=lambda s: float(s.split("=")[-1].split()[0]))
         if not labels:
             _empty(ax, f"{scenario}: not run" if not withheld else f"{scenario}: not published for "
@@ -234,10 +227,10 @@ def decode_prefill_chart(summary: dict[str, Any]) -> bytes | None:
             continue
         width = 0.8 / max(len(shown), 1)
         for k, (name, e) in enumerate(shown.items()):
-            for lv in _levels(e, scenario):
-                x = labels.index(lv["label"]) + (k - (len(shown) - 1) / 2) * width
-                f = lv["figures"].get(figure_name)
-                first = (lv.get("first_encounter") or {}).get(figure_name) if figure_name == "ttft_p95_s" else None
+            for lv in e.levels(scenario):
+                x = labels.index(lv.label) + (k - (len(shown) - 1) / 2) * width
+                f = lv.figures.get(figure_name)
+                first = _first_encounter(lv, figure_name) if figure_name == "ttft_p95_s" else None
                 bar_width = width / 2 if first is not None else width
                 _bars_with_rounds(ax, x - (bar_width / 2 if first is not None else 0), bar_width, f, colors[name],
                                   label=name)
@@ -252,12 +245,12 @@ def decode_prefill_chart(summary: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def long_context_chart(summary: dict[str, Any]) -> bytes | None:
+def long_context_chart(summary: RunSummary) -> bytes | None:
     """Latency against prompt length with every needle: filled = retrieved, red x = missed.
 
     Left TTFT (engines whose TTFT is published), right E2E (every engine); hollow = first shape.
     """
-    engines = {n: e for n, e in (summary.get("engines") or {}).items() if e.get("long_context")}
+    engines = {n: e for n, e in summary.engines.items() if e.long_context}
     if not engines:
         return None
     colors = _colors(summary)
@@ -266,26 +259,26 @@ def long_context_chart(summary: dict[str, Any]) -> bytes | None:
                            (axes[0][1], "e2e_s", "long context: E2E vs prompt length")):
         drawn = False
         for name, e in engines.items():
-            rows = [r for r in e["long_context"] if r.get(key) is not None]
+            rows = [(r, getattr(r, key)) for r in e.long_context if getattr(r, key) is not None]
             if not rows:
                 continue
             drawn = True
-            lengths = sorted({r["target_tokens"] for r in rows})
+            lengths = sorted({r.target_tokens for r, _ in rows})
             meds = []
             for n in lengths:
                 # The warmed attempt (the last one) is the headline; the first shape is drawn but not joined.
-                last = max(r["attempt"] for r in rows if r["target_tokens"] == n)
-                meds.append(median(r[key] for r in rows if r["target_tokens"] == n and r["attempt"] == last))
+                last = max(r.attempt for r, _ in rows if r.target_tokens == n)
+                meds.append(median(v for r, v in rows if r.target_tokens == n and r.attempt == last))
             ax.plot(lengths, meds, "-", color=colors[name], label=name, linewidth=1.5)
-            for r in rows:
-                if not r["passed"]:
-                    ax.scatter([r["target_tokens"]], [r[key]], marker="x", s=40, color=FAIL_COLOR, zorder=4)
-                elif r.get("first_encounter"):
-                    ax.scatter([r["target_tokens"]], [r[key]], s=28, facecolors="none", edgecolors=colors[name],
+            for r, v in rows:
+                if not r.passed:
+                    ax.scatter([r.target_tokens], [v], marker="x", s=40, color=FAIL_COLOR, zorder=4)
+                elif r.first_encounter:
+                    ax.scatter([r.target_tokens], [v], s=28, facecolors="none", edgecolors=colors[name],
                                zorder=3)
                 else:
-                    ax.scatter([r["target_tokens"]], [r[key]], s=18, color=colors[name], zorder=3)
-        withheld = [n for n, e in engines.items() if key == "ttft_s" and not _published(e)]
+                    ax.scatter([r.target_tokens], [v], s=18, color=colors[name], zorder=3)
+        withheld = [n for n, e in engines.items() if key == "ttft_s" and not e.ttft_published]
         if not drawn:
             _empty(ax, "TTFT not published for " + ", ".join(withheld) if withheld else "no needle requests")
         else:
@@ -293,7 +286,7 @@ def long_context_chart(summary: dict[str, Any]) -> bytes | None:
             ax.scatter([], [], s=28, facecolors="none", edgecolors="gray", label="needle retrieved, first shape")
             ax.scatter([], [], marker="x", s=40, color=FAIL_COLOR, label="needle missed")
             ax.set_xscale("log", base=2)
-            ticks = sorted({r["target_tokens"] for e in engines.values() for r in e["long_context"]})
+            ticks = sorted({r.target_tokens for e in engines.values() for r in e.long_context})
             ax.set_xticks(ticks, [_tokens(t) for t in ticks])
             ax.minorticks_off()
             ax.set_ylim(bottom=0)
@@ -304,35 +297,35 @@ def long_context_chart(summary: dict[str, Any]) -> bytes | None:
     return _png(fig)
 
 
-def prefix_cache_chart(summary: dict[str, Any]) -> bytes | None:
+def prefix_cache_chart(summary: RunSummary) -> bytes | None:
     """Cold request vs the repeats' median, with every repeat, and the server's hit rate over the trial."""
-    engines = {n: e for n, e in (summary.get("engines") or {}).items() if e.get("cache_trials")}
+    engines = {n: e for n, e in summary.engines.items() if e.cache_trials}
     if not engines:
         return None
     colors = _colors(summary)
     fig, axes = _figure(11, 4.0, ncols=2)
     for ax, key, words in ((axes[0][0], "ttft_s", "TTFT"), (axes[0][1], "e2e_s", "E2E")):
-        names = [n for n, e in engines.items() if any(t.get(key) is not None for t in e["cache_trials"])]
+        names = [n for n, e in engines.items() if _trial_values(e, key, lambda trial: True)]
         if not names:
             _empty(ax, f"{words} not published (TTFT unreliable)")
             _style(ax, f"prefix cache: {words} cold vs repeats", "seconds")
             continue
         for i, name in enumerate(names):
             e = engines[name]
-            cold = [t[key] for t in e["cache_trials"] if t["trial"] == 0 and t.get(key) is not None]
-            hot = sorted(t[key] for t in e["cache_trials"] if t["trial"] > 0 and t.get(key) is not None)
+            cold = _trial_values(e, key, lambda trial: trial == 0)
+            hot = sorted(_trial_values(e, key, lambda trial: trial > 0))
             if cold:
                 ax.bar(i - 0.2, cold[0], 0.38, color=colors[name], alpha=0.45, label="cold (after a cache clear)")
             if hot:
                 ax.bar(i + 0.2, median(hot), 0.38, color=colors[name], label="repeats (median)")
                 ax.scatter([i + 0.2] * len(hot), hot, s=9, color="black", zorder=3)
-            pc = e.get("prefix_cache") or {}
-            hit = pc.get("hit_rate")
+            pc = e.prefix_cache
+            hit = None if pc is None else pc.hit_rate
             text = f"hit rate {hit:.0%}" if hit is not None else "hit rate n/a"
-            text += f"\n{pc.get('verdict', 'no verdict')}"
+            text += f"\n{'no verdict' if pc is None else pc.verdict}"
             top = max([*cold, *hot, 0.0])
             ax.annotate(text, (i, top), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8,
-                        color=PASS_COLOR if pc.get("verdict") == "effective" else FAIL_COLOR)
+                        color=PASS_COLOR if pc is not None and pc.verdict == "effective" else FAIL_COLOR)
         _round_dot_legend(ax)
         ax.set_xticks(range(len(names)), names)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
@@ -350,6 +343,16 @@ def _seconds_axis(ax: Any) -> None:
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_minor_locator(LogLocator(base=10, subs=()))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v * 1000:g} ms" if v < 1 else f"{v:g} s"))
+
+
+def _first_encounter(level: PerfLevel, figure: str) -> float | None:
+    return None if level.first_encounter is None else level.first_encounter.figure(figure)
+
+
+def _trial_values(engine: EngineSummary, key: str, keep: Callable[[int], bool]) -> list[float]:
+    """The cache trials' `key` (ttft_s or e2e_s) where published, of the trials `keep` selects."""
+    values = ((t.trial, getattr(t, key)) for t in engine.cache_trials)
+    return [v for trial, v in values if keep(trial) and v is not None]
 
 
 def _tokens(n: int) -> str:

@@ -20,86 +20,87 @@ def test_every_figure_is_the_median_of_its_round_values_with_a_spread_flag(sim_r
     rounds = sim_run.run_dir().read_rows("rounds")
     checked = 0
     for engine in ("sim-sglang", "sim-vllm"):
-        for scenario, perf in summary["engines"][engine]["perf"].items():
-            for level in perf["levels"]:
+        for scenario, perf in summary.engines[engine].perf.items():
+            for level in perf.levels:
                 mine = sorted((r for r in rounds if r["engine"] == engine and r["scenario"] == scenario
-                               and r["concurrency"] == level["concurrency"] and not r.get("warmup")),
+                               and r["concurrency"] == level.concurrency and not r.get("warmup")),
                               key=lambda r: r["round"])
-                assert len(mine) == sim_run.config["scenarios"][scenario]["rounds"] == len(level["rounds"])
-                for figure, f in level["figures"].items():
+                assert len(mine) == sim_run.config["scenarios"][scenario]["rounds"] == len(level.rounds)
+                for figure, f in level.figures.items():
                     values = [r[figure] for r in mine]
-                    assert f["rounds"] == pytest.approx(values)
-                    assert f["median"] == pytest.approx(stats.median(values))
-                    assert f["spread"] == stats.spread_flag(values)
+                    assert f.rounds == pytest.approx(values)
+                    assert f.median == pytest.approx(stats.median(values))
+                    assert f.spread == stats.spread_flag(values)
                     checked += 1
     assert checked > 50
 
 
 def test_first_encounter_tail_sits_beside_the_headline(sim_run, summary):
     rounds = sim_run.run_dir().read_rows("rounds", "sim-sglang")
-    for level in summary["engines"]["sim-sglang"]["perf"]["short"]["levels"]:
-        first = [r for r in rounds if r["scenario"] == "short" and r["concurrency"] == level["concurrency"]
+    for level in summary.engines["sim-sglang"].levels("short"):
+        first = [r for r in rounds if r["scenario"] == "short" and r["concurrency"] == level.concurrency
                  and r["first_encounter"]]
         assert first, "the first round of a new shape is flagged"
-        assert level["first_encounter"]["round"] == first[0]["round"]
-        assert level["first_encounter"]["ttft_p95_s"] == pytest.approx(first[0]["ttft_p95_s"])
-        assert level["first_encounter"]["ttft_p99_s"] == pytest.approx(first[0]["ttft_p99_s"])
+        assert level.first_encounter.round == first[0]["round"]
+        assert level.first_encounter.ttft_p95_s == pytest.approx(first[0]["ttft_p95_s"])
+        assert level.first_encounter.ttft_p99_s == pytest.approx(first[0]["ttft_p99_s"])
 
 
 def test_unreliable_ttft_is_not_published_only_e2e_with_the_reason(summary):
-    vllm, sglang = summary["engines"]["sim-vllm"], summary["engines"]["sim-sglang"]
-    assert vllm["ttft"]["reliable"] is False and "echo=false" in vllm["ttft"]["reason"]
-    assert sglang["ttft"]["reliable"] is True
-    for perf in vllm["perf"].values():
-        for level in perf["levels"]:
-            assert not [k for k in level["figures"] if k.startswith(("ttft_", "tpot_", "itl_"))]
-            assert level["figures"]["e2e_p95_s"]["median"] is not None
-            assert "ttft_p95_s" not in (level["first_encounter"] or {})
-            assert (level["first_encounter"] or {}).get("e2e_p95_s") is not None
-    assert all(r["ttft_s"] is None for r in vllm["long_context"])
-    assert all(t["ttft_s"] is None for t in vllm["cache_trials"])
-    assert not [k for k in vllm["prefix_cache"] if "ttft" in k]
-    assert any(r["ttft_s"] is not None for r in sglang["long_context"])
-    reliability = [d["text"] for d in summary["decision"] if d["topic"] == "reliability"]
+    vllm, sglang = summary.engines["sim-vllm"], summary.engines["sim-sglang"]
+    assert vllm.ttft.reliable is False and "echo=false" in vllm.ttft.reason
+    assert sglang.ttft.reliable is True
+    for perf in vllm.perf.values():
+        for level in perf.levels:
+            assert not [k for k in level.figures if k.startswith(("ttft_", "tpot_", "itl_"))]
+            assert level.figures["e2e_p95_s"].median is not None
+            assert level.first_encounter is not None
+            assert level.first_encounter.ttft_p95_s is None  # not published
+            assert level.first_encounter.e2e_p95_s is not None
+    assert all(r.ttft_s is None for r in vllm.long_context)
+    assert all(t.ttft_s is None for t in vllm.cache_trials)
+    assert not [k for k, v in vllm.prefix_cache.model_dump().items() if "ttft" in k and v is not None]
+    assert any(r.ttft_s is not None for r in sglang.long_context)
+    reliability = [d.text for d in summary.decision if d.topic == "reliability"]
     assert any(t.startswith("sim-vllm: TTFT not published") for t in reliability)
 
 
 def test_not_tested_names_disabled_scenarios_not_applicable_checks_and_failed_steps(summary):
-    items = {(i["engine"], i["what"]): i["why"] for i in summary["not_tested"]}
+    items = {(i.engine, i.what): i.why for i in summary.not_tested}
     assert items[("all", "boundary scenario")] == "disabled in the run config"
     assert items[("all", "rate scenario")] == "disabled in the run config"
     assert "functional.skip" in items[("sim-sglang", "check image_input")]
     assert "never became ready" in items[("sim-down", "every scenario")]
     assert items[("sim-down", "step wait_ready")].startswith("failed: DeployError")
-    assert summary["engines"]["sim-down"]["steps"]["short"]["status"] == "not_attempted"
-    not_tested = [d["text"] for d in summary["decision"] if d["topic"] == "not_tested"]
+    assert summary.engines["sim-down"].steps["short"].status == "not_attempted"
+    not_tested = [d.text for d in summary.decision if d.topic == "not_tested"]
     assert any("boundary scenario" in t for t in not_tested)
-    assert summary["validation"]["ran"] is False  # the fixture skips validation: the page must say so
-    assert any(d["text"].startswith("Validation did not run") for d in summary["decision"])
+    assert summary.validation.ran is False  # the fixture skips validation: the page must say so
+    assert any(d.text.startswith("Validation did not run") for d in summary.decision)
 
 
 def test_needles_and_cache_come_from_their_tables(sim_run, summary):
     needles = [r for r in sim_run.run_dir().read_rows("needles", "sim-vllm") if r["scenario"] == "long_context"]
-    vllm = summary["engines"]["sim-vllm"]
-    assert vllm["needles"] == {"passed": sum(r["passed"] for r in needles), "total": len(needles)}
-    assert 0 < vllm["needles"]["passed"] < vllm["needles"]["total"], "the profile loses needles past 1,500 tokens"
+    vllm = summary.engines["sim-vllm"]
+    assert vllm.needles.model_dump() == {"passed": sum(r["passed"] for r in needles), "total": len(needles)}
+    assert 0 < vllm.needles.passed < vllm.needles.total, "the profile loses needles past 1,500 tokens"
     verdict = sim_run.run_dir().read_json("verdicts/sim-sglang/prefix_cache.json")
-    assert summary["engines"]["sim-sglang"]["prefix_cache"]["hit_rate"] == pytest.approx(verdict["hit_rate"])
-    lead = next(d["text"] for d in summary["decision"] if d["text"].startswith("Long-context needles"))
-    assert f"sim-vllm {vllm['needles']['passed']}/{vllm['needles']['total']}" in lead
+    assert summary.engines["sim-sglang"].prefix_cache.hit_rate == pytest.approx(verdict["hit_rate"])
+    lead = next(d.text for d in summary.decision if d.text.startswith("Long-context needles"))
+    assert f"sim-vllm {vllm.needles.passed}/{vllm.needles.total}" in lead
 
 
 def test_leads_follow_the_medians(summary):
     from tasks.report.decision import LEAD_MARGIN, compare
 
-    levels = {name: {lv["label"]: lv for lv in e["perf"]["short"]["levels"]}
-              for name, e in summary["engines"].items() if e["perf"]}
+    levels = {name: {lv.label: lv for lv in e.levels("short")}
+              for name, e in summary.engines.items() if e.perf}
     for label in levels["sim-sglang"]:
-        values = {n: levels[n][label]["figures"]["output_tps"] for n in levels}
+        values = {n: levels[n][label].figures["output_tps"] for n in levels}
         c = compare(values, higher_is_better=True)
-        best = max(levels, key=lambda n: values[n]["median"])
+        best = max(levels, key=lambda n: values[n].median)
         assert c["leader"] == best
-        lead = next(d["text"] for d in summary["decision"] if d["text"].startswith("short output throughput"))
+        lead = next(d.text for d in summary.decision if d.text.startswith("short output throughput"))
         assert (f"{best} leads at {label}" in lead) != (c["gap"] <= LEAD_MARGIN)
 
 
@@ -116,11 +117,11 @@ def test_regressions_table_is_rendered_when_the_run_has_rows(sim_run, tmp_path):
         out.write({**common, "metric": "ttft_p95_s", "baseline_value": 0.03, "value": 0.031, "change": 0.033,
                    "threshold": 0.20, "regressed": False})
     summary = build_summary(run.run_dir(), run.cfg())
-    assert [r["metric"] for r in summary["regressions"]] == ["output_tps", "ttft_p95_s"]
+    assert [r.metric for r in summary.regressions] == ["output_tps", "ttft_p95_s"]
     page = render_html(summary, charts={})
     section = page[page.index("id='regressions'"):]
     assert "regressed" in section and "-22.2%" in section and "scheduled__2026-11-29T00-00-00-00-00" in section
-    text = next(d["text"] for d in summary["decision"] if d["topic"] == "regressions")
+    text = next(d.text for d in summary.decision if d.topic == "regressions")
     assert text.startswith("1 regression(s)") and "output_tps -22.2%" in text
 
 
@@ -135,7 +136,7 @@ def test_planted_secrets_never_reach_the_summary_or_the_page_and_markup_stays_te
                    "line": f"WARNING token {planted[0]} from http://{planted[1]}:8000 on {planted[2]} "
                            f"password={planted[3]} <script>alert(1)</script>"})
     summary = build_summary(run.run_dir(), run.cfg())
-    published = json.dumps(summary) + render_html(summary, charts={})
+    published = json.dumps(summary.model_dump(mode="json")) + render_html(summary, charts={})
     assert "planted" in published  # the finding itself is shown ...
     for secret in planted:
         assert secret not in published  # ... without what it leaked
@@ -145,26 +146,27 @@ def test_planted_secrets_never_reach_the_summary_or_the_page_and_markup_stays_te
 def test_a_run_that_measured_nothing_still_renders_and_says_why(tmp_path):
     from tasks.config import parse_run_config
     from tasks.report import write_report
+    from tasks.report.schema import NotTested
     from tasks.staging import RunDir
 
     cfg = parse_run_config({"run_id": "dry-run-1", "dry_run": True})
     built = write_report(RunDir("dry-run-1", root=tmp_path), cfg)
     assert built["charts"] == {}
-    texts = [d["text"] for d in built["summary"]["decision"]]
+    texts = [d.text for d in built["summary"].decision]
     assert texts[0].startswith("Dry run: ") and "never became ready" in texts[1]
-    assert {"engine": "sim-sglang", "what": "every scenario",
-            "why": "engine never became ready: not deployed"} in built["summary"]["not_tested"]
+    assert NotTested(engine="sim-sglang", what="every scenario",
+                     why="engine never became ready: not deployed") in built["summary"].not_tested
     assert "<img" not in built["page"] and "id='not-tested'" in built["page"]
 
 
 def test_the_standing_limits_are_said_in_the_summary_and_the_report(summary):
     from tasks.report.html import render_html
 
-    limits = " ".join(summary["limits"])
+    limits = " ".join(summary.limits)
     assert "random token IDs" in limits and "not the quality" in limits
     assert "minimum correctness threshold" in limits
     assert "this hardware, this image digest and this configuration only" in limits
-    from html import escape
+    from markupsafe import escape  # the page's own escaping (Jinja2 autoescape)
 
     page = render_html(summary, {})
-    assert all(escape(text) in page for text in summary["limits"])
+    assert all(escape(text) in page for text in summary.limits)

@@ -1,0 +1,296 @@
+"""summary.json as typed models: the one document every reader of a run's results goes through.
+
+`build_summary` returns a RunSummary; summary.json is its `model_dump(mode="json")`; a reader of
+an archived summary.json calls `read_summary`, which refuses another schema version by name. Every
+model forbids unknown fields, so a figure added on one side and not the other fails loudly in the
+tests instead of vanishing from the report. A figure that is not published (TTFT on an engine
+whose stream timing is unreliable) is None; the `figures` of a level hold only published ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.load.stats import FIRST_ENCOUNTER_FIGURES
+
+SCHEMA = "dayone.summary/2"
+
+
+class SummaryVersionError(ValueError):
+    """An archived summary.json of a schema version this code does not read."""
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+
+# ---- per level of a performance scenario -----------------------------------------------------------
+
+
+class Figure(_Doc):
+    """One figure of a level: median over rounds, every round's value (None: round failed), spread flag."""
+
+    median: float | None
+    rounds: list[float | None]
+    spread: bool
+
+
+class FirstEncounter(_Doc):
+    """The first round of a level's shape on a server new to it, beside the steady medians."""
+
+    round: int | None
+    warmup: bool
+    source: str
+    ttft_p95_s: float | None = None
+    ttft_p99_s: float | None = None
+    e2e_p95_s: float | None = None
+    e2e_p99_s: float | None = None
+
+    def figure(self, name: str) -> float | None:
+        """One of the four tail figures by name (None: not measured, or not published)."""
+        return getattr(self, name) if name in FIRST_ENCOUNTER_FIGURES else None
+
+
+class PerfLevel(_Doc):
+    label: str
+    concurrency: int | None
+    rate_rps: float | None
+    rounds: list[int | None]
+    round_status: list[str | None]
+    first_encounter_rounds: list[int | None]
+    figures: dict[str, Figure]
+    first_encounter: FirstEncounter | None
+    rounds_failed: int
+    requests_failed: int
+    length_deviations: int
+
+    def median(self, figure: str) -> float | None:
+        f = self.figures.get(figure)
+        return None if f is None else f.median
+
+
+class PerfScenario(_Doc):
+    input_tokens: int
+    output_tokens: int
+    levels: list[PerfLevel]
+    engine_restarted: bool = False  # the engine restarted during this step: its figures are flagged
+
+
+# ---- evidence of one engine ----------------------------------------------------------------------
+
+
+class TtftVerdict(_Doc):
+    reliable: bool
+    reason: str
+
+
+class CheckEvidence(_Doc):
+    outcome: str | None
+    status: int | None
+    field: str | None
+    reason: str | None
+    excerpt: str | None
+
+
+class Needle(_Doc):
+    scenario: str
+    target_tokens: int
+    prompt_tokens: int | None
+    depth: float
+    attempt: int
+    first_encounter: bool | None
+    ttft_s: float | None
+    e2e_s: float | None
+    passed: bool
+    status: str | None
+    error: str | None
+    expected: str | None
+    answer: str | None
+
+
+class Boundary(_Doc):
+    needles: list[Needle]
+    restarts: CheckEvidence | None
+
+
+class NeedleCount(_Doc):
+    passed: int
+    total: int
+
+
+class PrefixCache(_Doc):
+    """The prefix-cache verdict (tasks/evidence/cache.py); its TTFT half is None when not published."""
+
+    verdict: str
+    reason: str | None = None
+    hit_rate: float | None = None
+    ttft_decrease: float | None = None
+    cold_ttft_s: float | None = None
+    hot_ttft_median_s: float | None = None
+    engine: str | None = None
+    server_queries_delta: float | None = None
+    server_hits_delta: float | None = None
+    hit_rate_unpublished: str | None = None
+    cold_e2e_s: float | None = None
+    hot_e2e_median_s: float | None = None
+    prompt_tokens: int | None = None
+    prompt_text_tokens: int | None = None
+    template_tokens: int | None = None
+    repeats: int | None = None
+    cache_cleared: bool | None = None
+    cache_clear_detail: str | None = None
+    engine_restarted: bool = False
+
+
+class CacheTrial(_Doc):
+    trial: int
+    ttft_s: float | None
+    e2e_s: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    server_queries_delta: float | None
+    server_hits_delta: float | None
+    deltas_unpublished: str | None
+    status: str | None
+    error: str | None
+
+
+class StartupFinding(_Doc):
+    finding: str | None
+    severity: str | None
+    line: str | None
+
+
+class StepRestarts(_Doc):
+    outcome: str | None
+    reason: str | None
+    restarts: int | None
+
+
+class EngineRestarts(_Doc):
+    """Restarts over the run (tasks/evidence/restarts.py): `at_least` when /metrics alone saw one."""
+
+    total: int
+    at_least: bool
+    restarted_steps: list[str]
+    steps: dict[str, StepRestarts]
+
+
+class StepOutcome(_Doc):
+    status: str | None
+    detail: str | None
+
+
+class EngineSummary(_Doc):
+    dialect: str
+    image: str | None
+    image_digest: str | None
+    ready: bool
+    ready_detail: str | None
+    ready_waited_s: float | None
+    ttft: TtftVerdict
+    checks: dict[str, str]
+    check_evidence: dict[str, CheckEvidence]
+    perf: dict[str, PerfScenario]
+    long_context: list[Needle]
+    boundary: Boundary
+    needles: NeedleCount
+    prefix_cache: PrefixCache | None
+    cache_trials: list[CacheTrial]
+    startup_findings: list[StartupFinding]
+    restarts: EngineRestarts
+    steps: dict[str, StepOutcome]
+
+    @property
+    def ttft_published(self) -> bool:
+        return self.ttft.reliable
+
+    def levels(self, scenario: str) -> list[PerfLevel]:
+        perf = self.perf.get(scenario)
+        return [] if perf is None else perf.levels
+
+
+# ---- run level -----------------------------------------------------------------------------------
+
+
+class Validation(_Doc):
+    ran: bool
+    success: bool
+    failed_tables: list[str]
+    quarantined: bool | None
+
+
+class Slo(_Doc):
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+
+
+class ScenarioSettings(_Doc):
+    enabled: dict[str, bool]
+    warmup: bool
+    rounds: dict[str, int]
+    long_context_lengths: list[int]
+    long_context_depths: list[float]
+    prefix_cache_prompt_tokens: int
+    prefix_cache_repeats: int
+    slo: Slo
+
+
+class Regression(_Doc):
+    engine: str
+    scenario: str
+    concurrency: int | None
+    metric: str
+    baseline_run_id: str | None
+    baseline_value: float | None
+    value: float | None
+    change: float | None
+    threshold: float | None
+    regressed: bool
+
+
+class NotTested(_Doc):
+    engine: str
+    what: str
+    why: str
+
+
+class DecisionLine(_Doc):
+    topic: Literal["leads", "reliability", "not_tested", "regressions"]
+    text: str
+
+
+class RunSummary(_Doc):
+    """The whole of summary.json."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), validate_by_name=True,
+                              validate_by_alias=True, serialize_by_alias=True)
+
+    # "schema" in the JSON: the name would shadow BaseModel.schema here.
+    schema_version: Literal["dayone.summary/2"] = Field(SCHEMA, alias="schema")
+    run_id: str
+    model: str
+    model_revision: str | None
+    target: str
+    dry_run: bool
+    validation_success: bool
+    validation: Validation
+    scenarios: ScenarioSettings
+    engines: dict[str, EngineSummary]
+    restarts: dict[str, int]  # per engine, for the report's header
+    run_steps: dict[str, StepOutcome]
+    regressions: list[Regression]
+    limits: list[str]
+    not_tested: list[NotTested]
+    decision: list[DecisionLine]
+
+
+def read_summary(doc: Any) -> RunSummary:
+    """A parsed summary.json as a RunSummary; SummaryVersionError names another schema version."""
+    found = doc.get("schema") if isinstance(doc, dict) else None
+    if found != SCHEMA:
+        raise SummaryVersionError(f"summary.json of schema {found!r}; this DayOne reads {SCHEMA!r} only")
+    return RunSummary.model_validate(doc)

@@ -22,7 +22,7 @@ import io
 import json
 import logging
 import statistics
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -30,6 +30,9 @@ from tasks.archive import model_slug
 from tasks.config import RunConfig
 from tasks.scenarios import PERF_SCENARIOS
 from tasks.staging import RunDir
+
+if TYPE_CHECKING:
+    from tasks.report.schema import RunSummary
 
 log = logging.getLogger("dayone.compare")
 
@@ -71,12 +74,21 @@ def _read_table(s3: Any, bucket: str, prefix: str, table: str) -> pd.DataFrame:
     return pd.read_parquet(io.BytesIO(body))
 
 
-def _read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:
+def archived_summary(s3: Any, bucket: str, key: str) -> RunSummary | None:
+    """The archived summary.json at `key`; None when missing, and None with a warning when it is
+    unreadable or of another schema version (a nightly goes on without that run's verdicts)."""
     from botocore.exceptions import ClientError
 
+    from tasks.report.schema import read_summary
+
     try:
-        return json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     except ClientError:
+        return None
+    try:
+        return read_summary(json.loads(body))
+    except ValueError as exc:  # not JSON, another schema version, or fields that do not validate
+        log.warning("archived %s not read, treated as absent: %s", key, str(exc)[:500])
         return None
 
 
@@ -158,13 +170,12 @@ def current_side(run_dir: RunDir, engine: str) -> Side:
 
 def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
     bucket, prefix = cfg.archive.bucket, index["prefixes"][engine]
-    summary = _read_json(s3, bucket, prefix + "summary.json") or {}
-    mine = (summary.get("engines") or {}).get(engine) or {}
-    cache = mine.get("prefix_cache") or {}
-    published = (mine.get("ttft") or {}).get("reliable")
+    summary = archived_summary(s3, bucket, prefix + "summary.json")
+    mine = None if summary is None else summary.engines.get(engine)
+    cache = None if mine is None or mine.prefix_cache is None else mine.prefix_cache.verdict
+    published = None if mine is None else mine.ttft.reliable
     return Side(index["run_id"], _read_table(s3, bucket, prefix, "rounds"), _read_table(s3, bucket, prefix, "checks"),
-                _read_table(s3, bucket, prefix, "needles"), cache.get("verdict"),
-                None if published is None else bool(published))
+                _read_table(s3, bucket, prefix, "needles"), cache, published)
 
 
 def baselines(s3: Any, cfg: RunConfig, engine: str, scenarios: set[str], before_ts: float | None,

@@ -56,11 +56,13 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"DAG import errors: {bag.import_errors}")
         dag = bag.get_dag("dayone_eval")
         run = dag.test(run_conf=conf)
+        from tasks.report.schema import read_summary
         from tasks.staging import RunDir
 
         run_dir = RunDir(dayone_run_id(run.run_id))
         archived = run_dir.read_json("archive.json") or {}
-        summary = run_dir.read_json("summary.json") or {}
+        summary_doc = run_dir.read_json("summary.json")
+        summary = None if summary_doc is None else read_summary(summary_doc)
         print()
         print(f"DayOne demo: run {run_dir.run_id} finished {run.state} in {time.monotonic() - started:.0f} s")
         print(f"  report:  {run_dir.path / 'report.html'}")
@@ -69,11 +71,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {engine}: {prefix}")
         for key in archived.get("keys", []):
             print(f"      {key}")
-        for engine, e in (summary.get("engines") or {}).items():
-            checks = e.get("checks", {})
-            passed = sum(v == "pass" for v in checks.values())
-            print(f"  {engine}: checks {passed}/{len(checks)} pass, needles {e['needles']['passed']}/"
-                  f"{e['needles']['total']}, prefix cache {(e.get('prefix_cache') or {}).get('verdict')}")
+        for engine, e in (summary.engines if summary else {}).items():
+            passed = sum(v == "pass" for v in e.checks.values())
+            cache = e.prefix_cache.verdict if e.prefix_cache else None
+            print(f"  {engine}: checks {passed}/{len(e.checks)} pass, needles {e.needles.passed}/"
+                  f"{e.needles.total}, prefix cache {cache}")
         return 0 if str(run.state) in ("success", "DagRunState.SUCCESS") else 1
     finally:
         if not args.keep_s3:

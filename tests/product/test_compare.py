@@ -48,11 +48,11 @@ def _archive(run_dir: RunDir, cfg: Any, s3: Any) -> None:
     archive_run(run_dir, cfg, s3)
     if cfg.engines:  # the report step puts summary.json beside the tables; the cache verdict lives there
         from tasks.archive import json_bytes, put_once
+        from tasks.report import build_summary
 
-        verdict = run_dir.read_json(f"verdicts/{ENGINE}/prefix_cache.json")
         prefix = run_dir.read_json("archive.json")["prefixes"][ENGINE]
         put_once(s3, cfg.archive.bucket, prefix + "summary.json",
-                 json_bytes({"engines": {ENGINE: {"prefix_cache": verdict}}}), "application/json")
+                 json_bytes(build_summary(run_dir, cfg).model_dump(mode="json")), "application/json")
 
 
 def test_unchanged_run_passes_with_every_comparison_recorded(s3_server, run_root, bucket):

@@ -26,11 +26,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from tasks.config import RunConfig, read_config_file
+from tasks.config import ConfigError, RunConfig, read_config_file
 from tasks.context import StepContext
 from tasks.desensitize import desensitize
 from tasks.run import NotAttempted, RunContext, load_config
 from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
+from tasks.staging import RunDir
 from tasks.state import (MANIFEST, PINNED, StepOutcome, manifest, outcomes, perf_summary_doc, pinned,
                          set_readiness, write_outcome)
 
@@ -82,31 +83,49 @@ def execute(ctx: RunContext, name: str, engine: str | None = None) -> StepResult
         reason = f"{name} disabled in the run config"
         write_outcome(ctx.run_dir, StepOutcome(step=name, engine=engine, status="skipped", detail=reason))
         return StepResult(step=name, engine=engine, status="skipped", detail=reason)
-    return record(ctx, name, engine, lambda: step.run(ctx, engine))
+    return record(ctx.run_dir, name, engine, lambda: step.run(ctx, engine))
 
 
-def record(ctx: RunContext, name: str, engine: str | None, call: Callable[[], dict[str, Any]]) -> StepResult:
+def execute_with(build: Callable[[], RunContext], run_dir: RunDir, name: str, engine: str | None = None) -> StepResult:
+    """`execute`, building the run context first: a config the plan rejects is the plan's failure, and
+    every later step of that run is not attempted (the run was never planned)."""
+    try:
+        ctx = build()
+    except ConfigError as exc:
+        rejected: Exception = exc
+        if name != "plan" and manifest(run_dir) is None:
+            rejected = NotAttempted(f"run {run_dir.run_id} was never planned (its config was rejected); nothing to do")
+    else:
+        return execute(ctx, name, engine)
+
+    def fail() -> dict[str, Any]:
+        raise rejected
+
+    return record(run_dir, name, engine, fail)
+
+
+def record(run_dir: RunDir, name: str, engine: str | None, call: Callable[[], dict[str, Any]]) -> StepResult:
     """Run `call` as step `name` and write its outcome; also used by the deferred readiness wait."""
     try:
         data = call()
     except NotAttempted as exc:
-        write_outcome(ctx.run_dir, StepOutcome(step=name, engine=engine, status="not_attempted", detail=str(exc)))
+        write_outcome(run_dir, StepOutcome(step=name, engine=engine, status="not_attempted", detail=str(exc)))
         raise
     except Exception as exc:
-        write_outcome(ctx.run_dir, StepOutcome(
+        write_outcome(run_dir, StepOutcome(
             step=name, engine=engine, status="failed", detail=desensitize(f"{type(exc).__name__}: {exc}"),
             trace=desensitize(traceback.format_exc(limit=5))))
         raise
-    write_outcome(ctx.run_dir, StepOutcome(step=name, engine=engine, status="ok"))
+    write_outcome(run_dir, StepOutcome(step=name, engine=engine, status="ok"))
     log.info("step %s%s done: %s", f"{engine}/" if engine else "", name, desensitize(data))
     return StepResult(step=name, engine=engine, data=data)
 
 
-def verdict(ctx: RunContext, required: tuple[str, ...]) -> list[str]:
+def verdict(run_dir: RunDir, required: tuple[str, ...]) -> list[str]:
     """Why the run failed, one line each; empty when it succeeded. A run fails when any step failed,
     when a required run-level step did not complete (an archive that never wrote is a failed run,
     whatever the engines did), or when validation failed."""
-    recorded = outcomes(ctx.run_dir)
+    recorded = outcomes(run_dir)
     problems = [f"{o.where}: {o.detail}" for o in recorded if o.status == "failed"]
     run_level = {o.step: o for o in recorded if not o.engine}
     for name in required:
@@ -119,7 +138,7 @@ def verdict(ctx: RunContext, required: tuple[str, ...]) -> list[str]:
         problems.append("nothing of this run was archived")
     from tasks.state import VALIDATION
 
-    validation = ctx.run_dir.read_json(VALIDATION, {}) or {}
+    validation = run_dir.read_json(VALIDATION, {}) or {}
     if not validation.get("success"):
         problems.append("result tables failed validation (run archived under quarantine/)")
     return problems

@@ -45,11 +45,12 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
     """Run one step for an Airflow task; its StepResult becomes the task's XCom."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from tasks.steps import NotAttempted, execute
+    from tasks.staging import RunDir
+    from tasks.steps import NotAttempted, execute_with
 
-    ctx = run_context(params, airflow_run_id, **context)
+    run_dir = RunDir(dayone_run_id(airflow_run_id))
     try:
-        result = execute(ctx, step, engine)
+        result = execute_with(lambda: run_context(params, airflow_run_id, **context), run_dir, step, engine)
     except NotAttempted as exc:
         raise AirflowSkipException(str(exc)) from None
     return result.model_dump(mode="json")
@@ -57,12 +58,13 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
 
 def conclude(params: dict[str, Any], airflow_run_id: str, required: tuple[str, ...]) -> dict[str, Any]:
     """Fail the Airflow run (so its alerting applies) when the run's verdict lists problems."""
+    from tasks.staging import RunDir
     from tasks.steps import verdict
 
-    ctx = run_context(params, airflow_run_id)
-    problems = verdict(ctx, required)
+    run_dir = RunDir(dayone_run_id(airflow_run_id))
+    problems = verdict(run_dir, required)
     for problem in problems:
-        log.error("run %s: %s", ctx.run_id, problem)
+        log.error("run %s: %s", run_dir.run_id, problem)
     if problems:
         raise RuntimeError("DayOne run finished with failures: " + "; ".join(problems))
     return {"problems": 0}

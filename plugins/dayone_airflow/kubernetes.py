@@ -191,7 +191,7 @@ class EngineReadySensor(BaseOperator):
         if not ready and not detail.startswith(f"engine {self.engine}:"):
             detail = f"engine {self.engine}: {detail}"
         try:
-            result = record(ctx, "wait_ready", self.engine,
+            result = record(ctx.run_dir, "wait_ready", self.engine,
                             lambda: readiness_reached(ctx, self.engine, ready, detail, float(event.get("waited_s", 0.0))))
         except DeployError as exc:
             raise AirflowException(str(exc)) from None

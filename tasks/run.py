@@ -89,7 +89,7 @@ class RunContext:
         """What a scenario talks to: the engine's endpoint, once the engine is ready."""
         ready = readiness(self.run_dir, engine)
         if not ready.ready:
-            raise NotAttempted(f"engine {engine}: not ready ({ready.detail}); step not attempted")
+            raise NotAttempted(f"engine {engine}: not ready ({ready.detail or 'never deployed'}); step not attempted")
         dep = self.deployment(engine)
         return StepContext(self.config, endpoint_for(self.config, engine, dep.base_url, dep.image_digest), self.run_dir)
 

@@ -70,7 +70,7 @@ class EngineReadiness(_Doc):
     """Whether the engine serves; `detail` says what it is doing or why it failed."""
 
     ready: bool = False
-    detail: str = "never deployed"
+    detail: str = ""
     waited_s: float | None = None
 
 

@@ -29,6 +29,9 @@ STREAM_TIMED_PREFIXES = ("ttft_", "tpot_", "itl_")
 MIN_TOKENS_FOR_SHARE_RULE = 8
 
 
+# How a withheld figure's reason begins; a page that already says "not published" shows the rest.
+WITHHELD = "TTFT not published (nor TPOT and ITL), E2E only: "
+
 def stream_defect(output_events: int, output_tokens: int | None, last_event_share: float | None) -> str | None:
     """Why one stream did not deliver its output as generated, or None when it did.
 
@@ -133,7 +136,7 @@ def ttft_verdict(checks_rows: Iterable[Mapping[str, Any]] | None = None,
         reasons.append(f"streaming was never shown: the {STREAMING_CHECK} check did not run and no measured "
                        "stream delivered a multi-token output over several events")
     if reasons:
-        return {"reliable": False, "reason": "TTFT not published (nor TPOT and ITL), E2E only: " + "; ".join(reasons)}
+        return {"reliable": False, "reason": WITHHELD + "; ".join(reasons)}
     basis = f"the {STREAMING_CHECK} check passed" if shown_by_check else "the measured streams"
     if measured and shown_by_check:
         basis += " and every measured stream"

@@ -17,6 +17,7 @@ from typing import Any
 
 from tasks.load.stats import median
 from tasks.report.schema import EngineSummary, Figure, PerfLevel, RunSummary
+from tasks.evidence.reliability import WITHHELD
 
 DPI = 100
 PASS_COLOR, FAIL_COLOR, SPREAD_COLOR = "#2e7d32", "#c62828", "#d32f2f"
@@ -360,7 +361,7 @@ def _tokens(n: int) -> str:
 
 
 def _short(text: Any, limit: int = 70) -> str:
-    s = str(text or "").removeprefix("TTFT not published, E2E only: ")
+    s = str(text or "").removeprefix(WITHHELD)
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 

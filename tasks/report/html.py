@@ -21,6 +21,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from tasks.report.decision import compare
 from tasks.report.schema import EngineSummary, Figure, Needle, RunSummary
+from tasks.evidence.reliability import WITHHELD
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -108,7 +109,7 @@ def clip(text: Any, limit: int) -> str:
 
 
 def ttft_reason(reason: str) -> str:
-    return reason.removeprefix("TTFT not published, E2E only: ")
+    return reason.removeprefix(WITHHELD)
 
 
 # ---- layouts that take arithmetic ----------------------------------------------------------------

@@ -178,7 +178,9 @@ class EngineRestarts(_Doc):
     steps: dict[str, StepRestarts]
 
 
-class StepOutcome(_Doc):
+class OutcomeSummary(_Doc):
+    """A step's recorded outcome (tasks/state.py StepOutcome), as published."""
+
     status: str | None
     detail: str | None
 
@@ -201,7 +203,7 @@ class EngineSummary(_Doc):
     cache_trials: list[CacheTrial]
     startup_findings: list[StartupFinding]
     restarts: EngineRestarts
-    steps: dict[str, StepOutcome]
+    steps: dict[str, OutcomeSummary]
 
     @property
     def ttft_published(self) -> bool:
@@ -281,7 +283,7 @@ class RunSummary(_Doc):
     scenarios: ScenarioSettings
     engines: dict[str, EngineSummary]
     restarts: dict[str, int]  # per engine, for the report's header
-    run_steps: dict[str, StepOutcome]
+    run_steps: dict[str, OutcomeSummary]
     regressions: list[Regression]
     limits: list[str]
     not_tested: list[NotTested]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tasks import state
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
@@ -23,10 +24,10 @@ from tasks.load.stats import HEADLINE_FIGURES, first_encounter_tail, over_rounds
 from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, EngineRestarts, EngineSummary,
                                  Figure, FirstEncounter, Needle, NeedleCount, NotTested, PerfLevel, PerfScenario,
                                  PrefixCache, Regression, RunSummary, ScenarioSettings, Slo, StartupFinding,
-                                 StepOutcome, TtftVerdict, Validation)
+                                 OutcomeSummary, TtftVerdict, Validation)
+from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 
-PERF_SCENARIOS = ("short", "prefill", "decode", "rate")
 FIGURES = HEADLINE_FIGURES
 # What no DayOne run proves, whatever ran (the seed's standing caveats): said in every report.
 STANDING_LIMITS = (
@@ -37,7 +38,6 @@ STANDING_LIMITS = (
     "Results hold for this hardware, this image digest and this configuration only; another GPU, "
     "driver, image or engine setting is another experiment.",
 )
-SCENARIO_SWITCHES = ("functional", "short", "prefill", "decode", "rate", "long_context", "boundary", "prefix_cache")
 
 
 def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
@@ -45,10 +45,10 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
     from tasks.report.decision import decide
 
     steps = _step_outcomes(run_dir)
-    validation = run_dir.read_json("validation.json")
-    archived = run_dir.read_json("archive.json") or {}
+    validation = run_dir.read_json(state.VALIDATION)
+    archived = run_dir.read_json(state.ARCHIVED) or {}
     engines = {e.name: _engine_summary(run_dir, cfg, e.name, steps.get(e.name, {})) for e in cfg.engines}
-    run_steps = _outcomes(steps.get("", {}))
+    run_steps = steps.get("", {})
     regressions = _regressions(run_dir)
     succeeded = bool(validation and validation.get("success"))
     summary = RunSummary(
@@ -83,8 +83,8 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
 
 def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[str, Any]) -> EngineSummary:
     spec = cfg.engine(engine)
-    pinned = (run_dir.read_json("pinned.json", {}) or {}).get(engine, {})
-    ready = run_dir.read_json(f"state/{engine}/ready.json", {}) or {}
+    pinned = state.pinned(run_dir).get(engine, {})
+    ready = state.readiness(run_dir, engine)
     checks = run_dir.read_rows("checks", engine)
     perf_requests = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
     ttft = TtftVerdict.model_validate(ttft_verdict(checks, perf_requests))
@@ -105,9 +105,9 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         dialect=spec.dialect,
         image=spec.image,
         image_digest=pinned.get("image_digest"),
-        ready=bool(ready.get("ready")),
-        ready_detail=ready.get("detail"),
-        ready_waited_s=ready.get("waited_s"),
+        ready=ready.ready,
+        ready_detail=ready.detail or None,
+        ready_waited_s=ready.waited_s,
         ttft=ttft,
         checks={str(c["check"]): str(c["outcome"]) for c in functional},
         check_evidence={str(c["check"]): _evidence(c) for c in functional},
@@ -123,7 +123,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
             for f in run_dir.read_rows("startup_findings", engine)
         ],
         restarts=engine_restarts,
-        steps=_outcomes(steps),
+        steps=steps,
     )
 
 
@@ -238,21 +238,15 @@ def _clip(text: Any, limit: int = 160) -> str | None:
 # ---- run level -----------------------------------------------------------------------------------
 
 
-def _step_outcomes(run_dir: RunDir) -> dict[str, dict[str, Any]]:
-    """state/steps/*.json by engine ("" for run-level steps): {step: {status, detail}}."""
-    out: dict[str, dict[str, Any]] = {}
-    for p in sorted((run_dir.path / "state" / "steps").glob("*.json")):
-        doc = run_dir.read_json(str(p.relative_to(run_dir.path))) or {}
-        if doc.get("step") == "report":
+def _step_outcomes(run_dir: RunDir) -> dict[str, dict[str, OutcomeSummary]]:
+    """Recorded step outcomes by engine ("" for run-level steps): {step: {status, detail}}."""
+    out: dict[str, dict[str, OutcomeSummary]] = {}
+    for outcome in state.outcomes(run_dir):
+        if outcome.step == "report":
             continue  # the report's own outcome: a retried report must rebuild the same bytes
-        out.setdefault(doc.get("engine") or "", {})[str(doc.get("step") or p.stem)] = {
-            "status": doc.get("status"), "detail": doc.get("detail"),
-        }
+        out.setdefault(outcome.engine or "", {})[outcome.step] = OutcomeSummary(status=outcome.status,
+                                                                                detail=outcome.detail)
     return out
-
-
-def _outcomes(steps: dict[str, dict[str, Any]]) -> dict[str, StepOutcome]:
-    return {step: StepOutcome.model_validate(outcome) for step, outcome in steps.items()}
 
 
 def _scenario_settings(cfg: RunConfig) -> ScenarioSettings:
@@ -269,7 +263,7 @@ def _scenario_settings(cfg: RunConfig) -> ScenarioSettings:
     )
 
 
-def _not_tested(cfg: RunConfig, engines: dict[str, EngineSummary], run_steps: dict[str, StepOutcome],
+def _not_tested(cfg: RunConfig, engines: dict[str, EngineSummary], run_steps: dict[str, OutcomeSummary],
                 has_regressions: bool = False) -> list[NotTested]:
     """What this run did not test, and why: switched off, not applicable, or a step that did not finish."""
     out: list[NotTested] = []

@@ -1,0 +1,89 @@
+"""Effects with intervals (tasks/evidence/effects.py), checked on simulated rounds with a planted
+effect: the interval covers the planted ratio at its nominal rate, a planted +20% is detected, and
++0% gives "no detectable difference" in at least 95% of seeded repetitions."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from tasks.evidence.effects import describe, effect
+
+REPS = 2000
+
+
+def _rounds(rng: random.Random, n: int, median: float, log_sd: float) -> list[float]:
+    return [median * math.exp(rng.gauss(0, log_sd)) for _ in range(n)]
+
+
+def _simulate(planted: float, n: int, log_sd_a: float, log_sd_b: float, paired: bool = False, seed: int = 7):
+    rng = random.Random(seed)
+    outcomes = []
+    for _ in range(REPS):
+        a = _rounds(rng, n, 100.0, log_sd_a)
+        b = _rounds(rng, n, 100.0 * planted, log_sd_b)
+        outcomes.append(effect(a, b, paired=paired))
+    return outcomes
+
+
+@pytest.mark.parametrize("planted,n,sd_a,sd_b", [
+    (1.0, 3, 0.05, 0.05), (1.2, 3, 0.05, 0.05), (1.0, 5, 0.03, 0.10), (0.7, 4, 0.08, 0.02),
+])
+def test_the_interval_covers_the_planted_ratio_at_its_nominal_rate(planted, n, sd_a, sd_b):
+    outcomes = _simulate(planted, n, sd_a, sd_b)
+    covered = sum(e.low <= planted <= e.high for e in outcomes) / REPS
+    print(f"planted {planted}, {n} rounds, log sd {sd_a}/{sd_b}: coverage {covered:.3f}")
+    assert covered >= 0.93  # nominal 95%; Welch's df is an approximation, slightly conservative
+
+
+def test_no_change_gives_no_detectable_difference_in_at_least_95_percent():
+    outcomes = _simulate(1.0, 3, 0.05, 0.05, seed=11)
+    rate = sum(e.verdict == "no detectable difference" for e in outcomes) / REPS
+    print(f"+0%: no detectable difference in {rate:.3f} of {REPS}")
+    assert rate >= 0.95
+
+
+def test_a_planted_20_percent_gain_is_detected_with_the_interval_covering_it():
+    outcomes = _simulate(1.2, 3, 0.03, 0.03, seed=3)
+    detected = [e for e in outcomes if e.verdict == "higher"]
+    print(f"+20%: detected in {len(detected) / REPS:.3f}")
+    assert len(detected) / REPS >= 0.95
+    assert sum(e.low <= 1.2 <= e.high for e in detected) / len(detected) >= 0.93
+    assert not any(e.verdict == "lower" for e in outcomes)
+
+
+def test_a_drop_is_lower_and_the_detectable_change_shrinks_with_rounds():
+    rng = random.Random(5)
+    a, b = _rounds(rng, 5, 100, 0.02), _rounds(rng, 5, 70, 0.02)
+    e = effect(a, b)
+    assert e.verdict == "lower" and e.high < 1 and e.excludes(0.9) and not e.excludes(0.7)
+    few = effect(a[:2], b[:2])
+    assert few.detectable > e.detectable > 0
+    needed = e.rounds_needed(0.05)
+    assert needed is not None and needed >= 2 and e.rounds_needed(0.01) > needed
+
+
+def test_noise_as_large_as_the_gap_is_no_winner():
+    """The demo's flip: round values 27.7-33.0 vs 24.9-27.2 named opposite leaders on two runs."""
+    e = effect([27.7, 33.0, 30.1], [24.9, 27.2, 26.0])
+    assert e.verdict == "no detectable difference", describe(e)
+    assert e.low < 1 < e.high
+
+
+def test_paired_rounds_cancel_drift_that_unpaired_rounds_cannot():
+    """A slow drift hits both sides of each pair alike (interleaved A/B): pairing sees a 5% effect that
+    the unpaired interval, swamped by the drift, cannot."""
+    drift = [1.0, 1.3, 1.6, 1.9]
+    a = [100 * d for d in drift]
+    b = [105 * d * (1 + 0.005 * (-1) ** i) for i, d in enumerate(drift)]
+    assert effect(a, b, paired=True).verdict == "higher"
+    assert effect(a, b).verdict == "no detectable difference"
+
+
+def test_too_few_rounds_or_failed_rounds_give_no_verdict():
+    e = effect([10.0, None, 0.0], [11.0, 12.0])
+    assert e.verdict == "not enough rounds" and e.ratio is None
+    assert "not enough rounds (1 vs 2 good rounds" in describe(e)
+    assert effect([5.0, 5.0], [6.0, 6.0]).verdict == "not enough rounds"  # no noise measured: no interval

@@ -338,6 +338,10 @@ class ArchiveSettings(_Model):
 class RegressionThresholds(_Model):
     output_tps_drop: float = Field(0.10, ge=0, le=1, description="A drop of output throughput beyond this fraction is a regression.")
     ttft_p95_rise: float = Field(0.20, ge=0, description="A rise of P95 TTFT beyond this fraction is a regression.")
+    confidence: float = Field(
+        0.95, gt=0.5, lt=1, description="Confidence of the interval on the ratio new/baseline of round values: "
+        "a regression only when the whole interval lies beyond the threshold, so jitter between rounds alone "
+        "rarely fails a run.")
 
 
 class RunConfig(_Model):

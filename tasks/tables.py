@@ -197,9 +197,15 @@ REGRESSIONS = Table(
         Column("baseline_run_id", "str"),
         Column("baseline_value", "float"),
         Column("value", "float"),
-        Column("change", "float"),
+        Column("change", "float", description="Change of the median over rounds: value / baseline_value - 1."),
         Column("threshold", "float"),
         Column("regressed", "bool", nullable=False),
+        Column("ratio", "float", min_value=0.0,
+               description="Ratio new/baseline of the geometric means of the round values (tasks/evidence/effects.py)."),
+        Column("ci_low", "float", min_value=0.0, description="Lower end of the ratio's confidence interval."),
+        Column("ci_high", "float", min_value=0.0, description="Upper end of the ratio's confidence interval."),
+        Column("verdict", "str", description="The effect's verdict (higher, lower, no detectable difference, not "
+               "enough rounds), or a check, needle or cache verdict's outcome then and now (pass -> fail)."),
     ),
 )
 

@@ -17,10 +17,12 @@ ENGINE = "sim-a"
 
 
 def _run(run_root, bucket: str, run_id: str, tps: float, ttft: float, checks: dict[str, str],
-         needle_ok: bool, cache: str, created_ts: float, valid: bool = True) -> tuple[RunDir, Any]:
-    cfg = parse_run_config({**small_config(bucket), "run_id": run_id})
+         needle_ok: bool, cache: str, created_ts: float, valid: bool = True, **conf: Any) -> tuple[RunDir, Any]:
+    cfg = parse_run_config({**small_config(bucket), "run_id": run_id, **conf})
     run_dir = RunDir(run_id, run_root)
-    run_dir.write_json("manifest.json", {"run_id": run_id, "created_ts": created_ts})
+    # As the plan step writes it: the run config is what a later run's baseline matching reads.
+    run_dir.write_json("manifest.json", {"run_id": run_id, "created_ts": created_ts,
+                                         "config": cfg.model_dump(mode="json")})
     run_dir.write_json("pinned.json", {ENGINE: {"image_digest": "sha256:" + "a" * 64}})
     run_dir.write_json("validation.json", {"success": valid})
     with run_dir.rows("rounds", ENGINE, "short") as out:

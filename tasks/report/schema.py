@@ -260,6 +260,31 @@ class NotTested(_Doc):
     why: str
 
 
+class Comparison(_Doc):
+    """One engine against the base engine (the config's first) on one figure of one level
+    (tasks/evidence/effects.py): the ratio engine/base of the geometric means of their round values,
+    with its confidence interval, and the verdict read with the figure's direction."""
+
+    scenario: str
+    level: str  # the level's label, e.g. c=4
+    figure: str
+    base: str
+    engine: str
+    ratio: float | None  # None: not enough rounds
+    low: float | None
+    high: float | None
+    confidence: float
+    verdict: Literal["better", "worse", "no detectable difference", "not enough rounds"]
+    detectable: float | None  # the smallest change this run would detect, e.g. 0.14 = ±14%
+    rounds_needed_for_5pct: int | None  # rounds a side that would detect a 5% change
+
+    def interval(self) -> str:
+        """`1.21× (95% CI 1.10–1.33)`, or the verdict when there is no interval."""
+        if self.ratio is None or self.low is None or self.high is None:
+            return self.verdict
+        return f"{self.ratio:.2f}× ({self.confidence:.0%} CI {self.low:.2f}–{self.high:.2f})"
+
+
 class DecisionLine(_Doc):
     topic: Literal["leads", "reliability", "not_tested", "regressions"]
     text: str
@@ -287,6 +312,8 @@ class RunSummary(_Doc):
     regressions: list[Regression]
     limits: list[str]
     not_tested: list[NotTested]
+    confidence: float  # of every interval in `comparisons`
+    comparisons: list[Comparison]
     decision: list[DecisionLine]
 
 

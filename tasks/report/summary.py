@@ -7,6 +7,10 @@ disagree. Nothing here measures.
 Per PROTOCOL.md section 5: each figure is the median over rounds with every round's value and a
 spread flag; the first-encounter round's P95/P99 TTFT sits beside it; an engine whose TTFT is
 unreliable publishes no TTFT (nor TPOT/ITL, which come from the same stream timing), only E2E.
+
+Engines are compared with the first engine of the config (the base) on the decision's figures
+(decision.LEAD_FIGURES), per scenario and level, as effects with a confidence interval
+(tasks/evidence/effects.py): a figure that is not published is not compared.
 """
 
 from __future__ import annotations
@@ -17,11 +21,13 @@ from typing import Any
 from tasks import state
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
+from tasks.evidence.effects import effect
 from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import restart_summary
 from tasks.load.stats import HEADLINE_FIGURES, first_encounter_tail, over_rounds
-from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, EngineRestarts, EngineSummary,
+from tasks.report.decision import LEAD_FIGURES, decide
+from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison, EngineRestarts, EngineSummary,
                                  Figure, FirstEncounter, Needle, NeedleCount, NotTested, PerfLevel, PerfScenario,
                                  PrefixCache, Regression, RunSummary, ScenarioSettings, Slo, StartupFinding,
                                  OutcomeSummary, TtftVerdict, Validation)
@@ -29,6 +35,8 @@ from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 
 FIGURES = HEADLINE_FIGURES
+CONFIDENCE = 0.95  # of every comparison's interval
+SMALL_CHANGE = 0.05  # the change whose rounds needed each comparison states (rounds_needed_for_5pct)
 # What no DayOne run proves, whatever ran (the seed's standing caveats): said in every report.
 STANDING_LIMITS = (
     "Performance prompts are random token IDs: they measure the serving path (scheduling, batching, "
@@ -42,8 +50,6 @@ STANDING_LIMITS = (
 
 def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
     """The run's summary document (see the module docstring); desensitized."""
-    from tasks.report.decision import decide
-
     steps = _step_outcomes(run_dir)
     validation = run_dir.read_json(state.VALIDATION)
     archived = run_dir.read_json(state.ARCHIVED) or {}
@@ -72,6 +78,8 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         regressions=regressions,
         limits=list(STANDING_LIMITS),
         not_tested=_not_tested(cfg, engines, run_steps, bool(regressions)),
+        confidence=CONFIDENCE,
+        comparisons=comparisons(engines, cfg.engines[0].name, CONFIDENCE),
         decision=[],
     )
     summary.decision = decide(summary)
@@ -233,6 +241,41 @@ def _clip(text: Any, limit: int = 160) -> str | None:
         return None
     s = str(text)
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+# ---- engine vs base --------------------------------------------------------------------------------
+
+
+def comparisons(engines: dict[str, EngineSummary], base: str, confidence: float) -> list[Comparison]:
+    """Every other engine against `base` per decision figure and level both published."""
+    if base not in engines:
+        return []
+    out = []
+    for scenario, figure, higher_is_better, _ in LEAD_FIGURES:
+        for base_level in engines[base].levels(scenario):
+            base_figure = base_level.figures.get(figure)
+            if base_figure is None:
+                continue  # not published for the base
+            for name, e in engines.items():
+                level = next((lv for lv in e.levels(scenario) if lv.label == base_level.label), None)
+                mine = None if name == base or level is None else level.figures.get(figure)
+                if mine is not None:
+                    out.append(_comparison(scenario, base_level.label, figure, higher_is_better, base, name,
+                                           base_figure, mine, confidence))
+    return out
+
+
+def _comparison(scenario: str, level: str, figure: str, higher_is_better: bool, base: str, engine: str,
+                base_figure: Figure, figure_values: Figure, confidence: float) -> Comparison:
+    # Engines run one after another, so their rounds are not paired.
+    e = effect(base_figure.rounds, figure_values.rounds, confidence)
+    if e.verdict in ("higher", "lower"):
+        verdict = "better" if (e.verdict == "higher") == higher_is_better else "worse"
+    else:
+        verdict = e.verdict
+    return Comparison(scenario=scenario, level=level, figure=figure, base=base, engine=engine, ratio=e.ratio,
+                      low=e.low, high=e.high, confidence=confidence, verdict=verdict, detectable=e.detectable,
+                      rounds_needed_for_5pct=e.rounds_needed(SMALL_CHANGE))
 
 
 # ---- run level -----------------------------------------------------------------------------------

@@ -1,19 +1,19 @@
 """The decision summary: a few sentences written from the summary's figures, never by hand.
 
-Which engine leads where (a lead needs a gap above LEAD_MARGIN; a gap resting on a figure whose
-rounds spread more than 25% of its median is called uncertain), what is unreliable and why, what
-was not tested, and the regressions against the baseline when the nightly comparison wrote any.
+How each engine compares with the base engine (the config's first) where, from the summary's
+comparisons: a ratio with its confidence interval, called better or worse only when the interval
+excludes 1 and otherwise "no detectable difference" with the change this run could have detected
+(no winner without an interval); what is unreliable and why, what was not tested, and the
+regressions against the baseline when the nightly comparison wrote any.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tasks.report.schema import DecisionLine, EngineSummary, Figure, Regression, RunSummary
+from tasks.report.schema import Comparison, DecisionLine, EngineSummary, Regression, RunSummary
 
-LEAD_MARGIN = 0.05  # closer than 5% is "on par": three rounds cannot separate it
-
-# (scenario, figure, higher is better, words)
+# The figures engines are compared on: (scenario, figure, higher is better, words)
 LEAD_FIGURES = (
     ("short", "output_tps", True, "output throughput"),
     ("short", "ttft_p95_s", False, "P95 TTFT"),
@@ -23,6 +23,7 @@ LEAD_FIGURES = (
     ("decode", "tpot_p50_s", False, "P50 TPOT"),
     ("rate", "goodput_rps", True, "goodput"),
 )
+LEAD_WORDS = {(scenario, figure): words for scenario, figure, _, words in LEAD_FIGURES}
 
 
 def decide(summary: RunSummary) -> list[DecisionLine]:
@@ -31,7 +32,7 @@ def decide(summary: RunSummary) -> list[DecisionLine]:
     if summary.dry_run:
         out.append(DecisionLine(topic="not_tested",
                                 text="Dry run: manifests were rendered, nothing was deployed or measured."))
-    out += [DecisionLine(topic="leads", text=t) for t in _leads(summary.engines)]
+    out += [DecisionLine(topic="leads", text=t) for t in _leads(summary)]
     out += [DecisionLine(topic="reliability", text=t) for t in _reliability(summary)]
     out += [DecisionLine(topic="not_tested", text=t) for t in _not_tested(summary)]
     out += [DecisionLine(topic="regressions", text=t) for t in _regressions(summary.regressions)]
@@ -41,59 +42,32 @@ def decide(summary: RunSummary) -> list[DecisionLine]:
 # ---- leads ---------------------------------------------------------------------------------------
 
 
-def compare(values: dict[str, Figure | None], higher_is_better: bool) -> dict[str, Any] | None:
-    """Leader among engines' figures; None with fewer than two published values.
-
-    Returns {leader, runner_up, best, second, gap (fraction of the runner-up), on_par, uncertain}.
-    """
-    have = {name: (f.median, f.spread) for name, f in values.items() if f is not None and f.median is not None}
-    if len(have) < 2:
-        return None
-    ranked = sorted(have.items(), key=lambda kv: kv[1][0], reverse=higher_is_better)
-    (leader, (best, best_spread)), (runner_up, (second, second_spread)) = ranked[0], ranked[1]
-    gap = abs(best - second) / (abs(second) or 1e-12)
-    return {
-        "leader": leader,
-        "runner_up": runner_up,
-        "best": best,
-        "second": second,
-        "gap": gap,
-        "on_par": gap <= LEAD_MARGIN,
-        "uncertain": best_spread or second_spread,
-    }
-
-
-def level_figures(engines: dict[str, EngineSummary], scenario: str, figure: str) -> dict[str, dict[str, Figure | None]]:
-    """{level label: {engine: figure}} for one scenario's figure, levels in run order."""
-    out: dict[str, dict[str, Figure | None]] = {}
-    for name, e in engines.items():
-        for level in e.levels(scenario):
-            out.setdefault(level.label, {})[name] = level.figures.get(figure)
-    return out
-
-
-def _leads(engines: dict[str, EngineSummary]) -> list[str]:
+def _leads(summary: RunSummary) -> list[str]:
+    engines = summary.engines
     if len(engines) < 2:
         return [_single_engine(engines)] if engines else []
     lines = []
-    for scenario, figure, higher, words in LEAD_FIGURES:
-        parts, leaders = [], set()
-        for label, values in level_figures(engines, scenario, figure).items():
-            c = compare(values, higher)
-            if c is None:
-                continue
-            if c["on_par"]:
-                parts.append(f"on par at {label} (within {_pct(c['gap'])})")
-                continue
-            leaders.add(c["leader"])
-            better = "higher" if higher else "lower"
-            note = "; uncertain: round spread >25%" if c["uncertain"] else ""
-            parts.append(f"{c['leader']} leads at {label} ({_num(c['best'])} vs {_num(c['second'])}, "
-                         f"{c['gap']:.0%} {better}{note})")
-        if parts:
-            lines.append(f"{scenario} {words}: " + "; ".join(parts) + ".")
+    for scenario, figure, _, words in LEAD_FIGURES:
+        mine = [c for c in summary.comparisons if (c.scenario, c.figure) == (scenario, figure)]
+        for engine in dict.fromkeys(c.engine for c in mine):
+            parts = [comparison_words(c) for c in mine if c.engine == engine]
+            lines.append(f"{scenario} {words}, {engine} vs {mine[0].base}: " + "; ".join(parts) + ".")
     lines += _evidence_leads(engines)
     return lines
+
+
+def comparison_words(c: Comparison) -> str:
+    """One level's comparison: the interval and verdict, or what this run could have detected."""
+    if c.verdict in ("better", "worse"):
+        return f"at {c.level} {c.interval()}, {c.verdict}"
+    if c.ratio is None or c.low is None or c.high is None:
+        return f"not enough rounds at {c.level} (2 good rounds a side needed)"
+    text = f"no detectable difference at {c.level} ({c.ratio:.2f}×, {c.confidence:.0%} CI {c.low:.2f}–{c.high:.2f}"
+    if c.detectable is not None:
+        text += f"; this run could detect ±{c.detectable:.0%}"
+    if c.rounds_needed_for_5pct is not None:
+        text += f"; {c.rounds_needed_for_5pct} rounds a side would detect 5%"
+    return text + ")"
 
 
 def _single_engine(engines: dict[str, EngineSummary]) -> str:
@@ -249,10 +223,6 @@ def _regressions(rows: list[Regression]) -> list[str]:
         f"{r.metric} {_change(r.change)}" for r in bad[:5]
     )
     return [f"{len(bad)} regression(s){against}: {listed}."]
-
-
-def _pct(fraction: float) -> str:
-    return f"{fraction:.1%}" if fraction < 0.1 else f"{fraction:.0%}"
 
 
 def _change(change: Any) -> str:

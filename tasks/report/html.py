@@ -19,7 +19,7 @@ from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from tasks.report.decision import compare
+from tasks.report.decision import LEAD_WORDS
 from tasks.report.schema import EngineSummary, Figure, Needle, RunSummary
 from tasks.evidence.reliability import WITHHELD
 
@@ -39,7 +39,7 @@ FIGURE_WORDS = {
     "e2e_p95_s": "E2E P95", "e2e_p99_s": "E2E P99",
 }
 
-# (scenario, figure, higher is better): the rows of the engine-vs-engine table
+# (scenario, figure, higher is better): the rows of the engine-vs-engine table of medians
 COMPARED_FIGURES = (
     ("short", "output_tps", True), ("short", "ttft_p95_s", False), ("short", "e2e_p95_s", False),
     ("prefill", "output_tps", True), ("prefill", "ttft_p95_s", False), ("decode", "output_tps", True),
@@ -47,7 +47,8 @@ COMPARED_FIGURES = (
 )
 
 BADGE_CLASSES = {"pass": "pass", "fail": "fail", "effective": "pass", "unconfirmed": "fail", "ok": "pass",
-                 "failed": "fail", "not_attempted": "na", "not_applicable": "na"}
+                 "failed": "fail", "not_attempted": "na", "not_applicable": "na", "better": "pass",
+                 "worse": "fail", "no detectable difference": "na", "not enough rounds": "na"}
 SEVERITY_CLASSES = {"warning": "warn", "error": "fail"}
 
 
@@ -73,7 +74,8 @@ def _environment() -> Environment:
     )
     env.filters.update(num=num, percent=percent, clip=clip, ttft_reason=ttft_reason)
     env.globals.update(
-        TOPICS=TOPICS, FIGURE_WORDS=FIGURE_WORDS, BADGE_CLASSES=BADGE_CLASSES, SEVERITY_CLASSES=SEVERITY_CLASSES,
+        TOPICS=TOPICS, FIGURE_WORDS=FIGURE_WORDS, LEAD_WORDS=LEAD_WORDS, BADGE_CLASSES=BADGE_CLASSES,
+        SEVERITY_CLASSES=SEVERITY_CLASSES,
         measured=measured, comparison_rows=comparison_rows, needle_table=needle_table, check_matrix=check_matrix,
     )
     return env
@@ -126,7 +128,6 @@ class ComparisonRow:
     figure: str
     higher_is_better: bool
     values: dict[str, Figure | None]  # every engine, None where it has no such figure
-    lead: dict[str, Any] | None  # tasks.report.decision.compare
 
 
 def comparison_rows(engines: dict[str, EngineSummary]) -> list[ComparisonRow]:
@@ -143,7 +144,7 @@ def comparison_rows(engines: dict[str, EngineSummary]) -> list[ComparisonRow]:
                 values[name] = None if level is None else level.figures.get(figure)
             if all(v is None for v in values.values()):
                 continue
-            rows.append(ComparisonRow(f"{scenario} {label}", figure, higher, values, compare(values, higher)))
+            rows.append(ComparisonRow(f"{scenario} {label}", figure, higher, values))
     return rows
 
 

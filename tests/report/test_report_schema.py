@@ -77,8 +77,11 @@ def test_markup_in_any_field_reaches_the_page_as_text(summary):
     doc["engines"]["sim-down"]["ready_detail"] = EVIL
     doc["not_tested"].append({"engine": EVIL, "what": EVIL, "why": EVIL})
     doc["decision"].append({"topic": "leads", "text": EVIL})
+    doc["comparisons"][0].update(engine=EVIL, level=EVIL)
     page = render_html(read_summary(doc), charts={})
     assert "<script" not in page
+    effects = page[page.index("id='effects'"):]
+    assert effects.count(EVIL_AS_TEXT) >= 2  # the comparisons table's engine and level
     # name: engines table, comparison and checks headers, several tables' rows; the fields above once each
     assert page.count(EVIL_AS_TEXT) >= 15
 

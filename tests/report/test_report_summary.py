@@ -90,18 +90,72 @@ def test_needles_and_cache_come_from_their_tables(sim_run, summary):
     assert f"sim-vllm {vllm.needles.passed}/{vllm.needles.total}" in lead
 
 
-def test_leads_follow_the_medians(summary):
-    from tasks.report.decision import LEAD_MARGIN, compare
+def test_leads_come_from_the_comparisons_with_intervals_never_from_a_gap(summary):
+    from tasks.evidence.effects import effect
+    from tasks.report.decision import comparison_words
 
-    levels = {name: {lv.label: lv for lv in e.levels("short")}
-              for name, e in summary.engines.items() if e.perf}
-    for label in levels["sim-sglang"]:
-        values = {n: levels[n][label].figures["output_tps"] for n in levels}
-        c = compare(values, higher_is_better=True)
-        best = max(levels, key=lambda n: values[n].median)
-        assert c["leader"] == best
-        lead = next(d.text for d in summary.decision if d.text.startswith("short output throughput"))
-        assert (f"{best} leads at {label}" in lead) != (c["gap"] <= LEAD_MARGIN)
+    assert summary.confidence == 0.95
+    compared = {(c.scenario, c.level, c.figure, c.engine) for c in summary.comparisons}
+    # sim-sglang is the config's first engine: the base; sim-down measured nothing; sim-vllm's TTFT is withheld
+    assert {c.base for c in summary.comparisons} == {"sim-sglang"}
+    assert {c.engine for c in summary.comparisons} == {"sim-vllm"}
+    assert ("short", "c=1", "output_tps", "sim-vllm") in compared
+    assert not [key for key in compared if key[2].startswith(("ttft_", "tpot_"))]
+    leads = " ".join(d.text for d in summary.decision if d.topic == "leads")
+    for c in summary.comparisons:
+        base = next(lv for lv in summary.engines["sim-sglang"].levels(c.scenario) if lv.label == c.level)
+        mine = next(lv for lv in summary.engines["sim-vllm"].levels(c.scenario) if lv.label == c.level)
+        e = effect(base.figures[c.figure].rounds, mine.figures[c.figure].rounds, 0.95)
+        assert (c.ratio, c.low, c.high, c.detectable) == pytest.approx((e.ratio, e.low, e.high, e.detectable))
+        assert c.rounds_needed_for_5pct == e.rounds_needed(0.05)
+        assert comparison_words(c) in leads
+    assert "leads at" not in leads and "on par" not in leads and "uncertain" not in leads
+
+
+def _plant(run, engine: str, scenario: str, figure: str, values: list[float]) -> None:
+    """Replace `figure` of the measured rounds of every level of `scenario` with `values`, round by round."""
+    path = run.run_dir().path / "tables" / "rounds" / engine / f"{scenario}.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for row in rows:
+        if not row.get("warmup"):
+            row[figure] = values[row["round"] - 1]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+
+def _short_throughput(summary, label: str):
+    return next(c for c in summary.comparisons
+                if (c.scenario, c.level, c.figure) == ("short", label, "output_tps"))
+
+
+def test_a_planted_20_percent_throughput_gain_is_better_with_an_interval_covering_it(sim_run, tmp_path):
+    from tasks.report import build_summary
+
+    run = sim_run.copy(tmp_path)
+    _plant(run, "sim-sglang", "short", "output_tps", [100.0, 104.0, 97.0])
+    _plant(run, "sim-vllm", "short", "output_tps", [121.0, 118.0, 123.0])
+    summary = build_summary(run.run_dir(), run.cfg())
+    c = _short_throughput(summary, "c=4")
+    assert (c.base, c.engine, c.verdict) == ("sim-sglang", "sim-vllm", "better")
+    assert c.low < 1.2 < c.high and c.low > 1
+    lead = next(d.text for d in summary.decision if d.text.startswith("short output throughput, sim-vllm vs sim-sglang"))
+    assert f"at c=4 {c.ratio:.2f}× (95% CI {c.low:.2f}–{c.high:.2f}), better" in lead
+
+
+def test_rounds_that_overlap_give_no_detectable_difference_and_name_no_leader(sim_run, tmp_path):
+    """Two `make demo` runs of one A/B named opposite leaders from rounds like these: noise, not a finding."""
+    from tasks.report import build_summary
+
+    run = sim_run.copy(tmp_path)
+    _plant(run, "sim-sglang", "short", "output_tps", [27.7, 33.0, 30.1])
+    _plant(run, "sim-vllm", "short", "output_tps", [24.9, 27.2, 26.0])
+    summary = build_summary(run.run_dir(), run.cfg())
+    c = _short_throughput(summary, "c=4")
+    assert c.verdict == "no detectable difference" and c.low < 1 < c.high
+    assert c.ratio < 0.95  # the medians differ by more than the 5% that used to name a leader
+    lead = next(d.text for d in summary.decision if d.text.startswith("short output throughput, sim-vllm vs sim-sglang"))
+    assert (f"no detectable difference at c=4 ({c.ratio:.2f}×, 95% CI {c.low:.2f}–{c.high:.2f}; "
+            f"this run could detect ±{c.detectable:.0%}; {c.rounds_needed_for_5pct} rounds a side would detect 5%)") in lead
+    assert "better" not in lead and "worse" not in lead and "leads" not in lead
 
 
 def test_regressions_table_is_rendered_when_the_run_has_rows(sim_run, tmp_path):

@@ -3,7 +3,8 @@
 Every bar or point that carries a median also shows its round values (small dots) and a red
 "spread" mark when they spread more than 25% of the median. The first-encounter round's P95/P99
 sits beside the medians. An engine whose TTFT is not published never appears on a TTFT axis: it
-gets an E2E panel instead, with the reason in its title.
+gets an E2E panel instead, with the reason in its title. A forest plot per scenario shows each
+engine against the base engine: the ratio and its confidence interval, with the line at 1.
 
 matplotlib is imported inside the functions (object API with the Agg canvas, no pyplot state):
 the DAG parses this package and should not pay for it.
@@ -16,11 +17,16 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.load.stats import median
-from tasks.report.schema import EngineSummary, Figure, PerfLevel, RunSummary
+from tasks.report.decision import LEAD_WORDS
+from tasks.report.schema import Comparison, EngineSummary, Figure, PerfLevel, RunSummary
 from tasks.evidence.reliability import WITHHELD
 
 DPI = 100
 PASS_COLOR, FAIL_COLOR, SPREAD_COLOR = "#2e7d32", "#c62828", "#d32f2f"
+# Ratio ticks: fine for narrow intervals, coarse when an interval spans more than a factor of 3
+FINE_RATIO_TICKS = (0.5, 0.67, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2)
+COARSE_RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
+VERDICT_COLORS = {"better": PASS_COLOR, "worse": FAIL_COLOR}  # otherwise grey: no verdict
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
@@ -38,6 +44,8 @@ def render_charts(summary: RunSummary) -> dict[str, bytes]:
         png = make(summary)
         if png:
             out[name] = png
+    for scenario in dict.fromkeys(c.scenario for c in summary.comparisons):
+        out[f"effects_{scenario}"] = forest_chart(summary, scenario)
     return out
 
 
@@ -337,6 +345,46 @@ def prefix_cache_chart(summary: RunSummary) -> bytes | None:
     return _png(fig)
 
 
+def forest_chart(summary: RunSummary, scenario: str) -> bytes:
+    """One row per (level, figure, engine vs base): the ratio with its interval, the line at 1."""
+    rows = [c for c in summary.comparisons if c.scenario == scenario]
+    fig, axes = _figure(11, 1.2 + 0.38 * len(rows))
+    ax = axes[0][0]
+    for y, c in enumerate(rows):
+        color = VERDICT_COLORS.get(c.verdict, "#757575")
+        text = c.verdict  # not enough rounds: no interval to draw
+        if c.ratio is not None and c.low is not None and c.high is not None:
+            ax.plot([c.low, c.high], [y, y], "-", color=color, linewidth=2)
+            ax.plot([c.ratio], [y], "o", color=color, markersize=6)
+            text = f"{c.interval()} {c.verdict}"
+        ax.annotate(text, (1, y), xycoords=("axes fraction", "data"), xytext=(6, 0), textcoords="offset points",
+                    va="center", fontsize=8, color=color)
+    ax.axvline(1, color="black", linewidth=1)
+    ax.set_xscale("log")  # a ratio of 2 and one of 1/2 are the same distance from 1
+    _ratio_axis(ax, rows)
+    ax.set_yticks(range(len(rows)), [_forest_label(c) for c in rows])
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
+    base = rows[0].base if rows else ""
+    _style(ax, f"{scenario}: each engine against {base} ({summary.confidence:.0%} CI of the ratio)", "")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_xlabel(f"ratio engine / {base} (log scale)", fontsize=9)
+    return _png(fig)
+
+
+def _forest_label(c: Comparison) -> str:
+    return f"{c.level} {LEAD_WORDS.get((c.scenario, c.figure), c.figure)}: {c.engine} vs {c.base}"
+
+
+def _ratio_axis(ax: Any, rows: list[Comparison]) -> None:
+    """Limits that hold every interval and 1; ticks at plain ratios (0.9, 1, 1.25), never 10^0."""
+    ends = [v for c in rows for v in (c.low, c.high) if v is not None] + [1.0]
+    low, high = min(ends) / 1.05, max(ends) * 1.05
+    ax.set_xlim(low, high)
+    ticks = [t for t in (FINE_RATIO_TICKS if high / low <= 3 else COARSE_RATIO_TICKS) if low <= t <= high]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.minorticks_off()
+
+
 def _seconds_axis(ax: Any) -> None:
     """Tick labels in ms or s, never 4x10^-1."""
     from matplotlib.ticker import FuncFormatter, LogLocator
@@ -366,4 +414,4 @@ def _short(text: Any, limit: int = 70) -> str:
 
 
 __all__ = ["render_charts", "throughput_chart", "ttft_chart", "decode_prefill_chart", "long_context_chart",
-           "prefix_cache_chart"]
+           "prefix_cache_chart", "forest_chart"]

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 CHART_NAMES = ("throughput", "ttft", "decode_prefill", "long_context", "prefix_cache")
+# A forest plot per scenario compared: each engine against the base, ratio and interval
+FOREST_NAMES = ("effects_short", "effects_prefill", "effects_decode")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -91,12 +93,12 @@ def test_chromium_renders_every_chart_and_table(report, chromium, tmp_path):
     dom = _Dom()
     dom.feed(dom_run.stdout.decode())
     charts = [img for img in dom.images if img.get("src", "").startswith("data:image/png;base64,")]
-    assert len(charts) == len(CHART_NAMES) == len(built["charts"]), [i.get("alt") for i in dom.images]
+    assert len(charts) == len(CHART_NAMES) + len(FOREST_NAMES) == len(built["charts"]), [i.get("alt") for i in dom.images]
     for img in charts:
         body = base64.b64decode(img["src"].split(",", 1)[1])
         assert body.startswith(PNG_MAGIC) and len(body) > 10_000, img.get("alt")
     assert not [i for i in dom.images if not i.get("src", "").startswith("data:")], "the page must be self-contained"
-    for section in ("decision", "comparison", *CHART_NAMES, "startup", "checks", "not-tested"):
+    for section in ("decision", "comparison", "effects", *CHART_NAMES, *FOREST_NAMES, "startup", "checks", "not-tested"):
         assert section in dom.ids, f"section {section} missing from the rendered page"
     text = {i: "\n".join(rows) for i, rows in enumerate(dom.tables)}
     everything = "\n".join(text.values())
@@ -107,6 +109,9 @@ def test_chromium_renders_every_chart_and_table(report, chromium, tmp_path):
     assert any("needle at 50%" in t for t in text.values()), "needle table"
     assert any("TTFT not published" in t for t in text.values()), "the unreliable engine's TTFT must be withheld"
     assert any("sim-down" in t and "wait_ready" in t for t in text.values()), "not-tested table with the failed step"
+    effects = next(t for t in text.values() if t.startswith("scenario level figure engine ratio (95% CI)"))
+    for c in built["summary"].comparisons:
+        assert f"{c.scenario} {c.level}" in effects and c.interval() in effects, "the comparisons table"
 
 
 def test_report_is_self_contained_and_deterministic(sim_run, report):
@@ -119,8 +124,22 @@ def test_report_is_self_contained_and_deterministic(sim_run, report):
     again = write_report(sim_run.run_dir(), sim_run.cfg())
     assert again["page"] == built["page"], "the same run must give the same bytes (write-once archive)"
     assert again["charts"] == built["charts"]
-    for name in CHART_NAMES:
+    for name in (*CHART_NAMES, *FOREST_NAMES):
         assert (sim_run.run_dir().path / "charts" / f"{name}.png").read_bytes() == built["charts"][name]
+
+
+def test_forest_plot_is_drawn_from_the_summary_alone(report):
+    from tasks.report import read_summary
+    from tasks.report.charts import forest_chart, render_charts
+
+    page, built = report
+    summary = read_summary(built["summary"].model_dump(mode="json"))  # what an archived summary.json holds
+    assert {c.scenario for c in summary.comparisons} == {"short", "prefill", "decode"}
+    for name in FOREST_NAMES:
+        png = forest_chart(summary, name.removeprefix("effects_"))
+        assert png.startswith(PNG_MAGIC) and png == built["charts"][name]
+        assert base64.b64encode(png).decode() in page.read_text(encoding="utf-8")
+    assert not [n for n in render_charts(summary.model_copy(update={"comparisons": []})) if n.startswith("effects_")]
 
 
 def test_screenshot_in_docs_is_small_and_a_png():

@@ -311,10 +311,15 @@ def functional(ctx: RunContext, engine: str) -> dict[str, Any]:
     ectx = ctx.engine(engine)
 
     def run() -> dict[str, Any]:
-        found = [r["outcome"] for r in run_functional(ectx)]
-        return {"engine": engine, **{o: found.count(o) for o in ("pass", "fail", "not_applicable")}}
+        return {"engine": engine, **check_counts([r["outcome"] for r in run_functional(ectx)])}
 
     return _watched(ctx, ectx, "functional", run)
+
+
+def check_counts(outcomes: list[str]) -> dict[str, int]:
+    """Checks by outcome, under keys no log masker takes for a secret (a key `pass` was shown redacted)."""
+    return {"checks_passed": outcomes.count("pass"), "checks_failed": outcomes.count("fail"),
+            "checks_not_applicable": outcomes.count("not_applicable")}
 
 
 def warmup(ctx: RunContext, engine: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """One desensitizer for everything we publish."""
 
-from tasks.desensitize import desensitize
+from tasks.desensitize import REDACTED, desensitize
 
 
 def test_secrets_hosts_and_ips_are_removed_but_figures_stay():
@@ -25,3 +25,13 @@ def test_times_of_day_are_not_mistaken_for_ipv6_but_ipv6_goes():
     out = desensitize("[2026-11-30 07:46:24] listening on [fe80::1%eth0] and 2001:db8:0:0:0:0:2:1")
     assert "07:46:24" in out
     assert "fe80::1" not in out and "2001:db8" not in out
+
+
+def test_step_results_carry_no_key_a_masker_takes_for_a_secret():
+    """A count under the key `pass` was logged as '<redacted>'; step results name their counts otherwise."""
+    from tasks.steps import check_counts
+
+    counts = check_counts(["pass", "pass", "fail", "not_applicable"])
+    assert counts == {"checks_passed": 2, "checks_failed": 1, "checks_not_applicable": 1}
+    assert desensitize(counts) == counts
+    assert desensitize({"pass": 2}) == {"pass": REDACTED}  # why the key changed

@@ -32,7 +32,7 @@ from tasks.desensitize import desensitize
 from tasks.run import NotAttempted, RunContext, load_config
 from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
 from tasks.staging import RunDir
-from tasks.state import (MANIFEST, PINNED, StepOutcome, manifest, outcomes, perf_summary_doc, pinned,
+from tasks.state import (MANIFEST, PINNED, VALIDATION, StepOutcome, manifest, outcomes, perf_summary_doc, pinned,
                          set_readiness, write_outcome)
 
 log = logging.getLogger("dayone.steps")
@@ -136,8 +136,6 @@ def verdict(run_dir: RunDir, required: tuple[str, ...]) -> list[str]:
             problems.append(f"run/{name}: not attempted ({outcome.detail})")
     if "archive" in required and (run_level.get("archive") is None or run_level["archive"].status != "ok"):
         problems.append("nothing of this run was archived")
-    from tasks.state import VALIDATION
-
     validation = run_dir.read_json(VALIDATION, {}) or {}
     if not validation.get("success"):
         problems.append("result tables failed validation (run archived under quarantine/)")

@@ -19,8 +19,13 @@ CONFIG_KEYS_EXCLUDED = ("run_conf_note",)
 
 
 def dayone_run_id(airflow_run_id: str) -> str:
-    """`manual__2026-11-30T07:40:34.058616+00:00` -> `manual__2026-11-30T07-40-34.058616-00-00`."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", airflow_run_id)[:128]
+    """`manual__2026-11-30T07:40:34.058616+00:00` -> `manual__2026-11-30T07-40-34.058616-00-00`.
+
+    The result names a directory under the runs root, so it never starts with a dot (no `.`, `..` or
+    hidden name) and is never empty: leading dots become dashes.
+    """
+    safe = re.sub(r"[^A-Za-z0-9._-]", "-", airflow_run_id)[:128]
+    return re.sub(r"^\.+", lambda dots: "-" * len(dots.group()), safe) or "-"
 
 
 def config_from_params(params: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """dayone_nightly: the scheduled regression run, and the DAG that backfills older digests.
 
-Schedule: the Airflow Variable `dayone_nightly_schedule` (cron or preset), default @daily.
+Schedule: the Airflow Variable `dayone_nightly_schedule` (cron or preset), read at parse; none while it
+is unset, so unpausing the DAG (the Trigger dialog does) starts no run by itself: a scheduled run has no
+conf and would evaluate the params' defaults, which nobody chose. Backfills need the schedule too.
 pin images for the logical date (the digest catalog's entry for that date if it has one, else the
 current digests, then recorded) -> the same evaluation as dayone_eval -> compare with the last good
 run (a regression fails `compare`) -> validate -> archive -> report -> conclude.

@@ -162,13 +162,16 @@ def _params_on_the_dag_only(dag: Any) -> None:
         task.params = ParamsDict()
 
 
-def nightly_schedule() -> str:
-    """The nightly's schedule: the Airflow Variable `dayone_nightly_schedule` (cron or preset), else daily."""
+def nightly_schedule() -> str | None:
+    """The nightly's schedule: the Airflow Variable `dayone_nightly_schedule` (cron or preset), else None.
+
+    None until someone sets the Variable: unpausing the nightly (the Trigger dialog does it) then creates
+    no scheduled run on its own with the run config's defaults; manual runs and triggers work as ever.
+    """
     from airflow.sdk import Variable
 
     try:
-        return Variable.get(NIGHTLY_SCHEDULE_VARIABLE, default=NIGHTLY_SCHEDULE_DEFAULT) or NIGHTLY_SCHEDULE_DEFAULT
-    except Exception as exc:  # noqa: BLE001  (no metadata DB or API at parse time: keep the default)
-        log.warning("Variable %s unreadable (%s); nightly schedule %s", NIGHTLY_SCHEDULE_VARIABLE, exc,
-                    NIGHTLY_SCHEDULE_DEFAULT)
-        return NIGHTLY_SCHEDULE_DEFAULT
+        return Variable.get(NIGHTLY_SCHEDULE_VARIABLE, default=None) or None
+    except Exception as exc:  # noqa: BLE001  (no metadata DB or API at parse time: schedule nothing)
+        log.warning("Variable %s unreadable (%s); the nightly is unscheduled", NIGHTLY_SCHEDULE_VARIABLE, exc)
+        return None

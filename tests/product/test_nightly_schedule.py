@@ -1,0 +1,48 @@
+"""What unpausing dayone_nightly does: nothing on its own until the Airflow Variable
+`dayone_nightly_schedule` gives it a schedule (the Trigger dialog unpauses the DAG it triggers, and a
+scheduled run would use the run config's defaults, which nobody chose).
+
+The scheduler asks the serialized DAG's `next_dagrun_info` for the first automated run when the DAG
+appears or is unpaused; the tests ask it the same question.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+VARIABLE = "AIRFLOW_VAR_DAYONE_NIGHTLY_SCHEDULE"
+
+
+def _first_automated_run(airflow_db):
+    """Parse the DAGs afresh (the schedule is read at parse) and ask the scheduler's question."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    nightly = DagSerialization.from_dict(DagSerialization.to_dict(bag.get_dag("dayone_nightly")))
+    return nightly, nightly.next_dagrun_info(last_automated_run_info=None)
+
+
+def test_unconfigured_nightly_has_no_schedule_so_unpausing_creates_no_run(airflow_db, monkeypatch):
+    monkeypatch.delenv(VARIABLE, raising=False)
+    from dayone_airflow.pipeline import nightly_schedule
+
+    assert nightly_schedule() is None
+    nightly, first = _first_automated_run(airflow_db)
+    assert not nightly.timetable.periodic
+    assert first is None
+
+
+@pytest.mark.parametrize("schedule", ["0 3 * * *", "@daily"])
+def test_the_variable_schedules_the_nightly(airflow_db, monkeypatch, schedule):
+    monkeypatch.setenv(VARIABLE, schedule)
+    from dayone_airflow.pipeline import nightly_schedule
+
+    assert nightly_schedule() == schedule
+    nightly, first = _first_automated_run(airflow_db)
+    assert nightly.timetable.periodic  # and so backfills are possible
+    assert first is not None

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.models import KNOWN_MODELS
+from tasks.presets import PRESET_FIELD, PRESETS, is_preset, with_preset
 from tasks.sim.profile import Profile
 
 DIALECTS = ("sglang", "vllm", "llamacpp", "openai")
@@ -466,6 +467,11 @@ def parse_run_config(data: dict[str, Any] | None) -> RunConfig:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([("config", f"expected an object, got {type(data).__name__}", "pass a JSON object")])
+    if PRESET_FIELD in data:  # a named starting point under the fields given (tasks/presets.py)
+        if not is_preset(data[PRESET_FIELD]):
+            raise ConfigError([(PRESET_FIELD, f"unknown preset {data[PRESET_FIELD]!r}",
+                                f"use one of {', '.join(PRESETS)}")])
+        data = with_preset(data, RunConfig().model_dump(mode="json"))
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:

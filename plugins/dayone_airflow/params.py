@@ -2,7 +2,11 @@
 
 The schema comes from tasks/config.py (RunConfig), so the form and the validation that every
 other entry point uses cannot drift apart; the plan step re-validates everything with the
-cross-field rules a JSON schema cannot express.
+cross-field rules a JSON schema cannot express. Each param's schema is self-contained (no `$ref`), so
+the UI picks its widget from `type` alone: a JSON editor for a section or the engines list.
+
+The first param, `preset`, names a starting point (tasks/presets.py) that parse_run_config lays
+under the other fields: the form cannot change its fields' values when a preset is picked.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from typing import Any
 from airflow.sdk import Param
 
 from tasks.config import RunConfig
+from tasks.presets import PRESET_FIELD, PRESETS, PROTOCOL
 
 # Form sections, in the order a person fills them in.
 SECTIONS = {
+    PRESET_FIELD: "Preset",
     "model": "Model",
     "engines": "Engines",
     "scenarios": "Scenarios",
@@ -60,23 +66,18 @@ def _nullable_inline(node: Any, defs: dict[str, Any]) -> Any:
     return node
 
 
-def _referenced(node: Any, defs: dict[str, Any], found: set[str] | None = None) -> set[str]:
-    """Names of the $defs a schema reaches. Every task of the DAG carries the params, so each param
-    keeps only the definitions it uses (all of them on every param made the serialized DAG 8 MB)."""
-    found = set() if found is None else found
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            name = ref.removeprefix("#/$defs/")
-            if name not in found:
-                found.add(name)
-                _referenced(defs[name], defs, found)
-        for value in node.values():
-            _referenced(value, defs, found)
-    elif isinstance(node, list):
-        for value in node:
-            _referenced(value, defs, found)
-    return found
+def _inlined(node: Any, defs: dict[str, Any]) -> Any:
+    """Every `$ref` replaced by its definition (the field's own keys win over its model's). The UI picks
+    a param's widget by its `type` and an array's `items.type` and follows no `$ref`: engines, an array
+    of `$ref` items, showed as a list of strings, `[object Object]`; with object items it is a JSON editor."""
+    if isinstance(node, list):
+        return [_inlined(n, defs) for n in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        node = {**defs[ref.removeprefix("#/$defs/")], **{k: v for k, v in node.items() if k != "$ref"}}
+    return {k: _inlined(v, defs) for k, v in node.items()}
 
 
 def _without_object_defaults(node: Any) -> Any:
@@ -88,22 +89,29 @@ def _without_object_defaults(node: Any) -> Any:
     return node
 
 
+def _preset_param() -> Param:
+    return Param(
+        PROTOCOL, title="Preset", section=SECTIONS[PRESET_FIELD], type="string", enum=list(PRESETS),
+        values_display={name: f"{name}: {p.title}" for name, p in PRESETS.items()},
+        description="A named starting point for the run (tasks/presets.py): protocol is the full method, for GPU "
+                    "servers; local-sim and local-llamacpp-ab run on a laptop (demo/*.yaml). Every field below "
+                    "left at the value shown takes the preset's value; a field you change keeps yours.")
+
+
 def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
     schema = _schema()
     defs = schema.get("$defs", {})
     values = RunConfig().model_dump(mode="json")
     values.update(defaults or {})
-    params: dict[str, Param] = {}
+    params: dict[str, Param] = {PRESET_FIELD: _preset_param()}
     ordered = sorted(schema["properties"].items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER))
     for name, prop in ordered:
         if name == "run_id":
             continue  # set by the pipeline from the Airflow run
-        prop = dict(prop)
-        title = prop.pop("title", name)
+        title = prop.get("title", name)  # the field's; an inlined model's own is its class name
+        prop = _without_object_defaults(_inlined(prop, defs))
         description = prop.pop("description", None) or title
-        prop.pop("default", None)
-        needed = _referenced(prop, defs)
-        if needed:
-            prop["$defs"] = {k: _without_object_defaults(defs[k]) for k in sorted(needed)}
+        for key in ("title", "default"):
+            prop.pop(key, None)
         params[name] = Param(values[name], title=title, description=description, section=SECTIONS.get(name), **prop)
     return params

@@ -6,6 +6,8 @@ schemas alone, as the API server deserializes them, reject the per-field mistake
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -51,19 +53,24 @@ def test_schema_accepts_the_defaults_and_a_good_conf(served_params):
     assert served_params.validate()["target"] == "local"
 
 
+def _sub_schemas(schema: dict, path: str):
+    """(path, schema) of every object below a param's schema: its sections and an array's items."""
+    for field, prop in schema.get("properties", {}).items():
+        yield f"{path}.{field}", prop
+        yield from _sub_schemas(prop, f"{path}.{field}")
+    if isinstance(schema.get("items"), dict):
+        yield from _sub_schemas(schema["items"], f"{path}[]")
+
+
 def test_every_field_has_a_title_and_description(served_params):
     sections = set()
     for name in served_params:
         param = served_params.get_param(name)
         assert param.schema.get("title") and param.description, name
         sections.add(param.schema.get("section"))
-        defs = param.schema.get("$defs", {})
-        for defn in defs.values():
-            for field, prop in defn.get("properties", {}).items():
-                ref = prop.get("$ref", "").removeprefix("#/$defs/")
-                title = prop.get("title") or (defs[ref].get("title") if ref else None)  # a sub-section's own title
-                assert title and prop.get("description"), (name, field)
-    assert {"Model", "Engines", "Scenarios", "Where"} <= sections
+        for path, prop in _sub_schemas(param.schema, name):
+            assert prop.get("title") and prop.get("description"), path
+    assert {"Preset", "Model", "Engines", "Scenarios", "Where"} <= sections
 
 
 def test_the_engine_form_shows_llamacpps_settings_and_checks_them(served_params):
@@ -71,7 +78,7 @@ def test_the_engine_form_shows_llamacpps_settings_and_checks_them(served_params)
 
     from tasks.config import LlamaCppSettings
 
-    engine = served_params.get_param("engines").schema["$defs"]["EngineSpec"]["properties"]
+    engine = served_params.get_param("engines").schema["items"]["properties"]
     settings = engine["llamacpp"]
     assert set(settings["properties"]) == set(LlamaCppSettings.model_fields)
     assert settings["properties"]["flash_attn"]["enum"] == ["auto", "on", "off"]
@@ -83,3 +90,143 @@ def test_the_engine_form_shows_llamacpps_settings_and_checks_them(served_params)
     with pytest.raises(ParamValidationError) as info:
         served_params.deep_merge({"engines": [{**llamacpp, "llamacpp": {"parallel": 0}}]}).validate()
     assert "instance[0]['llamacpp']['parallel']" in str(info.value)
+
+
+# ---- what the UI shows: Airflow 3.3's trigger form picks a widget per param from its schema ---------
+
+def ui_field(schema: dict, value) -> str:
+    """The widget Airflow 3.3.2's trigger form picks for a param (FlexibleForm's FieldSelector, in the
+    order it tries them; the bundle check below pins the predicates this mirrors)."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        others = [t for t in kind if t != "null"]
+        if len(others) > 1 and "enum" not in schema and "examples" not in schema:
+            return "typed text"
+        kind = others[0] if others else "string"
+    elif kind is None:  # no type: the UI guesses from the default value
+        kind = "array" if isinstance(value, list) else "object" if isinstance(value, dict) else "string"
+    if kind == "boolean":
+        return "switch"
+    if kind == "string" and schema.get("format") in ("date-time", "date", "time"):
+        return schema["format"]
+    if kind in ("null", "string", "number", "integer") and isinstance(schema.get("enum"), list):
+        return "dropdown"
+    if kind == "array" and (isinstance(schema.get("examples"), list) or isinstance(schema.get("enum"), list)):
+        return "multi-select"
+    if kind == "array":
+        items = (schema.get("items") or {}).get("type")
+        return "lines of text" if items in (None, "string") else "JSON array editor"
+    if kind == "object":
+        return "JSON editor"
+    if kind in ("number", "integer"):
+        return "number"
+    return "text"
+
+
+EXPECTED_FIELDS = {
+    "preset": "dropdown", "model": "JSON editor", "engines": "JSON array editor", "scenarios": "JSON editor",
+    "slo": "JSON editor", "request_timeout_s": "number", "round_error_rate_max": "number", "target": "dropdown",
+    "dry_run": "switch", "kubernetes": "JSON editor", "archive": "JSON editor", "thresholds": "JSON editor",
+}
+
+
+def test_the_ui_picks_widgets_as_ui_field_says():
+    """The predicates ui_field mirrors, in the installed UI's bundle: a new Airflow UI fails here first."""
+    import airflow
+
+    bundle = "".join(p.read_text(encoding="utf-8") for p in
+                     (Path(airflow.__file__).parent / "ui" / "dist" / "assets").glob("index-*.js"))
+    for predicate in (
+        r"\w+===`array`&&\(\w+\.items\?\.type===void 0\|\|\w+\.items\.type===`string`\)",  # lines of text
+        r"\w+===`array`&&\w+\.items\?\.type!==`string`",  # JSON array editor
+        r"\[`null`,`string`,`number`,`integer`\],\w+=\(\w+,\w+\)=>\w+\.includes\(\w+\)&&Array\.isArray\(\w+\.enum\)",
+        r"\w+\.schema\.type\?Array\.isArray\(\w+\.schema\.type\)\?\w+\.schema\.type\.find\(\w+=>\w+!==`null`\)\?\?`string`",
+    ):
+        assert re.search(predicate, bundle), predicate
+
+
+def test_every_param_is_a_field_the_ui_can_show_and_edit(served_params):
+    """No param is a list of strings holding objects ([object Object]), nor typed by a guess from its value."""
+    fields = {}
+    for name in served_params:
+        param = served_params.get_param(name)
+        assert "$ref" not in json.dumps(param.schema), name  # the UI follows no $ref
+        assert param.schema.get("type"), name
+        fields[name] = ui_field(param.schema, param.value)
+    assert fields == EXPECTED_FIELDS
+    engines = served_params.get_param("engines").schema["items"]
+    assert engines["type"] == "object" and {"name", "dialect", "image", "llamacpp"} <= set(engines["properties"])
+
+
+def test_the_engines_param_takes_json_objects_and_refuses_text(served_params):
+    from airflow.exceptions import ParamValidationError
+
+    engine = {"name": "sim-a", "dialect": "vllm", "launcher": "sim", "sim_profile": {"slots": 8}}
+    assert served_params.deep_merge({"engines": [engine]}).validate()["engines"] == [engine]
+    with pytest.raises(ParamValidationError) as info:  # what the old text field made of an engine
+        served_params.deep_merge({"engines": ["[object Object] "]}).validate()
+    assert "param engines" in str(info.value) and "object" in str(info.value)
+
+
+# ---- presets ---------------------------------------------------------------------------------------
+
+def _form_values(served_params) -> dict:
+    """What the trigger form posts: every param at the value shown."""
+    return {name: served_params.get_param(name).value for name in served_params}
+
+
+def _parsed(conf: dict):
+    """The plan step's config from the DAG's values with `conf` over them (top-level keys replace)."""
+    from dayone_airflow.glue import config_from_params
+    from tasks.config import parse_run_config
+
+    return parse_run_config(config_from_params(conf))
+
+
+def _demo(name: str):
+    import yaml
+
+    from tasks.config import parse_run_config
+
+    return parse_run_config(yaml.safe_load((REPO / "demo" / name).read_text(encoding="utf-8")))
+
+
+def test_the_preset_field_lists_every_preset_with_a_label(served_params):
+    from tasks.presets import PRESETS
+
+    preset = served_params.get_param("preset")
+    assert preset.value == "protocol" and preset.schema["enum"][:3] == ["protocol", "local-sim", "local-llamacpp-ab"]
+    assert set(preset.schema["values_display"]) == set(preset.schema["enum"]) == set(PRESETS)
+    assert "1M-token" in preset.schema["values_display"]["protocol"]
+
+
+def test_a_preset_lies_under_the_fields_left_as_shown(served_params):
+    form = _form_values(served_params)
+    assert _parsed(form) == _parsed({})  # protocol: the defaults as they are
+    assert _parsed({**form, "preset": "local-sim"}) == _demo("sim.yaml")
+    assert _parsed({**form, "preset": "local-llamacpp-ab"}) == _demo("llamacpp-ab.yaml")
+    # a field changed in the form keeps its value; the preset fills the rest of its section
+    changed = json.loads(json.dumps(form))
+    changed["scenarios"]["short"]["rounds"] = 1
+    changed["request_timeout_s"] = 30
+    cfg = _parsed({**changed, "preset": "local-sim"})
+    sim = _demo("sim.yaml")
+    assert cfg.scenarios.short.rounds == 1 and cfg.request_timeout_s == 30
+    assert cfg.scenarios.short.concurrency == sim.scenarios.short.concurrency == [1, 4]
+    assert cfg.model == sim.model and cfg.engines == sim.engines
+    engines = [{"name": "mine", "dialect": "openai", "launcher": "external", "endpoint": "http://127.0.0.1:9"}]
+    assert [e.name for e in _parsed({**form, "preset": "local-sim", "engines": engines}).engines] == ["mine"]
+
+
+def test_an_unknown_preset_is_refused_naming_the_field_and_the_choices(served_params):
+    from airflow.exceptions import ParamValidationError
+
+    from tasks.config import ConfigError
+
+    with pytest.raises(ParamValidationError) as info:
+        served_params.deep_merge({"preset": "laptop"}).validate()
+    assert "param preset" in str(info.value) and "local-sim" in str(info.value)
+    with pytest.raises(ConfigError) as error:
+        _parsed({**_form_values(served_params), "preset": "laptop"})
+    assert error.value.problems == [("preset", "unknown preset 'laptop'",
+                                     "use one of protocol, local-sim, local-llamacpp-ab")]

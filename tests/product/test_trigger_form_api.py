@@ -166,6 +166,39 @@ def test_the_form_schema_is_served_with_sections_titles_and_descriptions(standal
         assert name in params, name
         schema = params[name]["schema"]
         assert schema.get("title") and schema.get("section") and params[name]["description"], (name, schema)
-    engine = params["engines"]["schema"]["$defs"]["EngineSpec"]["properties"]
+    engine = params["engines"]["schema"]["items"]["properties"]
+    assert params["engines"]["schema"]["items"]["type"] == "object"  # a JSON editor, not lines of text
     assert engine["dialect"]["enum"] == ["sglang", "vllm", "llamacpp", "openai"]
     assert "pattern" in engine["image"]
+    assert params["preset"]["schema"]["enum"][:3] == ["protocol", "local-sim", "local-llamacpp-ab"]
+
+
+def _parsed(params: dict, conf: dict):
+    """What the plan step parses: the served param values with the run's conf over them."""
+    from dayone_airflow.glue import config_from_params
+    from tasks.config import parse_run_config
+
+    return parse_run_config(config_from_params({**{k: p["value"] for k, p in params.items()}, **conf}))
+
+
+def test_a_preset_alone_triggers_the_simulator_demo_and_an_unknown_one_is_refused(standalone):
+    import yaml
+
+    from tasks.config import parse_run_config
+
+    client = standalone
+    params = client.get("/api/v2/dags/dayone_eval/details").json()["params"]
+    sim = parse_run_config(yaml.safe_load((REPO / "demo" / "sim.yaml").read_text(encoding="utf-8")))
+    form = {k: p["value"] for k, p in params.items()}
+    # the REST API with the preset alone, and the form, which posts every field as shown
+    for conf in ({"preset": "local-sim"}, {**form, "preset": "local-sim"}):
+        r = client.post("/api/v2/dags/dayone_eval/dagRuns", json={"logical_date": None, "conf": conf})
+        assert r.status_code == 200, r.text
+        assert _parsed(params, r.json()["conf"]) == sim
+
+    before = len(_runs(client))
+    r = client.post("/api/v2/dags/dayone_eval/dagRuns", json={"logical_date": None, "conf": {"preset": "laptop"}})
+    assert r.status_code == 400, r.text
+    detail = r.json()["detail"]
+    assert "preset: unknown preset 'laptop'. Fix: use one of protocol, local-sim, local-llamacpp-ab" in detail, detail
+    assert len(_runs(client)) == before

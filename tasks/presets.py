@@ -43,7 +43,11 @@ def _preset_config(name: str) -> dict[str, Any]:
         return {}
     import yaml
 
-    return yaml.safe_load((DEMO_DIR / file).read_text(encoding="utf-8")) or {}
+    path = DEMO_DIR / file
+    if not path.is_file():  # an install of tasks/ alone (the runner image) has no demo/
+        raise FileNotFoundError(f"preset {name}: {path} is not in this installation; presets are read from "
+                                "the repository's demo/ folder")
+    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
 
 
 def preset_config(name: str) -> dict[str, Any]:

@@ -5,16 +5,23 @@ delivery stay near a millisecond where httpx's send path alone took 1.2-1.6 ms. 
 calls (tokenize, cache clear, metrics) use httpx elsewhere.
 
 Timing, all from one monotonic clock (perf_counter), anchored to Unix time once per request:
-- send: just before the request is written (the body is serialised beforehand);
+- send: when the request's last byte is handed to the kernel (the body is serialised beforehand);
 - first event: the first SSE data event of any kind (a role-only chunk counts here);
 - TTFT: the first event carrying visible output (text, content, reasoning or a tool-call delta);
 - ITL: gaps between consecutive output events, with tokens per event where they can be known;
 - E2E: send to the last output event (the trailing usage-only event is excluded).
 Each event is stamped with the time the socket read that completed it happened: the connection's
 protocol stamps every read as the event loop delivers it, before the reading coroutine gets its
-turn, so a burst of events on many streams does not delay the later streams' stamps. The send
-time is stamped when the request's bytes are handed to the socket (aiohttp's headers-sent hook,
-which fires right before the coalesced headers and body are written).
+turn, so a burst of events on many streams does not delay the later streams' stamps.
+
+The send time is when the request's last byte is handed to the kernel. aiohttp only buffers the
+headers when its headers-sent hook fires; on Python 3.11 the body (and the coalesced headers) is
+written by a task it creates for later (`ClientRequest.write_bytes`, eager only from 3.12), which
+runs after whatever else the loop has ready: in a burst of 64 streams that hook ran 1-17 ms before
+the bytes left. So the stamp is aiohttp's chunk-sent hook, which fires in that writer task
+immediately before the write call (uvloop writes at once when nothing is queued); should the
+kernel not take the whole request at once, the connection's write buffer limit of 0 makes the
+transport pause the protocol, and its resume, when the last byte has gone, is the send time.
 """
 
 from __future__ import annotations
@@ -312,15 +319,16 @@ async def send_request(
     try:
         async with asyncio.timeout(timeout_s):
             async with session.post(url, data=spec.payload, headers=headers, trace_request_ctx=sent) as resp:
-                if sent.t is not None:  # the hook ran: the request left at sent.t, not at the call
-                    t_send = sent.t
+                proto = _protocol_of(resp)
+                if sent.t is not None:  # the hooks ran: the request left at sent.t, not at the call
+                    # a write the kernel took only in part finished when the transport drained
+                    t_send = max(sent.t, proto.drained_t) if proto is not None else sent.t
                     send_ts = wall0 + (t_send - t0)
                 http_status = resp.status
                 if resp.status != 200:
                     body = (await resp.content.read(MAX_ERROR_BODY)).decode("utf-8", "replace")
                     return _failed(spec, send_ts, t_send, parser, "error", f"HTTP {resp.status}: {body}", http_status)
-                proto = resp.connection.protocol if resp.connection is not None else None
-                stamp = proto.read_stamp if isinstance(proto, _StampedHandler) else clock
+                stamp = proto.read_stamp if proto is not None else clock
                 content = resp.content
                 feed = parser.feed
                 while True:
@@ -360,16 +368,38 @@ class _SendStamp:
         self.t: float | None = None
 
 
-async def _on_headers_sent(session: Any, ctx: Any, params: Any) -> None:
+async def _on_bytes_written(session: Any, ctx: Any, params: Any) -> None:
+    """aiohttp's headers-sent and chunk-sent hooks: the latest call before the request's last
+    write. Headers alone are written at once only for a request without a body; a body's chunk
+    hook runs in the writer task right before its (coalesced) write."""
     holder = ctx.trace_request_ctx
     if isinstance(holder, _SendStamp):
         holder.t = time.perf_counter()
 
 
+def _protocol_of(resp: aiohttp.ClientResponse) -> _StampedHandler | None:
+    """The stamping protocol the response came on. aiohttp releases the connection (and
+    `resp.connection` is None) when the whole response came with its headers; the response keeps
+    the protocol it started on."""
+    proto = resp.connection.protocol if resp.connection is not None else getattr(resp, "_protocol", None)
+    return proto if isinstance(proto, _StampedHandler) else None
+
+
 class _StampedHandler(ResponseHandler):
-    """aiohttp's connection protocol, stamping each socket read when the loop delivers it."""
+    """aiohttp's connection protocol, stamping each socket read when the loop delivers it, and
+    the moment a request the kernel did not take at once has fully left (write buffer limit 0:
+    any byte left queued pauses writing, and the resume comes when the queue is empty)."""
 
     rx_t = 0.0
+    drained_t = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        transport.set_write_buffer_limits(high=0)  # type: ignore[attr-defined]
+
+    def resume_writing(self) -> None:
+        self.drained_t = time.perf_counter()
+        super().resume_writing()
 
     def data_received(self, data: bytes) -> None:
         self.rx_t = time.perf_counter()
@@ -393,7 +423,8 @@ def new_session(keep_alive: bool = True) -> aiohttp.ClientSession:
     if hasattr(connector, "_factory"):  # private in aiohttp; without it reads are stamped on wake-up
         connector._factory = functools.partial(_StampedHandler, loop=asyncio.get_running_loop())
     trace = aiohttp.TraceConfig()
-    trace.on_request_headers_sent.append(_on_headers_sent)
+    trace.on_request_headers_sent.append(_on_bytes_written)
+    trace.on_request_chunk_sent.append(_on_bytes_written)
     return aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=None), trace_configs=[trace]
     )

@@ -29,16 +29,14 @@ system-packages:
 	fi
 
 demo: venv
-	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config demo/$(DEMO).yaml
+	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/presets/$(DEMO).yaml
 
 test: venv system-packages
 	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
+# airflow standalone on 127.0.0.1:8080, beside a local S3 server and its dayone_s3 connection (plugins/dayone_airflow/ui.py)
 ui: venv
-	AIRFLOW_HOME=$(CURDIR)/.dayone/airflow AIRFLOW__CORE__DAGS_FOLDER=$(CURDIR)/dags \
-	AIRFLOW__CORE__PLUGINS_FOLDER=$(CURDIR)/plugins AIRFLOW__API__HOST=127.0.0.1 AIRFLOW__API__PORT=8080 \
-	DAYONE_WORKDIR=$(CURDIR)/.dayone/runs PYTHONPATH=$(CURDIR)/plugins PATH=$(CURDIR)/$(VENV)/bin:$$PATH \
-	$(VENV)/bin/airflow standalone
+	PYTHONPATH=$(CURDIR)/plugins $(PY) -m dayone_airflow.ui
 
 bench: venv
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -483,7 +483,11 @@ def parse_run_config(data: dict[str, Any] | None) -> RunConfig:
                 continue
             msg = err["msg"].removeprefix("Value error, ")
             fix = None
-            if err["type"] == "value_error":
+            if err["type"] in ("model_type", "dict_type", "model_attributes_type"):
+                # e.g. the form's text box turned an engine into a string: the fix is the shape, not the field
+                fix = ('give each engine as a JSON object, e.g. {"name": "sim-a", "dialect": "sglang"}'
+                       if path.startswith("engines[") else "give a JSON object with this section's fields")
+            elif err["type"] == "value_error":
                 # A model's own check names its field (relative to the model) and may say the fix.
                 m = re.match(r"^([A-Za-z_][\w.\[\]]*): (.*)$", msg, re.S)
                 if m:

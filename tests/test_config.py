@@ -98,3 +98,14 @@ def test_a_parsed_config_parses_again_from_its_dump():
         {"name": "x", "dialect": "openai", "launcher": "external", "endpoint": "http://127.0.0.1:9"}]})
     assert parse_run_config(cfg.model_dump(mode="json")) == cfg
     assert parse_run_config({"engines": [{"name": "s", "dialect": "sglang", "llamacpp": {}, "sim_profile": {}}]})
+
+
+def test_an_engine_given_as_text_names_the_shape_not_another_rule():
+    """The form's text box once turned an engine into "[object Object] " and the fix named distinct names."""
+    with pytest.raises(ConfigError) as info:
+        parse_run_config({"engines": ["[object Object] "]})
+    assert str(info.value).startswith("engines[0]: ")
+    assert 'give each engine as a JSON object, e.g. {"name": "sim-a", "dialect": "sglang"}' in str(info.value)
+    assert "distinct" not in str(info.value)
+    with pytest.raises(ConfigError, match=r"model: .*Fix: give a JSON object with this section's fields"):
+        parse_run_config({"model": "x"})

@@ -29,7 +29,7 @@ def _airflow_env() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(REPO / "demo" / "llamacpp-ab.yaml"), help="run config (YAML)")
+    parser.add_argument("--config", default=str(REPO / "tasks" / "presets" / "llamacpp-ab.yaml"), help="run config (YAML)")
     parser.add_argument("--keep-s3", action="store_true", help="leave the S3 server running to browse the run")
     args = parser.parse_args(argv)
     _airflow_env()

@@ -40,9 +40,11 @@ def run_context(params: dict[str, Any], airflow_run_id: str, logical_date: dt.da
     from dayone_airflow.connections import cluster_access, s3_client
 
     config = config_from_params(params)
-    cluster = cluster_access() if config.get("target") == "kubernetes" else None
-    return RunContext.build(config, dayone_run_id(airflow_run_id), cluster=cluster,
-                            archive_client=lambda: s3_client(config), logical_date=logical_date, backfill=backfill)
+    ctx = RunContext.build(config, dayone_run_id(airflow_run_id), archive_client=lambda: s3_client(config),
+                           logical_date=logical_date, backfill=backfill)
+    if ctx.config.target == "kubernetes":  # the parsed config: a preset may have set the target
+        ctx.cluster = cluster_access()
+    return ctx
 
 
 def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str | None = None,

@@ -188,7 +188,7 @@ def _demo(name: str):
 
     from tasks.config import parse_run_config
 
-    return parse_run_config(yaml.safe_load((REPO / "demo" / name).read_text(encoding="utf-8")))
+    return parse_run_config(yaml.safe_load((REPO / "tasks" / "presets" / name).read_text(encoding="utf-8")))
 
 
 def test_the_preset_field_lists_every_preset_with_a_label(served_params):

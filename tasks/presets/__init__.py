@@ -1,7 +1,8 @@
 """Named starting points for a run config: the trigger form's `preset` field, or `preset:` in a config file.
 
 `protocol` is the full method: RunConfig's own defaults (a 1M-token context, needles up to 524K
-tokens, GPU servers). The others are the demo configs in demo/, sized for a laptop.
+tokens, GPU servers). The others are the YAML files beside this module (`make demo` runs them), sized
+for a laptop.
 
 A preset lies UNDER the config given with it: a field left at its protocol default takes the
 preset's value, a field given any other value keeps it (sections merge field by field, lists are
@@ -18,13 +19,13 @@ from typing import Any
 
 PRESET_FIELD = "preset"
 PROTOCOL = "protocol"
-DEMO_DIR = Path(__file__).resolve().parents[1] / "demo"
+PRESET_DIR = Path(__file__).resolve().parent  # shipped as package data: the runner image has them too
 
 
 @dataclass(frozen=True)
 class Preset:
     title: str
-    file: str | None = None  # in demo/; None: the protocol's defaults alone
+    file: str | None = None  # beside this module; None: the protocol's defaults alone
 
 
 PRESETS = {
@@ -43,11 +44,7 @@ def _preset_config(name: str) -> dict[str, Any]:
         return {}
     import yaml
 
-    path = DEMO_DIR / file
-    if not path.is_file():  # an install of tasks/ alone (the runner image) has no demo/
-        raise FileNotFoundError(f"preset {name}: {path} is not in this installation; presets are read from "
-                                "the repository's demo/ folder")
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return yaml.safe_load((PRESET_DIR / file).read_text(encoding="utf-8")) or {}
 
 
 def preset_config(name: str) -> dict[str, Any]:

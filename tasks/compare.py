@@ -376,8 +376,9 @@ def _log_undecided(engine: str, scenario: str, concurrency: int, metric: str, e:
         return
     needed = e.rounds_needed(e.ratio / limit - 1)
     log.info("%s/%s c=%d %s: median %+.1f%% is beyond the threshold %+.0f%% but the interval %.3f-%.3f holds %.2f: "
-             "not a regression at %d vs %d rounds (about %s rounds a side would tell either way)", engine, scenario, concurrency,
-             metric, 100 * change, 100 * threshold, e.low, e.high, limit, e.rounds_a, e.rounds_b, needed or "?")
+             "not a regression at %d vs %d rounds (about %s rounds a side would tell either way)",
+             engine, scenario, concurrency, metric, 100 * change, 100 * threshold, e.low, e.high, limit,
+             e.rounds_a, e.rounds_b, needed or "?")
 
 
 def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:

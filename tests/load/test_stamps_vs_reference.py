@@ -8,8 +8,9 @@ times too (perf_counter anchored to time.time() per request), on the same host.
 
 Bounds, generous for a busy two-core machine yet failing the old behaviour:
 - send: the client stamped aiohttp's headers-sent hook, before the task that writes the request
-  ran; in a burst of 64 streams that was 1-17 ms early (median 3-7 ms). Now the median error is
-  about 10 us: the median |error| must stay under 0.5 ms and 90% of them under 1 ms.
+  ran; in a burst of 64 streams that was 1-32 ms early (median 3-12 ms). Now the median error is
+  5-20 us: the median |error| must stay under 0.5 ms and 90% of them under 3 ms (on the loaded
+  machine a group of requests once reached the server's socket 1.6 ms after their write).
 - events: a stamp may not precede the server's send (5% may, by up to 1 ms: the server can be
   descheduled between its send and its stamp); the median delay to the client's read stays under
   25 ms and the 99th percentile under 150 ms even when other processes take the cores (measured
@@ -101,7 +102,7 @@ def test_send_stamp_is_when_the_last_byte_reached_the_kernel(ref, ramp_s):
     summary = {q: round(percentile(err_ms, q), 3) for q in (0, 1, 50, 99, 100)}
     print(f"send - kernel arrival (ms), ramp {ramp_s}: {summary}")
     assert percentile(abs_ms, 50) <= 0.5, summary
-    assert percentile(abs_ms, 90) <= 1.0, summary
+    assert percentile(abs_ms, 90) <= 3.0, summary
 
 
 @STARTS

@@ -12,8 +12,11 @@ The page is served with a Content-Security-Policy that allows no script and no o
 the report is self-contained (inline CSS, charts as data: PNG).
 
 The link itself is a global operator extra link: the API server computes it for every task of a
-DAG tagged `dayone` (or whose id starts with `dayone`) from the DAG id and run id alone, so nothing
-runs on the workers and no XCom is written.
+DayOne DAG (dayone_eval, dayone_nightly, or any DAG tagged `dayone`) from the DAG id and run id
+alone, so nothing runs on the workers and no XCom is written.
+
+The run id in the URL is the caller's: it is mapped to a run directory name that never starts with
+a dot (`dayone_run_id`), and the file read must resolve, symlinks followed, under the runs root.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ log = logging.getLogger("dayone.airflow.links")
 URL_PREFIX = "/dayone"
 REPORT_LINK_NAME = "DayOne report"
 DAYONE_TAG = "dayone"
+DAYONE_DAG_IDS = frozenset({"dayone_eval", "dayone_nightly"})
 REPORT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 SERVED = {"report.html": "text/html; charset=utf-8", "summary.json": "application/json"}
 
 
 def is_dayone_dag(dag_id: str, tags: Any = None) -> bool:
-    return dag_id.startswith("dayone") or DAYONE_TAG in set(tags or ())
+    """DayOne's own DAG ids, or a DAG tagged `dayone`; never by prefix (anyone can name a DAG dayone_x)."""
+    return dag_id in DAYONE_DAG_IDS or DAYONE_TAG in set(tags or ())
 
 
 def report_path(dag_id: str, airflow_run_id: str, name: str = "report.html") -> str:
@@ -122,10 +127,17 @@ def _get(s3: Any, bucket: str, key: str) -> bytes | None:
 
 
 def local_object(run_id: str, name: str) -> bytes | None:
+    """`name` from the run directory, or None when it is missing or resolves outside the runs root."""
     from tasks.staging import default_root
 
-    path = Path(os.environ.get("DAYONE_WORKDIR") or default_root()) / run_id / name
-    return path.read_bytes() if path.is_file() else None
+    try:
+        root = Path(os.environ.get("DAYONE_WORKDIR") or default_root()).resolve()
+        path = (root / run_id / name).resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return None
+    if not path.is_relative_to(root) or not path.is_file():
+        return None
+    return path.read_bytes()
 
 
 def find_report(dag_id: str, airflow_run_id: str, name: str = "report.html") -> tuple[bytes, str] | None:
@@ -161,7 +173,7 @@ def _run_conf(dag_id: str, airflow_run_id: str) -> dict[str, Any] | None:
 
 def _dag_tags(dag_id: str) -> list[str]:
     """The DAG's tags from the metadata database (the link is offered on the same test)."""
-    if dag_id.startswith("dayone"):
+    if dag_id in DAYONE_DAG_IDS:
         return []
     try:
         from sqlalchemy import select
@@ -197,7 +209,8 @@ def build_report_app() -> Any:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
 
-    app = FastAPI(title="DayOne reports", docs_url=None, redoc_url=None, openapi_url=None)
+    # No trailing-slash redirects: `/reports/d/%2E%2E%2F` answers 404, not a redirect to a `..` URL.
+    app = FastAPI(title="DayOne reports", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     can_read_run = Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN))
 
     def serve(dag_id: str, run_id: str, name: str) -> Response:

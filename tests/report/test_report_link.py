@@ -97,3 +97,76 @@ def test_publish_writes_charts_beside_the_report_once(sim_run, published):
             assert prefix + rel in result["keys"], rel
     again = publish_report(sim_run.run_dir(), sim_run.cfg(), s3)  # a retried report task
     assert again["keys"] == result["keys"]
+
+
+def test_only_dayone_dags_by_exact_id_or_tag_get_the_link():
+    from airflow.models.taskinstancekey import TaskInstanceKey
+
+    from dayone_airflow.links import is_dayone_dag
+
+    assert _link().get_link(None, ti_key=TaskInstanceKey("dayone_evil", "t", "r")) == ""
+    assert not is_dayone_dag("dayone_evil") and not is_dayone_dag("dayone")
+    assert is_dayone_dag("dayone_evil", ["dayone"]), "the tag read from the metadata database still counts"
+
+
+# ---- what the app must never serve --------------------------------------------------------------------
+
+SECRET = b"<html>a file beside the runs directory, never to be served</html>"
+
+
+@pytest.fixture()
+def runs_with_outside_files(tmp_path, monkeypatch):
+    """A runs root holding one real run, with report.html files outside it: in its parent, and behind
+    a directory symlink and a file symlink inside it."""
+    root, outside = tmp_path / "runs", tmp_path / "outside"
+    (root / "local-run").mkdir(parents=True)
+    outside.mkdir()
+    (root / "local-run" / "report.html").write_bytes(b"<html>the local run</html>")
+    (tmp_path / "report.html").write_bytes(SECRET)
+    (outside / "report.html").write_bytes(SECRET)
+    (root / "linked-dir").symlink_to(outside, target_is_directory=True)
+    (root / "linked-file").mkdir()
+    (root / "linked-file" / "report.html").symlink_to(outside / "report.html")
+    (root / "loop").mkdir()
+    (root / "loop" / "report.html").symlink_to(root / "loop" / "report.html")
+    monkeypatch.setenv("DAYONE_WORKDIR", str(root))
+    return root
+
+
+# A literal `..` segment is removed by the HTTP client (as by browsers, and by curl without
+# --path-as-is); the percent-encoded forms reach the app decoded.
+@pytest.mark.parametrize("run_id", [
+    "%2E%2E", "%2e%2e", "%2e%2e%2f", "%2E%2E/summary.json", "local-run%2F..%2F..", "x%2F..%2F..%2Freport.html",
+    "%2E", "linked-dir", "linked-file", "loop",
+])
+def test_run_ids_outside_the_runs_root_answer_404(api, runs_with_outside_files, run_id):
+    client, token = api
+    client.cookies.set("_token", token)
+    answer = client.get(f"/dayone/reports/dayone_eval/{run_id}", follow_redirects=False)
+    assert answer.status_code == 404, (answer.status_code, answer.text[:300])
+    assert SECRET not in answer.content
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "../..", "linked-dir", "linked-file", "loop"])
+def test_nothing_outside_the_runs_root_is_found(runs_with_outside_files, run_id):
+    """As the app would see `curl --path-as-is .../dayone_eval/..`."""
+    from dayone_airflow.links import find_report
+
+    assert find_report("dayone_eval", run_id) is None
+
+
+def test_a_local_run_is_served_for_dayone_dags_only(api, runs_with_outside_files):
+    client, token = api
+    client.cookies.set("_token", token)
+    assert client.get("/dayone/reports/dayone_eval/local-run").content == b"<html>the local run</html>"
+    evil = client.get("/dayone/reports/dayone_evil/local-run")
+    assert evil.status_code == 404 and "not a DayOne DAG" in evil.json()["detail"]
+
+
+def test_run_ids_are_directory_names_that_never_start_with_a_dot():
+    from dayone_airflow.glue import dayone_run_id
+
+    assert dayone_run_id("..") == "--" and dayone_run_id(".") == "-" and dayone_run_id(".hidden") == "-hidden"
+    assert dayone_run_id("") == "-"
+    assert dayone_run_id("a/../b") == "a-..-b"
+    assert dayone_run_id("manual__2026-11-30T07:40:34.058616+00:00") == "manual__2026-11-30T07-40-34.058616-00-00"

@@ -3,7 +3,9 @@
 How the report is served (chosen over a presigned S3 URL): a small FastAPI app that the plugin
 mounts on Airflow's own API server at /dayone streams report.html from the write-once archive.
 - It sits behind Airflow's login: the route requires the same DAG-run read permission as the UI
-  (Airflow's `requires_access_dag`), read from the browser's session cookie.
+  (Airflow's `requires_access_dag`), read from the browser's session cookie. A browser without a
+  session (its request accepts text/html) is redirected to the auth manager's login page, which
+  comes back here; other clients (curl, scripts) get the 401 JSON answer.
 - The link never expires (a presigned URL lasts at most seven days) and the S3 endpoint need not be
   reachable from the reader's browser, only from the API server; no credential ends up in a URL.
 - Where the archive has no report (not archived yet, or no S3 reachable) it falls back to the run
@@ -201,17 +203,38 @@ def _s3_client(conn_id: str) -> Any:
 # ---- the app ---------------------------------------------------------------------------------------
 
 
+def wants_html(request: Any) -> bool:
+    """A browser opening the link (or the run page's tab), not curl or a script."""
+    return "text/html" in request.headers.get("accept", "")
+
+
 def build_report_app() -> Any:
     """The FastAPI app mounted at /dayone: GET /reports/{dag_id}/{run_id}[/summary.json]."""
-    from fastapi import Depends, FastAPI, HTTPException
-    from fastapi.responses import Response
+    from html import escape
 
+    from fastapi import Depends, FastAPI, HTTPException
+    from fastapi.exception_handlers import http_exception_handler
+    from fastapi.responses import HTMLResponse, RedirectResponse, Response
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    from airflow.api_fastapi.app import get_auth_manager
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
 
     # No trailing-slash redirects: `/reports/d/%2E%2E%2F` answers 404, not a redirect to a `..` URL.
     app = FastAPI(title="DayOne reports", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     can_read_run = Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def answer_browsers_in_html(request: Any, exc: StarletteHTTPException) -> Response:
+        if not wants_html(request):
+            return await http_exception_handler(request, exc)
+        if exc.status_code == 401:  # not signed in: to the login page, and back here after it
+            login = get_auth_manager().get_url_login(next_url=str(request.url))
+            return RedirectResponse(login, status_code=307)
+        page = f"<!doctype html><title>DayOne report</title><p>{escape(str(exc.detail))}</p>"
+        return HTMLResponse(page, status_code=exc.status_code, headers={
+            "Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff"})
 
     def serve(dag_id: str, run_id: str, name: str) -> Response:
         if not is_dayone_dag(dag_id, _dag_tags(dag_id)):

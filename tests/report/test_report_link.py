@@ -170,3 +170,37 @@ def test_run_ids_are_directory_names_that_never_start_with_a_dot():
     assert dayone_run_id("") == "-"
     assert dayone_run_id("a/../b") == "a-..-b"
     assert dayone_run_id("manual__2026-11-30T07:40:34.058616+00:00") == "manual__2026-11-30T07-40-34.058616-00-00"
+
+
+# ---- browsers ------------------------------------------------------------------------------------------
+
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+def test_a_signed_out_browser_goes_to_the_login_page_and_back(api, sim_run):
+    from urllib.parse import parse_qs, unquote, urlsplit
+
+    from airflow.api_fastapi.app import get_auth_manager
+
+    client, _ = api
+    client.cookies.clear()
+    path = "/dayone/reports/dayone_eval/" + sim_run.airflow_run_id.replace(":", "%3A").replace("+", "%2B")
+    answer = client.get(path, headers=BROWSER, follow_redirects=False)
+    assert answer.status_code in (302, 307), (answer.status_code, answer.text[:300])
+    location = answer.headers["location"]
+    login = urlsplit(get_auth_manager().get_url_login())
+    assert urlsplit(location).path == login.path
+    [next_url] = parse_qs(urlsplit(location).query)["next"]
+    assert unquote(next_url) == unquote(f"http://testserver{path}"), "back to this report after signing in"
+
+    script = client.get(path, headers={"Accept": "application/json"}, follow_redirects=False)
+    assert script.status_code == 401 and script.json()["detail"] == "Not authenticated"
+
+
+def test_a_browser_reads_why_there_is_no_report(api, runs_with_outside_files):
+    client, token = api
+    client.cookies.set("_token", token)
+    answer = client.get("/dayone/reports/someone_elses_dag/local-run", headers=BROWSER)
+    assert answer.status_code == 404 and answer.headers["content-type"].startswith("text/html")
+    assert "someone_elses_dag is not a DayOne DAG" in answer.text
+    assert "default-src 'none'" in answer.headers["content-security-policy"]

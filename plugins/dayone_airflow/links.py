@@ -15,7 +15,8 @@ the report is self-contained (inline CSS, charts as data: PNG).
 
 The link itself is a global operator extra link: the API server computes it for every task of a
 DayOne DAG (dayone_eval, dayone_nightly, or any DAG tagged `dayone`) from the DAG id and run id
-alone, so nothing runs on the workers and no XCom is written.
+alone, so nothing runs on the workers and no XCom is written. The same report is a "DayOne report"
+tab on the DAG run page (an external view, see plugin.py).
 
 The run id in the URL is the caller's: it is mapped to a run directory name that never starts with
 a dot (`dayone_run_id`), and the file read must resolve, symlinks followed, under the runs root.
@@ -53,12 +54,19 @@ def report_path(dag_id: str, airflow_run_id: str, name: str = "report.html") -> 
     return base if name == "report.html" else f"{base}/{name}"
 
 
+# The run page tab's href: Airflow's UI fills in (and URL-encodes) both, as report_path does.
+RUN_PAGE_PATH = f"{URL_PREFIX}/reports/{{DAG_ID}}/{{RUN_ID}}"
+
+
 def report_url(dag_id: str, airflow_run_id: str, name: str = "report.html") -> str:
+    return api_url(report_path(dag_id, airflow_run_id, name))
+
+
+def api_url(path: str) -> str:
     """Absolute when [api] base_url is set (its path prefix kept), else relative to the UI's host."""
     from airflow.configuration import conf
 
     base_url = conf.get("api", "base_url", fallback=None) or ""
-    path = report_path(dag_id, airflow_run_id, name)
     if not base_url:
         return path
     parsed = urlparse(base_url)

@@ -204,3 +204,19 @@ def test_a_browser_reads_why_there_is_no_report(api, runs_with_outside_files):
     assert answer.status_code == 404 and answer.headers["content-type"].startswith("text/html")
     assert "someone_elses_dag is not a DayOne DAG" in answer.text
     assert "default-src 'none'" in answer.headers["content-security-policy"]
+
+
+def test_the_report_is_a_tab_on_the_dag_run_page(api, sim_run):
+    """As the UI reads it: an external view for the DAG run page, whose href (once the UI fills in the
+    run) is the task link's."""
+    from urllib.parse import quote
+
+    client, token = api
+    answer = client.get("/api/v2/plugins", headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 200, answer.text[:300]
+    views = [v for plugin in answer.json()["plugins"] for v in plugin["external_views"]]
+    tabs = [v for v in views if v["name"] == LINK_NAME]
+    assert len(tabs) == 1 and tabs[0]["destination"] == "dag_run", tabs
+    # The UI fills the placeholders with encodeURIComponent, which for run ids matches quote(safe="").
+    href = tabs[0]["href"].replace("{DAG_ID}", "dayone_eval").replace("{RUN_ID}", quote(sim_run.airflow_run_id, safe=""))
+    assert href == "/dayone/reports/dayone_eval/manual__2026-11-30T08%3A00%3A00.123456%2B00%3A00"

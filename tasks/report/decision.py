@@ -220,9 +220,16 @@ def _regressions(rows: list[Regression]) -> list[str]:
         return [f"No regression{against} ({len(rows)} comparisons)."]
     listed = "; ".join(
         f"{r.engine} {r.scenario}{'' if r.concurrency is None else ' c=' + str(r.concurrency)} "
-        f"{r.metric} {_change(r.change)}" for r in bad[:5]
+        f"{r.metric} {_change(r.change)}{_interval(r)}" for r in bad[:5]
     )
     return [f"{len(bad)} regression(s){against}: {listed}."]
+
+
+def _interval(r: Regression) -> str:
+    """` (0.70×, CI 0.66–0.74)` for a figure compared over rounds; empty for a check or a needle."""
+    if r.ratio is None or r.ci_low is None or r.ci_high is None:
+        return ""
+    return f" ({r.ratio:.2f}×, CI {r.ci_low:.2f}–{r.ci_high:.2f})"
 
 
 def _change(change: Any) -> str:

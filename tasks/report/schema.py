@@ -252,6 +252,10 @@ class Regression(_Doc):
     change: float | None
     threshold: float | None
     regressed: bool
+    ratio: float | None = None  # this run / baseline over rounds (geometric means), with its interval
+    ci_low: float | None = None
+    ci_high: float | None = None
+    verdict: str | None = None
 
 
 class NotTested(_Doc):

@@ -1,7 +1,13 @@
-"""Shared helpers: a StepContext over a running simulator and a fresh run directory."""
+"""Shared helpers: a StepContext over a running simulator and a fresh run directory, and the
+independent reference server (ref_server.py) in a process of its own."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +43,28 @@ def short_scenario(concurrency: list[int], rounds: int, requests: int, output: i
 @pytest.fixture
 def short():
     return short_scenario
+
+
+@dataclass(frozen=True)
+class RefServer:
+    url: str
+    ttft_s: float
+    itl_s: float
+
+    def log(self) -> dict[str, dict[str, Any]]:
+        """The server's records by request id (see ref_server.py)."""
+        return json.loads(urllib.request.urlopen(self.url + "/log", timeout=10).read())
+
+
+@pytest.fixture(scope="module")
+def ref_server():
+    ttft_s, itl_s = 0.02, 0.01
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ref_server.py")),
+                             "--ttft", str(ttft_s), "--itl", str(itl_s)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert line.startswith("port "), line
+        yield RefServer(f"http://127.0.0.1:{int(line.split()[1])}", ttft_s, itl_s)
+    finally:
+        proc.kill()
+        proc.wait(10)

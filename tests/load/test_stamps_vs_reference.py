@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -37,34 +35,19 @@ from tasks.engines import adapter_for
 from tasks.load.client import RequestSpec, new_session, run_async, run_closed_loop, send_request
 from tasks.load.stats import percentile
 
-SERVER = Path(__file__).with_name("ref_server.py")
-TTFT_S, ITL_S, TOKENS = 0.02, 0.01, 16
-REQUEST_S = TTFT_S + (TOKENS - 1) * ITL_S
+TOKENS = 16
 STREAMS, REQUESTS = 64, 128  # two waves: the second is sent as the first completes
+_runs: dict[str, list] = {}
 
 
-@pytest.fixture(scope="module")
-def ref():
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--ttft", str(TTFT_S), "--itl", str(ITL_S)],
-                            stdout=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()  # type: ignore[union-attr]
-        assert line.startswith("port "), line
-        yield f"http://127.0.0.1:{int(line.split()[1])}"
-    finally:
-        proc.kill()
-        proc.wait(10)
-
-
-_runs: dict[float, list] = {}
-
-
-def _run(url: str, ramp_s: float):
-    """One closed-loop run per start mode, shared by the tests below: (result, server record)s."""
-    if ramp_s in _runs:
-        return _runs[ramp_s]
+def _run(ref, start: str):
+    """One closed-loop run per start mode, shared by the tests below: (result, server record)s.
+    Ramped: the streams start evenly over one request's duration."""
+    if start in _runs:
+        return _runs[start]
+    ramp_s = 0.0 if start == "burst" else ref.ttft_s + (TOKENS - 1) * ref.itl_s
     specs = [
-        RequestSpec(f"ramp{ramp_s}-{i}", "/v1/completions",
+        RequestSpec(f"{start}-{i}", "/v1/completions",
                     json.dumps({"model": "m", "prompt": "x" * 400, "max_tokens": TOKENS, "stream": True}).encode(),
                     expected_completion_tokens=TOKENS)
         for i in range(REQUESTS)
@@ -72,16 +55,16 @@ def _run(url: str, ramp_s: float):
 
     async def go():
         async with new_session() as session:
-            return await run_closed_loop(session, url, specs, STREAMS, adapter_for("vllm"), 30, ramp_s=ramp_s)
+            return await run_closed_loop(session, ref.url, specs, STREAMS, adapter_for("vllm"), 30, ramp_s=ramp_s)
 
     waited0, t0 = _runqueue_wait_s(), time.monotonic()
     results = run_async(go())
     if waited0 is not None:
         print(f"client waited for a core {100 * (_runqueue_wait_s() - waited0) / (time.monotonic() - t0):.0f}% of the run")
-    log = json.loads(urllib.request.urlopen(url + "/log", timeout=10).read())
+    log = ref.log()
     assert len(results) == REQUESTS and all(r.status == "ok" for r in results), [r.error for r in results][:3]
-    _runs[ramp_s] = [(r, log[r.request_id]) for r in results]
-    return _runs[ramp_s]
+    _runs[start] = [(r, log[r.request_id]) for r in results]
+    return _runs[start]
 
 
 def _runqueue_wait_s() -> float | None:
@@ -91,23 +74,23 @@ def _runqueue_wait_s() -> float | None:
         return None
 
 
-STARTS = pytest.mark.parametrize("ramp_s", [0.0, REQUEST_S], ids=["burst", "ramped"])
+STARTS = pytest.mark.parametrize("start", ["burst", "ramped"])
 
 
 @STARTS
-def test_send_stamp_is_when_the_last_byte_reached_the_kernel(ref, ramp_s):
-    pairs = _run(ref, ramp_s)
+def test_send_stamp_is_when_the_last_byte_reached_the_kernel(ref_server, start):
+    pairs = _run(ref_server, start)
     err_ms = [(r.send_ts - t["arrival_ts"]) * 1e3 for r, t in pairs]
     abs_ms = [abs(e) for e in err_ms]
     summary = {q: round(percentile(err_ms, q), 3) for q in (0, 1, 50, 99, 100)}
-    print(f"send - kernel arrival (ms), ramp {ramp_s}: {summary}")
+    print(f"send - kernel arrival (ms), {start}: {summary}")
     assert percentile(abs_ms, 50) <= 0.5, summary
     assert percentile(abs_ms, 90) <= 3.0, summary
 
 
 @STARTS
-def test_event_stamps_are_when_the_bytes_were_read(ref, ramp_s):
-    pairs = _run(ref, ramp_s)
+def test_event_stamps_are_when_the_bytes_were_read(ref_server, start):
+    pairs = _run(ref_server, start)
     lag_ms, ttft_err_ms = [], []
     for r, t in pairs:
         assert r.output_events == len(t["event_ts"]) == TOKENS
@@ -116,7 +99,7 @@ def test_event_stamps_are_when_the_bytes_were_read(ref, ramp_s):
         lag_ms += [(a - b) * 1e3 for a, b in zip(read_ts, t["event_ts"])]
         ttft_err_ms.append((r.ttft_s - (t["event_ts"][0] - t["arrival_ts"])) * 1e3)
     summary = {q: round(percentile(lag_ms, q), 3) for q in (0, 5, 50, 99, 100)}
-    print(f"read - server send (ms), ramp {ramp_s}: {summary}; TTFT error p50 "
+    print(f"read - server send (ms), {start}: {summary}; TTFT error p50 "
           f"{percentile(ttft_err_ms, 50):.3f} p99 {percentile(ttft_err_ms, 99):.3f}")
     assert percentile(lag_ms, 5) >= -1.0, summary
     assert percentile(lag_ms, 50) <= 25.0, summary

@@ -1,7 +1,9 @@
 """One measured round: plan the requests, send them (closed or open loop), write the rows.
 
 Shared by the performance scenarios and the warmup, so a warmup round is timed and kept exactly
-like a measured one. Request rows stream to the run directory as each request completes.
+like a measured one. Request rows stream to the run directory as requests complete: the timing
+loop only queues each row; a writer process encodes and appends them every 50 ms
+(RowWriter.off_loop).
 """
 
 from __future__ import annotations
@@ -60,22 +62,25 @@ async def run_round(
     level = {"concurrency": shape.concurrency, "rate_rps": shape.rate_rps}
     rows: list[dict[str, Any]] = []
 
-    def on_result(r: load_client.RequestResult) -> None:
-        row = {**keys, **level, "first_encounter": plan.first_encounter, **r.row_fields()}
-        request_rows.write(row)
-        rows.append(row)
-        if progress is not None:
-            progress.advance(r.status == "ok", tag)
+    with request_rows.off_loop() as queued:
 
-    if shape.rate_rps is None:
-        results = await load_client.run_closed_loop(
-            session, ep.base_url, specs, shape.concurrency, ep.adapter, ep.request_timeout_s, on_result
-        )
-    else:
-        arrivals = poisson_arrivals(len(specs), shape.rate_rps, plan.arrival_seed if plan.arrival_seed is not None else tag)
-        results = await load_client.run_open_loop(
-            session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
-        )
+        def on_result(r: load_client.RequestResult) -> None:
+            row = {**keys, **level, "first_encounter": plan.first_encounter, **r.row_fields()}
+            queued.write(row)
+            rows.append(row)
+            if progress is not None:
+                progress.advance(r.status == "ok", tag)
+
+        if shape.rate_rps is None:
+            results = await load_client.run_closed_loop(
+                session, ep.base_url, specs, shape.concurrency, ep.adapter, ep.request_timeout_s, on_result
+            )
+        else:
+            seed = plan.arrival_seed if plan.arrival_seed is not None else tag
+            arrivals = poisson_arrivals(len(specs), shape.rate_rps, seed)
+            results = await load_client.run_open_loop(
+                session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
+            )
     figures = round_figures(rows, ctx.config.slo, ctx.config.round_error_rate_max)
     row = {**keys, **level, "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens,
            "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}

@@ -22,7 +22,6 @@ from tasks.steps import REQUIRED_RUN_STEPS, SCENARIO_STEPS, STEPS
 log = logging.getLogger("dayone.airflow")
 
 NIGHTLY_SCHEDULE_VARIABLE = "dayone_nightly_schedule"
-NIGHTLY_SCHEDULE_DEFAULT = "@daily"
 
 
 def retries(step: str) -> dict[str, Any]:

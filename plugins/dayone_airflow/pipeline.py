@@ -157,8 +157,8 @@ def _params_on_the_dag_only(dag: Any) -> None:
     (process_params), so tasks without their own lose nothing."""
     from airflow.sdk.definitions.param import ParamsDict
 
-    for task in dag.tasks:
-        task.params = ParamsDict()
+    for operator in dag.tasks:
+        operator.params = ParamsDict()
 
 
 def nightly_schedule() -> str | None:

@@ -33,10 +33,10 @@ def default_root() -> Path:
     return Path(os.environ.get("DAYONE_WORKDIR", Path.home() / ".dayone" / "work"))
 
 
-# How often rows queued on a timing loop are handed to the writer process: the most a crash can
+# How often objects queued on a timing loop are handed over (PickleFeed): the most a crash can
 # lose beyond the requests in flight, and few enough hand-overs (20 a second) to cost nothing.
 FLUSH_EVERY_S = 0.05
-_FRAME = struct.Struct("<I")  # a pickled row's length; 0 ends a batch
+FRAME = struct.Struct("<I")  # a pickled object's length; 0 ends a batch
 _WRITER_NICE = 10  # the loop's thread wins the core when both want it; the writer still gets ~10%
 
 
@@ -65,13 +65,87 @@ class RowWriter:
             self.count += queued.close()
 
 
+class PickleFeed:
+    """Objects queued on one thread, handed to a binary pipe by a thread of its own.
+
+    put() is a deque append: the queueing thread (an event loop timing streams) does no encoding
+    and no I/O. Every `every_s` the feed's thread pickles what has queued, one object at a time
+    (about 10 us for a request row; the GIL is free between objects and during the write), and
+    writes it as length-prefixed frames closed by an empty frame, in one write. A failure (the
+    reader died) is raised by the next put() or by close().
+    """
+
+    def __init__(self, pipe: IO[bytes], every_s: float, name: str):
+        self._pipe, self._every = pipe, every_s
+        self._queue: deque[Any] = deque()  # append and popleft are thread-safe
+        self.sent = 0
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, obj: Any) -> None:
+        if self.error is not None:
+            raise RuntimeError(f"{self._thread.name} failed: {self.error!r}") from self.error
+        self._queue.append(obj)
+
+    def close(self) -> int:
+        """Hand over the rest and close the pipe; how many objects were handed over."""
+        self._stop.set()
+        self._thread.join()
+        return self.sent
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self._every):
+                self._hand_over()
+            self._hand_over()
+        except BaseException as exc:  # raised on the queueing thread at its next put
+            self.error = exc
+        finally:
+            try:
+                self._pipe.close()
+            except OSError:
+                pass
+
+    def _hand_over(self) -> None:
+        frames = []
+        while self._queue:
+            data = pickle.dumps(self._queue.popleft(), pickle.HIGHEST_PROTOCOL)
+            frames += (FRAME.pack(len(data)), data)
+        if frames:
+            self._pipe.write(b"".join(frames) + FRAME.pack(0))
+            self._pipe.flush()
+            self.sent += len(frames) // 2
+
+
+def read_frames(source: IO[bytes]) -> Iterator[Any]:
+    """What a PickleFeed wrote: each object, and None at the end of each batch; stops at the end
+    of the input or at a frame cut short (the writing process died)."""
+    while len(head := source.read(FRAME.size)) == FRAME.size:
+        (size,) = FRAME.unpack(head)
+        if not size:
+            yield None
+            continue
+        data = source.read(size)
+        if len(data) < size:
+            return
+        yield pickle.loads(data)
+
+
+def spawn_python(code: str, *args: str, **popen: Any) -> subprocess.Popen:
+    """`python -c code args` importing this checkout's tasks package."""
+    code_root = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (code_root, os.environ.get("PYTHONPATH"))))}
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=env, **popen)
+
+
 class QueuedRows:
-    """write() only appends the row to a queue: no JSON encoding and no file I/O on the timing
+    """write() only queues the row (a PickleFeed): no JSON encoding and no file I/O on the timing
     loop's thread, so a wave of completions does not hold up the reads of the streams still
-    running. Every `flush_every_s` a thread pickles what has queued (about 10 us a row, the GIL
-    released between rows) and pipes it to a writer process at nice +10, which encodes it as
-    JSON (300 us for a row of 256 tokens, all of it away from the loop's process and its GIL)
-    and appends it to the partition file in one flushed write.
+    running. Every `flush_every_s` the rows go down a pipe to a writer process at nice +10, which
+    encodes them as JSON (300 us for a row of 256 tokens, all of it away from the loop's process
+    and its GIL) and appends them to the partition file in one flushed write.
 
     Loss on a crash (kill -9 of the worker's process group): the requests in flight, the rows
     queued in the last `flush_every_s` (50 ms), and a batch the writer process has received but
@@ -80,66 +154,32 @@ class QueuedRows:
     """
 
     def __init__(self, path: Path, flush_every_s: float):
-        self._every = flush_every_s
-        self._queue: deque[dict[str, Any]] = deque()  # append and popleft are thread-safe
-        self._sent = 0
-        self._error: BaseException | None = None
-        code_root = str(Path(__file__).resolve().parent.parent)  # this checkout's tasks package
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", "from tasks.staging import _write_piped_rows; _write_piped_rows()", str(path)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (code_root, os.environ.get("PYTHONPATH"))))},
-        )
+        self._proc = spawn_python("from tasks.staging import _write_piped_rows; _write_piped_rows()", str(path),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         # Started and importing before the first stream is timed, not while the first are.
         if self._proc.stdout is None or self._proc.stdout.readline() != b"ready\n":
+            self._proc.kill()
             raise RuntimeError(f"the row writer process did not start: {self._stderr()}")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dayone-row-feeder", daemon=True)
-        self._thread.start()
+        assert self._proc.stdin is not None
+        self._feed = PickleFeed(self._proc.stdin, flush_every_s, "dayone-row-feeder")
 
     def write(self, row: dict[str, Any]) -> None:
-        if self._error is not None:
-            raise RuntimeError(f"the row writer failed: {self._stderr() or self._error}") from self._error
-        self._queue.append(row)
+        if self._feed.error is not None:
+            raise RuntimeError(f"the row writer failed: {self._stderr() or self._feed.error!r}") from self._feed.error
+        self._feed.put(row)
 
     def close(self) -> int:
         """Hand over the rest, wait until it is written, and return how many rows were written."""
-        self._stop.set()
-        self._thread.join()
+        sent = self._feed.close()
         code = self._proc.wait()
-        if self._error is not None or code != 0:
-            raise RuntimeError(f"the row writer failed (exit {code}): {self._stderr() or self._error}")
-        return self._sent
+        if self._feed.error is not None or code != 0:
+            raise RuntimeError(f"the row writer failed (exit {code}): {self._stderr() or self._feed.error!r}")
+        return sent
 
     def _stderr(self) -> str:
         if self._proc.poll() is None or self._proc.stderr is None:
             return ""
         return self._proc.stderr.read().decode("utf-8", "replace")[-2000:]
-
-    def _run(self) -> None:
-        pipe = self._proc.stdin
-        assert pipe is not None
-        try:
-            while not self._stop.wait(self._every):
-                self._hand_over(pipe)
-            self._hand_over(pipe)
-        except BaseException as exc:  # raised on the loop's thread at its next write or at close
-            self._error = exc
-        finally:
-            try:
-                pipe.close()
-            except OSError:
-                pass
-
-    def _hand_over(self, pipe: IO[bytes]) -> None:
-        frames = []
-        while self._queue:
-            data = pickle.dumps(self._queue.popleft(), pickle.HIGHEST_PROTOCOL)
-            frames += (_FRAME.pack(len(data)), data)
-        if frames:
-            pipe.write(b"".join(frames) + _FRAME.pack(0))
-            pipe.flush()
-            self._sent += len(frames) // 2
 
 
 def _write_piped_rows() -> None:
@@ -147,17 +187,12 @@ def _write_piped_rows() -> None:
     file named by argv[1] as JSON lines in one flushed write. At the end of its input (the round
     is over, or the worker died) it writes what it has and exits."""
     os.nice(_WRITER_NICE)
-    source = sys.stdin.buffer
     with open(sys.argv[1], "a", encoding="utf-8") as fh:
         print("ready", flush=True)
         batch: list[str] = []
-        while len(head := source.read(_FRAME.size)) == _FRAME.size:
-            (size,) = _FRAME.unpack(head)
-            if size:
-                data = source.read(size)
-                if len(data) < size:
-                    break  # the worker died mid-row
-                batch.append(json.dumps(pickle.loads(data), default=_json_default) + "\n")
+        for row in read_frames(sys.stdin.buffer):
+            if row is not None:
+                batch.append(json.dumps(row, default=_json_default) + "\n")
                 continue
             fh.write("".join(batch))
             fh.flush()

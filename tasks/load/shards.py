@@ -1,0 +1,176 @@
+"""A round's requests spread over several client processes: past what one core can time.
+
+One event loop times streams well up to about 64 on a core; beyond that its own work (reads,
+parsing, completions) delays the stamps of the streams it serves. A sharded round runs one client
+process per shard: shard k takes requests k, k+n, k+2n, ... with its share of the concurrency
+(closed loop) or those requests' own arrival times (open loop), and every shard starts at one
+moment of CLOCK_MONOTONIC, which all processes on the host share (a ramp is interleaved across
+the shards, as one process would start its workers). Each completed request comes back to the
+parent as a pickled RequestResult (a PickleFeed, every 50 ms) and reaches on_result there, so the
+rows, and the round's percentiles, are over the merged results exactly as for one process.
+
+Clocks: a shard stamps Unix times anchored per request, like one process. Each shard's offset
+against the parent's clock is measured before the start (the shard's time.time() against the
+midpoint of the parent's ping and the answer) and returned with its uncertainty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from tasks.engines.base import EngineAdapter
+from tasks.load import client as load_client
+from tasks.load.client import OnResult, RequestResult, RequestSpec
+from tasks.staging import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
+
+START_MARGIN_S = 0.2  # from the jobs' hand-over to the common start: every shard is waiting by then
+
+
+@dataclass(frozen=True)
+class ShardClock:
+    shard: int
+    offset_s: float  # the shard's time.time() minus the parent's, at the same moment
+    uncertainty_s: float  # half the ping's round trip
+
+
+@dataclass(frozen=True)
+class _Job:
+    base_url: str
+    specs: list[RequestSpec]
+    adapter: EngineAdapter
+    timeout_s: float
+    keep_alive: bool
+    start_mono: float  # time.monotonic() of the start, the same clock in every process
+    concurrency: int | None  # closed loop
+    ramp_s: float
+    arrivals_s: list[float] | None  # open loop: seconds after the start
+
+
+def split(count: int, shards: int) -> list[list[int]]:
+    """Request indexes per shard, dealt round-robin (a shard with none is left out)."""
+    return [idx for k in range(shards) if (idx := list(range(k, count, shards)))]
+
+
+async def run_sharded(
+    base_url: str,
+    specs: Sequence[RequestSpec],
+    adapter: EngineAdapter,
+    timeout_s: float,
+    shards: int,
+    *,
+    concurrency: int | None = None,
+    arrivals_s: Sequence[float] | None = None,
+    on_result: OnResult | None = None,
+    keep_alive: bool = True,
+    ramp_s: float = 0.0,
+) -> tuple[list[RequestResult], list[ShardClock]]:
+    """Closed loop (`concurrency` in flight in all) or open loop (`arrivals_s`), over `shards`
+    processes; the results in the order of `specs`, and each shard's clock."""
+    if (concurrency is None) == (arrivals_s is None):
+        raise ValueError("give either concurrency (closed loop) or arrivals_s (open loop)")
+    if arrivals_s is not None and len(arrivals_s) != len(specs):
+        raise ValueError("one arrival time per request is needed")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+    shares = split(len(specs), min(shards, concurrency or shards))
+    procs = [spawn_python("from tasks.load.shards import _shard_main; _shard_main()",
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in shares]
+    try:
+        clocks = [_ping(k, p) for k, p in enumerate(procs)]
+        start = time.monotonic() + START_MARGIN_S
+        n, total = len(shares), concurrency or 0
+        for k, (proc, idx) in enumerate(zip(procs, shares)):
+            share = None if concurrency is None else concurrency // n + (k < concurrency % n)
+            # a ramp starts worker j of shard k when one process would start its worker j*n + k
+            ramp_k = ramp_s * n * share / total if share and ramp_s else 0.0
+            job = _Job(base_url, [specs[i] for i in idx], adapter, timeout_s, keep_alive,
+                       start + (ramp_s * k / total if ramp_k else 0.0), share, ramp_k,
+                       None if arrivals_s is None else [arrivals_s[i] for i in idx])
+            _send(proc.stdin, job)
+            proc.stdin.close()  # type: ignore[union-attr]
+        loop = asyncio.get_running_loop()
+        by_id: dict[str, RequestResult] = {}
+
+        def deliver(r: RequestResult) -> None:
+            by_id[r.request_id] = r
+            if on_result is not None:
+                on_result(r)
+
+        def collect(proc: subprocess.Popen) -> int:
+            assert proc.stdout is not None
+            for r in read_frames(proc.stdout):
+                if r is not None:
+                    loop.call_soon_threadsafe(deliver, r)
+            return proc.wait()
+
+        codes = await asyncio.gather(*(asyncio.to_thread(collect, p) for p in procs))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    failed = [k for k, code in enumerate(codes) if code != 0]
+    if failed:
+        raise RuntimeError(f"load shard(s) {failed} exited with {[codes[k] for k in failed]}")
+    return [by_id[s.request_id] for s in specs if s.request_id in by_id], clocks
+
+
+def _send(pipe: IO[bytes] | None, obj: Any) -> None:
+    assert pipe is not None
+    data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+    pipe.write(FRAME.pack(len(data)) + data + FRAME.pack(0))
+    pipe.flush()
+
+
+def _ping(k: int, proc: subprocess.Popen) -> ShardClock:
+    assert proc.stdout is not None
+    frames = read_frames(proc.stdout)
+    t1 = time.time()
+    _send(proc.stdin, "ping")
+    shard_t = next(frames)
+    t2 = time.time()
+    next(frames)  # the batch end
+    return ShardClock(k, shard_t - (t1 + t2) / 2, (t2 - t1) / 2)
+
+
+def _shard_main() -> None:
+    """A shard: answers the ping with its clock, then runs its job and feeds back each result."""
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout = sys.stderr  # stray prints must not corrupt the frames
+    frames = read_frames(sys.stdin.buffer)
+    if next(frames) != "ping":
+        raise SystemExit("load shard: expected a ping")
+    next(frames)
+    data = pickle.dumps(time.time(), pickle.HIGHEST_PROTOCOL)
+    out.write(FRAME.pack(len(data)) + data + FRAME.pack(0))
+    out.flush()
+    job = next(frames)
+    feed = PickleFeed(out, FLUSH_EVERY_S, "dayone-shard-feed")
+    try:
+        load_client.run_async(_run_job(job, feed.put))
+    finally:
+        feed.close()
+    if feed.error is not None:
+        raise SystemExit(f"load shard: the results could not be handed back: {feed.error!r}")
+
+
+async def _run_job(job: _Job, on_result: OnResult) -> None:
+    async with load_client.new_session(job.keep_alive) as session:
+        delay = job.start_mono - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if job.arrivals_s is None:
+            assert job.concurrency is not None
+            await load_client.run_closed_loop(session, job.base_url, job.specs, job.concurrency, job.adapter,
+                                              job.timeout_s, on_result, job.ramp_s)
+        else:
+            await load_client.run_open_loop(session, job.base_url, job.specs, job.arrivals_s, job.adapter,
+                                            job.timeout_s, on_result)

@@ -1,5 +1,5 @@
 """Shared helpers: a StepContext over a running simulator and a fresh run directory, and the
-independent reference server (ref_server.py) in a process of its own."""
+independent reference server (bench/ref_server.py) in a process of its own."""
 
 from __future__ import annotations
 
@@ -52,14 +52,14 @@ class RefServer:
     itl_s: float
 
     def log(self) -> dict[str, dict[str, Any]]:
-        """The server's records by request id (see ref_server.py)."""
+        """The server's records by request id (see bench/ref_server.py)."""
         return json.loads(urllib.request.urlopen(self.url + "/log", timeout=10).read())
 
 
 @pytest.fixture(scope="module")
 def ref_server():
     ttft_s, itl_s = 0.02, 0.01
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ref_server.py")),
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parents[2] / "bench" / "ref_server.py"),
                              "--ttft", str(ttft_s), "--itl", str(itl_s)], stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()  # type: ignore[union-attr]

@@ -1,7 +1,7 @@
 """The client's send, first-event and token stamps against an independent server's own records
 (PROTOCOL.md section 3), with all streams started at once and ramped.
 
-tests/load/ref_server.py shares no code with DayOne. It records when each request's last byte
+bench/ref_server.py shares no code with DayOne. It records when each request's last byte
 reached the kernel (the socket's receive timestamp, so its own scheduling does not move it) and
 when it handed each token event to the kernel, all as Unix times; the client's times are Unix
 times too (perf_counter anchored to time.time() per request), on the same host.

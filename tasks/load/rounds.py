@@ -17,7 +17,7 @@ from tasks.desensitize import desensitize
 from tasks.load import client as load_client
 from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
 from tasks.load.progress import Progress
-from tasks.load.shards import ShardClock, run_sharded
+from tasks.load.shards import ShardReport, run_sharded
 from tasks.load.stats import round_figures
 from tasks.staging import RowWriter
 
@@ -40,7 +40,7 @@ class RoundPlan:
 class RoundOutcome:
     row: dict[str, Any]  # the rounds-table row
     results: list[load_client.RequestResult]
-    shard_clocks: list[ShardClock] = field(default_factory=list)  # a sharded round's clock offsets
+    shards: list[ShardReport] = field(default_factory=list)  # a sharded round's clocks and CPU
 
 
 async def run_round(
@@ -78,15 +78,15 @@ async def run_round(
         if shape.rate_rps is not None:
             seed = plan.arrival_seed if plan.arrival_seed is not None else tag
             arrivals = poisson_arrivals(len(specs), shape.rate_rps, seed)
-        clocks: list[ShardClock] = []
+        shards: list[ShardReport] = []
         if plan.shards > 1:
-            results, clocks = await run_sharded(
+            results, shards = await run_sharded(
                 ep.base_url, specs, ep.adapter, ep.request_timeout_s, plan.shards, on_result=on_result,
                 concurrency=shape.concurrency if arrivals is None else None, arrivals_s=arrivals,
                 keep_alive=ep.adapter.keeps_alive_after_stream,
             )
-            log.info("%s: %d shards, clock offsets %s ms", tag, len(clocks),
-                     ", ".join(f"{1e3 * c.offset_s:+.3f}±{1e3 * c.uncertainty_s:.3f}" for c in clocks))
+            log.info("%s: %d shards, clock offsets %s ms", tag, len(shards),
+                     ", ".join(f"{1e3 * c.offset_s:+.3f}±{1e3 * c.uncertainty_s:.3f}" for c in shards))
         elif arrivals is None:
             results = await load_client.run_closed_loop(
                 session, ep.base_url, specs, shape.concurrency, ep.adapter, ep.request_timeout_s, on_result
@@ -102,4 +102,4 @@ async def run_round(
         errors = sorted({r.error or "" for r in results if r.status != "ok"})
         log.warning("%s: round failed, %d of %d requests failed: %s", tag, figures["requests_failed"], len(rows),
                     desensitize(errors[:3]))  # engine errors may name internal hosts or carry tokens
-    return RoundOutcome(row, results, clocks)
+    return RoundOutcome(row, results, shards)

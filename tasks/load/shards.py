@@ -11,7 +11,8 @@ rows, and the round's percentiles, are over the merged results exactly as for on
 
 Clocks: a shard stamps Unix times anchored per request, like one process. Each shard's offset
 against the parent's clock is measured before the start (the shard's time.time() against the
-midpoint of the parent's ping and the answer) and returned with its uncertainty.
+midpoint of the parent's ping and the answer) and reported with its uncertainty, beside the CPU
+the shard used and the time its event loop waited for a core (other processes had it).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from tasks.engines.base import EngineAdapter
@@ -35,10 +37,22 @@ START_MARGIN_S = 0.2  # from the jobs' hand-over to the common start: every shar
 
 
 @dataclass(frozen=True)
-class ShardClock:
+class ShardReport:
     shard: int
     offset_s: float  # the shard's time.time() minus the parent's, at the same moment
     uncertainty_s: float  # half the ping's round trip
+    wall_s: float | None = None  # the shard's run, from the common start
+    cpu_s: float | None = None  # CPU the shard's process used over its run
+    waited_s: float | None = None  # its event loop's time runnable but without a core (Linux)
+
+
+def runqueue_wait_s() -> float | None:
+    """Time this thread has spent runnable but waiting for a core (Linux schedstat), or None."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -71,9 +85,9 @@ async def run_sharded(
     on_result: OnResult | None = None,
     keep_alive: bool = True,
     ramp_s: float = 0.0,
-) -> tuple[list[RequestResult], list[ShardClock]]:
+) -> tuple[list[RequestResult], list[ShardReport]]:
     """Closed loop (`concurrency` in flight in all) or open loop (`arrivals_s`), over `shards`
-    processes; the results in the order of `specs`, and each shard's clock."""
+    processes; the results in the order of `specs`, and each shard's report."""
     if (concurrency is None) == (arrivals_s is None):
         raise ValueError("give either concurrency (closed loop) or arrivals_s (open loop)")
     if arrivals_s is not None and len(arrivals_s) != len(specs):
@@ -104,14 +118,18 @@ async def run_sharded(
             if on_result is not None:
                 on_result(r)
 
-        def collect(proc: subprocess.Popen) -> int:
+        usage: dict[int, dict[str, float | None]] = {}
+
+        def collect(k: int, proc: subprocess.Popen) -> int:
             assert proc.stdout is not None
-            for r in read_frames(proc.stdout):
-                if r is not None:
-                    loop.call_soon_threadsafe(deliver, r)
+            for obj in read_frames(proc.stdout):
+                if isinstance(obj, RequestResult):
+                    loop.call_soon_threadsafe(deliver, obj)
+                elif isinstance(obj, dict):  # the shard's own usage, last
+                    usage[k] = obj
             return proc.wait()
 
-        codes = await asyncio.gather(*(asyncio.to_thread(collect, p) for p in procs))
+        codes = await asyncio.gather(*(asyncio.to_thread(collect, k, p) for k, p in enumerate(procs)))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -120,7 +138,8 @@ async def run_sharded(
     failed = [k for k, code in enumerate(codes) if code != 0]
     if failed:
         raise RuntimeError(f"load shard(s) {failed} exited with {[codes[k] for k in failed]}")
-    return [by_id[s.request_id] for s in specs if s.request_id in by_id], clocks
+    reports = [replace(c, **usage.get(c.shard, {})) for c in clocks]
+    return [by_id[s.request_id] for s in specs if s.request_id in by_id], reports
 
 
 def _send(pipe: IO[bytes] | None, obj: Any) -> None:
@@ -130,7 +149,7 @@ def _send(pipe: IO[bytes] | None, obj: Any) -> None:
     pipe.flush()
 
 
-def _ping(k: int, proc: subprocess.Popen) -> ShardClock:
+def _ping(k: int, proc: subprocess.Popen) -> ShardReport:
     assert proc.stdout is not None
     frames = read_frames(proc.stdout)
     t1 = time.time()
@@ -138,7 +157,7 @@ def _ping(k: int, proc: subprocess.Popen) -> ShardClock:
     shard_t = next(frames)
     t2 = time.time()
     next(frames)  # the batch end
-    return ShardClock(k, shard_t - (t1 + t2) / 2, (t2 - t1) / 2)
+    return ShardReport(k, shard_t - (t1 + t2) / 2, (t2 - t1) / 2)
 
 
 def _shard_main() -> None:
@@ -155,18 +174,20 @@ def _shard_main() -> None:
     job = next(frames)
     feed = PickleFeed(out, FLUSH_EVERY_S, "dayone-shard-feed")
     try:
-        load_client.run_async(_run_job(job, feed.put))
+        feed.put(load_client.run_async(_run_job(job, feed.put)))
     finally:
         feed.close()
     if feed.error is not None:
         raise SystemExit(f"load shard: the results could not be handed back: {feed.error!r}")
 
 
-async def _run_job(job: _Job, on_result: OnResult) -> None:
+async def _run_job(job: _Job, on_result: OnResult) -> dict[str, float | None]:
+    """Run the job from the common start; the shard's wall time, CPU and wait for a core."""
     async with load_client.new_session(job.keep_alive) as session:
         delay = job.start_mono - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
+        t0, cpu0, waited0 = time.monotonic(), time.process_time(), runqueue_wait_s()
         if job.arrivals_s is None:
             assert job.concurrency is not None
             await load_client.run_closed_loop(session, job.base_url, job.specs, job.concurrency, job.adapter,
@@ -174,3 +195,6 @@ async def _run_job(job: _Job, on_result: OnResult) -> None:
         else:
             await load_client.run_open_loop(session, job.base_url, job.specs, job.arrivals_s, job.adapter,
                                             job.timeout_s, on_result)
+        waited1 = runqueue_wait_s()
+        return {"wall_s": time.monotonic() - t0, "cpu_s": time.process_time() - cpu0,
+                "waited_s": None if waited0 is None or waited1 is None else waited1 - waited0}

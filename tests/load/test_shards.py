@@ -47,9 +47,10 @@ def test_a_sharded_round_has_the_tables_of_one_process(ref_server, make_ctx, sho
     for k in ("requests_ok", "requests_failed", "status", "length_deviations"):
         assert one.row[k] == two.row[k], k
     assert two.row["ttft_p50_s"] == pytest.approx(one.row["ttft_p50_s"], abs=0.01)
-    assert [c.shard for c in two.shard_clocks] == [0, 1] and not one.shard_clocks
+    assert [c.shard for c in two.shards] == [0, 1] and not one.shards
     # one host, one clock: an offset is within the ping's own uncertainty
-    assert all(abs(c.offset_s) <= c.uncertainty_s + 0.002 for c in two.shard_clocks), two.shard_clocks
+    assert all(abs(c.offset_s) <= c.uncertainty_s + 0.002 for c in two.shards), two.shards
+    assert all(c.wall_s > 0.1 and c.cpu_s > 0 for c in two.shards), two.shards
     # each send stamp against the server's kernel arrival: a shard stamps like one process
     log = ref_server.log()
     err = [abs(r["send_ts"] - log[r["request_id"]]["arrival_ts"]) for r in two_rows]

@@ -72,16 +72,21 @@ class SimRun:
 
 @pytest.fixture(scope="session")
 def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
-    from dayone_airflow.glue import dayone_run_id, run_step
+    from dayone_airflow.glue import dayone_run_id
+    from tasks.run import RunContext
+    from tasks.steps import execute
 
     root = tmp_path_factory.mktemp("report-runs")
     before = os.environ.get("DAYONE_WORKDIR")
     os.environ["DAYONE_WORKDIR"] = str(root)  # the steps find their run directory here
     try:
+        # the steps as the DAG runs them, with no archive (this run is reported, never archived)
+        ctx = RunContext.build(SIM_CONFIG, dayone_run_id(AIRFLOW_RUN_ID))
+
         def step(name: str, engine: str | None = None) -> None:
             try:
-                run_step(name, SIM_CONFIG, AIRFLOW_RUN_ID, engine)
-            except Exception:  # noqa: BLE001  (recorded in state/steps by the glue: the report shows it)
+                execute(ctx, name, engine)
+            except Exception:  # noqa: BLE001  (recorded in state/steps: the report shows it)
                 pass
 
         step("plan")

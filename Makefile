@@ -31,8 +31,12 @@ system-packages:
 demo: venv
 	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/presets/$(DEMO).yaml
 
+# Both cores: two workers take whole test files (a directory sharing a costly session fixture as one),
+# the pipeline tests first (see tests/conftest.py); `make test PYTEST_WORKERS=0` runs serially.
+PYTEST_WORKERS ?= 2
 test: venv system-packages
-	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
+	  --durations=25 $(PYTEST_ARGS)
 
 # airflow standalone on 127.0.0.1:8080, beside a local S3 server and its dayone_s3 connection (plugins/dayone_airflow/ui.py)
 ui: venv

@@ -41,6 +41,35 @@ if str(REPO / "plugins") not in sys.path:
     sys.path.insert(0, str(REPO / "plugins"))
 
 
+def _check_each_schema_once() -> None:
+    """Airflow's Param.resolve calls jsonschema.validate, which first checks the schema itself against its
+    metaschema: some 5,000 times in one dag.test() (every task serializes the trigger form's params), a
+    quarter of a pipeline test's time, for eleven schemas that never change. The check depends on the schema
+    alone, so here each distinct schema is checked once; every value is still validated every time."""
+    import json
+
+    import jsonschema
+    from jsonschema.exceptions import best_match
+    from jsonschema.validators import validator_for
+
+    checked: set[tuple[type, str]] = set()
+
+    def validate(instance: Any, schema: Any, cls: Any = None, *args: Any, **kwargs: Any) -> None:
+        cls = cls or validator_for(schema)
+        key = (cls, json.dumps(schema, sort_keys=True, default=repr))
+        if key not in checked:
+            cls.check_schema(schema)  # raises SchemaError on a bad schema, every time it is used
+            checked.add(key)
+        error = best_match(cls(schema, *args, **kwargs).iter_errors(instance))
+        if error is not None:
+            raise error
+
+    jsonschema.validate = jsonschema.validators.validate = validate
+
+
+_check_each_schema_once()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Under CI=true a skip is a failure: every component the tests drive must be there."""
@@ -84,6 +113,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: _unit(item.nodeid) not in heavy)  # stable: collection order within each part
 
 
+def _dag_test_without_idle_pauses() -> None:
+    """dag.test() sleeps 1 s after each pass over the run that scheduled nothing, waiting for a triggerer or a
+    person; DayOne's DAG has such passes while the skips of unused engine groups settle (nine in a one-engine
+    run), and the next pass goes on at once. Nothing outside the process changes a run here, so only that
+    sleep is cut short; every other sleep (the steps', the servers', the tests') stays as it is."""
+    import time
+
+    from airflow.sdk.definitions.dag import DAG
+
+    dag_test, real_sleep = DAG.test.__code__, time.sleep
+
+    def sleep(seconds: float) -> None:
+        real_sleep(min(seconds, 0.1) if sys._getframe(1).f_code is dag_test else seconds)
+
+    time.sleep = sleep
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """`airflow db migrate` once per session, on SQLite in a temporary AIRFLOW_HOME."""
@@ -93,6 +139,7 @@ def airflow_db() -> Path:
         subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
                        env=os.environ.copy(), timeout=300)
         marker.touch()
+    _dag_test_without_idle_pauses()
     return home
 
 

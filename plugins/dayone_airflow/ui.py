@@ -26,7 +26,7 @@ STATE = REPO / ".dayone"
 ARCHIVE_CONN_ENV = f"AIRFLOW_CONN_{ARCHIVE_CONN_DEFAULT.upper()}"
 
 
-def airflow_env(state: Path) -> dict[str, str]:
+def airflow_env(state: Path, port: int = 8080) -> dict[str, str]:
     """Where standalone keeps its state and finds DayOne; its components run `airflow` from PATH."""
     plugins = str(REPO / "plugins")
     return {
@@ -35,7 +35,9 @@ def airflow_env(state: Path) -> dict[str, str]:
         "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": "8080",
+        "AIRFLOW__API__PORT": str(port),
+        # the workers reach the API server here (Airflow assumes localhost:8080 unless told)
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
         "DAYONE_WORKDIR": str(state / "runs"),
         "GX_ANALYTICS_ENABLED": os.environ.get("GX_ANALYTICS_ENABLED", "false"),
         "PYTHONPATH": os.pathsep.join(p for p in (plugins, os.environ.get("PYTHONPATH")) if p),
@@ -110,12 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--command", default="airflow standalone", help="what to run beside the S3 server")
     parser.add_argument("--state", type=Path, default=STATE, help="Airflow home, runs and S3 data go under it")
+    parser.add_argument("--port", type=int, default=8080, help="the Airflow UI and API port on 127.0.0.1")
     args = parser.parse_args(argv)
     # Until standalone runs, both unwind as Ctrl-C does. Installed even where SIGINT came ignored (started
     # in the background): an ignored SIGINT is inherited, and standalone would never shut down.
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.default_int_handler)
-    os.environ.update(airflow_env(args.state.resolve()))
+    os.environ.update(airflow_env(args.state.resolve(), args.port))
 
     with local_archive(args.state.resolve()) as s3:
         if s3 is None:

@@ -1,0 +1,151 @@
+"""`make ui`'s real stack (dayone_airflow.ui: local S3 and `airflow standalone`) on free ports, and a
+headless Chromium driven by Playwright.
+
+The stack runs as a user starts it, in its own state directory, with nothing of the test session's
+Airflow environment: standalone's scheduler, DAG processor, triggerer and API server, the simple
+auth manager's generated admin password. On a failed test the standalone log's tail is printed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_ID = "dayone_eval"
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"  # airflow's SimpleAuthManager writes it
+STACK_READY_TIMEOUT_S = 300  # migrating the DB, then parsing a DayOne DAG on a busy machine
+LOG_TAIL_LINES = 80
+
+# The headless browser: the same fixture as the report tests (installs Debian's chromium as root).
+_spec = importlib.util.spec_from_file_location("dayone_report_conftest", REPO / "tests" / "report" / "conftest.py")
+_report_conftest = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _report_conftest  # its dataclasses look their module up
+_spec.loader.exec_module(_report_conftest)
+chromium = _report_conftest.chromium
+
+
+@dataclass
+class UiStack:
+    base_url: str
+    state: Path
+    log: Path
+    proc: subprocess.Popen
+    username: str = "admin"
+    password: str = ""
+    token: str = ""
+
+    @property
+    def runs_root(self) -> Path:
+        return self.state / "runs"  # DAYONE_WORKDIR as dayone_airflow.ui sets it
+
+    def api(self, path: str, **params: object) -> httpx.Response:
+        return httpx.get(f"{self.base_url}{path}", params=params, timeout=30,
+                         headers={"Authorization": f"Bearer {self.token}"})
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no standalone log: {exc})"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _wait(what: str, check, stack: UiStack, timeout_s: float, interval_s: float = 2.0):
+    """check() until it returns something truthy; fails with the standalone log tail."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if stack.proc.poll() is not None:
+            pytest.fail(f"the ui stack exited with {stack.proc.returncode} while waiting for {what}:\n"
+                        f"{stack.log_tail()}")
+        try:
+            result = check()
+        except (httpx.HTTPError, OSError, ValueError, KeyError):
+            result = None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what}: not after {timeout_s:.0f} s; standalone log tail:\n{stack.log_tail()}")
+        time.sleep(interval_s)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM reaches standalone as SIGINT (its clean shutdown) and then stops S3; the group if it hangs."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
+    """`python -m dayone_airflow.ui` (what `make ui` runs) on a free port, once the API answers for
+    the admin and dayone_eval is parsed."""
+    state = tmp_path_factory.mktemp("ui-stack")
+    port = _free_port()
+    # The session's own Airflow settings (tests/conftest.py) and any dayone_s3 stay out: a fresh user's stack.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env["PYTHONPATH"] = str(REPO / "plugins")
+    log = state / "standalone.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "dayone_airflow.ui", "--state", str(state), "--port", str(port)],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    stack = UiStack(base_url=f"http://127.0.0.1:{port}", state=state, log=log, proc=proc)
+    try:
+        passwords = state / "airflow" / PASSWORDS_FILE
+        stack.password = _wait("the generated admin password", lambda: json.loads(passwords.read_text())["admin"],
+                               stack, STACK_READY_TIMEOUT_S)
+
+        def token() -> str | None:
+            answer = httpx.post(f"{stack.base_url}/auth/token", timeout=10,
+                                json={"username": stack.username, "password": stack.password})
+            return answer.json()["access_token"] if answer.status_code in (200, 201) else None
+
+        stack.token = _wait("the API server", token, stack, STACK_READY_TIMEOUT_S)
+        _wait(f"{DAG_ID} parsed", lambda: stack.api(f"/api/v2/dags/{DAG_ID}").status_code == 200, stack,
+              STACK_READY_TIMEOUT_S)
+        yield stack
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def browser(chromium: str):
+    """Debian's Chromium through Playwright (no browser download)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium)
+        yield browser
+        browser.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed UI test shows what standalone said last."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)  # for fixtures that keep evidence of a failure
+    stack = getattr(item, "funcargs", {}).get("ui_stack")
+    if report.failed and isinstance(stack, UiStack):
+        report.sections.append(("standalone log tail", stack.log_tail()))

@@ -1,0 +1,191 @@
+"""A newcomer in the Airflow UI of `make ui`'s real stack, in headless Chromium: no `dag.test()`, the
+run goes through standalone's scheduler, DAG processor and LocalExecutor.
+
+Signs in with the admin password standalone generated, opens dayone_eval, picks the `local-sim` preset
+in the trigger form, triggers, waits for the run's success, opens the "DayOne report" tab on the run
+page and checks the report's effects table against the run's summary.json; then the report URL
+signed out (to the login page, and back after signing in), and `..` run ids (never served).
+
+Screenshots go to $DAYONE_UI_SCREENSHOTS when set (`DAYONE_UI_SCREENSHOTS=docs/ui` refreshes the
+docs' pictures), else to a temporary directory; a failed test also saves the page's DOM there.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urljoin, urlsplit
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# Stack start (about 1.5 min), the simulator run (4-5 min on 2 cores), the browser steps.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(720)]
+
+DAG_ID = "dayone_eval"
+PRESET = "local-sim"
+RUN_TIMEOUT_S = 480
+UI_TIMEOUT_MS = 60_000
+VIEWPORT = {"width": 1400, "height": 1000}
+REPORT_FRAME = "iframe[title='DayOne report']"
+OUTSIDE_MARKER = "OUTSIDE-THE-RUNS-DIRECTORY"
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    chosen = os.environ.get("DAYONE_UI_SCREENSHOTS")
+    path = (REPO / chosen) if chosen else tmp_path_factory.mktemp("ui-shots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture()
+def context(browser, shots: Path, request: pytest.FixtureRequest):
+    """A fresh browser profile (signed out); on failure its pages' DOM and a screenshot are kept."""
+    context = browser.new_context(viewport=VIEWPORT)
+    context.set_default_timeout(UI_TIMEOUT_MS)
+    yield context
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for i, page in enumerate(context.pages):
+            name = f"failed-{request.node.name}-{i}"
+            (shots / f"{name}.html").write_text(page.content())
+            page.screenshot(path=shots / f"{name}.png")
+            print(f"page {i} at {page.url}: DOM and screenshot in {shots / name}.*")
+    context.close()
+
+
+def _sign_in(page, stack) -> None:
+    """On Airflow's login page (simple auth manager)."""
+    page.get_by_label("Username").fill(stack.username)
+    page.get_by_label("Password").fill(stack.password)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def _wait_for_run(stack, run_id: str) -> dict:
+    """The run once it has finished, through the scheduler; fails with the failed tasks' ids."""
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}"
+    while True:
+        run = stack.api(path).json()
+        if run.get("state") in ("success", "failed"):
+            break
+        assert time.monotonic() < deadline, f"run {run_id} still {run.get('state')} after {RUN_TIMEOUT_S} s"
+        time.sleep(5)
+    if run["state"] == "failed":
+        tis = stack.api(f"{path}/taskInstances", state="failed").json().get("task_instances", [])
+        pytest.fail(f"run {run_id} failed; failed tasks: {[ti['task_id'] for ti in tis]}")
+    return run
+
+
+def _same_path(url: str, path: str) -> bool:
+    return unquote(urlsplit(url).path) == unquote(path)
+
+
+def test_newcomer_triggers_the_simulator_preset_and_reads_the_report_from_the_run_page(ui_stack, context, shots):
+    from playwright.sync_api import expect
+
+    base = ui_stack.base_url
+    page = context.new_page()
+
+    # Sign in: opening the DAG sends a signed-out browser to the login page, and back after it.
+    page.goto(f"{base}/dags/{DAG_ID}")
+    _sign_in(page, ui_stack)
+    page.wait_for_url(f"{base}/dags/{DAG_ID}")
+
+    # The trigger form: the preset is its first section; its options show each preset's name and title.
+    page.get_by_test_id("trigger-dag-button").click()  # "Trigger", labelled "Trigger Dag"
+    form = page.get_by_role("dialog")
+    form.get_by_role("button", name="Preset", exact=True).click()
+    field = form.locator("#element_preset")  # the `preset` param's field (a react-select combobox)
+    field.get_by_role("combobox").click()
+    page.get_by_role("option", name=re.compile(rf"^{PRESET}: ")).click()
+    expect(form.locator("input[name=element_preset]")).to_have_value(PRESET)
+    expect(field).to_contain_text(f"{PRESET}: DayOne's engine simulator")
+    page.screenshot(path=shots / "trigger-form-local-sim.png")
+    form.get_by_test_id("trigger-dag-submit").click()
+
+    # Triggering opens the new run's page.
+    page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/[^/]+$"))
+    run_id = unquote(urlsplit(page.url).path.rsplit("/", 1)[1])
+    run = _wait_for_run(ui_stack, run_id)
+    assert run["conf"]["preset"] == PRESET
+    page.reload()
+    expect(page.get_by_test_id("state-badge").first).to_have_text("Success")
+
+    # The report where a user looks first: the run page's "DayOne report" tab.
+    page.get_by_role("link", name="DayOne report", exact=True).click()
+    report = page.frame_locator(REPORT_FRAME)
+    expect(report.locator("h1")).to_contain_text("DayOne report")
+    expect(report.locator("table.effects")).to_be_visible()
+    page.screenshot(path=shots / "run-page-dayone-report-tab.png")
+    report_url = urljoin(base, page.locator(REPORT_FRAME).get_attribute("src"))
+    assert _same_path(report_url, f"/dayone/reports/{DAG_ID}/{run_id}")
+
+    # A figure on the page against summary.json: every effect's ratio, interval and verdict.
+    answer = context.request.get(f"{report_url}/summary.json")
+    assert answer.status == 200, answer.text()
+    comparisons = answer.json()["comparisons"]
+    assert comparisons, "two simulated engines and no comparison between them"
+    rows = report.locator("table.effects tr")
+    expect(rows).to_have_count(len(comparisons) + 1)  # and the header
+    for i, c in enumerate(comparisons, start=1):
+        cells = rows.nth(i).locator("td").all_inner_texts()
+        assert cells[:2] == [c["scenario"], c["level"]], cells
+        assert cells[3] == f"{c['engine']} vs {c['base']}", cells
+        assert cells[4].startswith(f"{c['ratio']:.2f}×"), (cells, c)
+        assert f"{c['low']:.2f}–{c['high']:.2f}" in cells[4], (cells, c)
+        assert cells[5] == c["verdict"], (cells, c)
+
+    # The report opened by itself (the tab's address).
+    assert page.goto(report_url).status == 200
+    expect(page.locator("h1")).to_contain_text("DayOne report")
+    page.screenshot(path=shots / "report.png")
+
+    # Signed out: the report URL leads to the login page, which comes back to the report.
+    signed_out = context.browser.new_context(viewport=VIEWPORT)
+    try:
+        visitor = signed_out.new_page()
+        visitor.goto(report_url)
+        login = urlsplit(visitor.url)
+        assert login.path == "/auth/login", visitor.url
+        assert _same_path(parse_qs(login.query)["next"][0], urlsplit(report_url).path)
+        _sign_in(visitor, ui_stack)
+        visitor.wait_for_url(lambda url: _same_path(url, urlsplit(report_url).path))
+        expect(visitor.locator("table.effects")).to_be_visible()
+    finally:
+        signed_out.close()
+
+
+def test_a_dot_dot_run_id_never_serves_a_page_from_outside_the_runs_directory(ui_stack, context):
+    """`..` as the run id, percent-encoded so that it reaches the report app (a browser would resolve it
+    away), with the signed-in browser's session: 404, and the files planted above the runs root unread."""
+    from playwright.sync_api import expect
+
+    base = ui_stack.base_url
+    outside = ui_stack.runs_root.parent
+    (outside / "report.html").write_text(f"<p>{OUTSIDE_MARKER}</p>")
+    (outside / "summary.json").write_text(f'{{"marker": "{OUTSIDE_MARKER}"}}')
+
+    page = context.new_page()
+    page.goto(f"{base}/dags/{DAG_ID}")
+    _sign_in(page, ui_stack)
+    page.wait_for_url(f"{base}/dags/{DAG_ID}")
+    session = {c["name"]: c["value"] for c in context.cookies()}
+    browser_like = {"Accept": "text/html"}
+
+    prefix = f"/dayone/reports/{DAG_ID}"
+    for path in (f"{prefix}/%2E%2E", f"{prefix}/%2e%2e/summary.json", f"{prefix}/%2E%2E%2F",
+                 f"{prefix}/..%2F..%2F{outside.name}", f"{prefix}/%2E%2E%2Fruns%2F%2E%2E"):
+        answer = httpx.get(f"{base}{path}", cookies=session, headers=browser_like, timeout=30)
+        assert answer.request.url.raw_path.decode() == path  # sent as written, not resolved by the client
+        assert answer.status_code == 404, (path, answer.status_code, answer.text[:300])
+        assert OUTSIDE_MARKER not in answer.text, path
+
+    # Typed into the browser, the same address resolves before it is sent: no page either.
+    page.goto(f"{base}{prefix}/%2E%2E")
+    expect(page.locator("body")).not_to_contain_text(OUTSIDE_MARKER)
+    assert OUTSIDE_MARKER not in page.content()

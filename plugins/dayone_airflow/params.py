@@ -5,7 +5,7 @@ other entry point uses cannot drift apart; the plan step re-validates everything
 cross-field rules a JSON schema cannot express. Each param's schema is self-contained (no `$ref`), so
 the UI picks its widget from `type` alone: a JSON editor for a section or the engines list.
 
-The first param, `preset`, names a starting point (tasks/presets.py) that parse_run_config lays
+The first param, `preset`, names a starting point (tasks/presets/) that parse_run_config lays
 under the other fields: the form cannot change its fields' values when a preset is picked.
 """
 
@@ -93,8 +93,8 @@ def _preset_param() -> Param:
     return Param(
         PROTOCOL, title="Preset", section=SECTIONS[PRESET_FIELD], type="string", enum=list(PRESETS),
         values_display={name: f"{name}: {p.title}" for name, p in PRESETS.items()},
-        description="A named starting point for the run (tasks/presets.py): protocol is the full method, for GPU "
-                    "servers; local-sim and local-llamacpp-ab run on a laptop (demo/*.yaml). Every field below "
+        description="A named starting point for the run (tasks/presets/): protocol is the full method, for GPU "
+                    "servers; local-sim and local-llamacpp-ab run on a laptop (tasks/presets/*.yaml). Every field below "
                     "left at the value shown takes the preset's value; a field you change keeps yours.")
 
 

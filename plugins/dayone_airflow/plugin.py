@@ -3,8 +3,8 @@
 (/dayone/reports/...) that serves the report to both. See links.py.
 
 The tab is an external view with destination "dag_run" (Airflow 3.1+): the UI shows it on every DAG
-run page, fills {DAG_ID} and {RUN_ID} in its href and frames the page in a sandbox without scripts,
-which the report does not need. On a run of another DAG the tab says it is not a DayOne DAG.
+run page, fills {DAG_ID} and {RUN_ID} in its href and frames the page in a sandboxed iframe; the
+report's own Content-Security-Policy allows no script, which it does not need. On a run of another DAG the tab says it is not a DayOne DAG.
 
 Nothing else imports this module: Airflow's plugin loader finds the class here, once.
 """

@@ -124,8 +124,22 @@ def _welch_df(va: float, na: int, vb: float, nb: int) -> float:
     return num / den if den > 0 else float(na + nb - 2)
 
 
+def ratio_digits(low: float, high: float) -> int:
+    """Decimals that keep an interval's side of 1 visible: a decided 0.9996–0.9999 must not read 1.00–1.00."""
+    for digits in range(2, 7):
+        if not ((low > 1 and round(low, digits) <= 1) or (high < 1 and round(high, digits) >= 1)):
+            return digits
+    return 6
+
+
+def ratio_interval(ratio: float, low: float, high: float, label: str = "CI") -> str:
+    """`1.21× (95% CI 1.10–1.33)`-style text: `label` goes before the bounds."""
+    d = ratio_digits(low, high)
+    return f"{ratio:.{d}f}× ({label} {low:.{d}f}–{high:.{d}f})"
+
+
 def describe(e: Effect) -> str:
     """`1.21× (95% CI 1.10–1.33)` or the reason there is no interval."""
     if e.ratio is None:
         return f"not enough rounds ({e.rounds_a} vs {e.rounds_b} good rounds; 2 a side needed)"
-    return f"{e.ratio:.2f}× ({e.confidence:.0%} CI {e.low:.2f}–{e.high:.2f})"
+    return ratio_interval(e.ratio, e.low, e.high, f"{e.confidence:.0%} CI")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.report.schema import Comparison, DecisionLine, EngineSummary, Regression, RunSummary
+from tasks.evidence.effects import ratio_interval
 
 # The figures engines are compared on: (scenario, figure, higher is better, words)
 LEAD_FIGURES = (
@@ -62,7 +63,7 @@ def comparison_words(c: Comparison) -> str:
         return f"at {c.level} {c.interval()}, {c.verdict}"
     if c.ratio is None or c.low is None or c.high is None:
         return f"not enough rounds at {c.level} (2 good rounds a side needed)"
-    text = f"no detectable difference at {c.level} ({c.ratio:.2f}×, {c.confidence:.0%} CI {c.low:.2f}–{c.high:.2f}"
+    text = f"no detectable difference at {c.level} ({c.interval()[:-1].replace(' (', ', ', 1)}"
     if c.detectable is not None:
         text += f"; this run could detect ±{c.detectable:.0%}"
     if c.rounds_needed_for_5pct is not None:
@@ -229,7 +230,7 @@ def _interval(r: Regression) -> str:
     """` (0.70×, CI 0.66–0.74)` for a figure compared over rounds; empty for a check or a needle."""
     if r.ratio is None or r.ci_low is None or r.ci_high is None:
         return ""
-    return f" ({r.ratio:.2f}×, CI {r.ci_low:.2f}–{r.ci_high:.2f})"
+    return " (" + ratio_interval(r.ratio, r.ci_low, r.ci_high)[:-1].replace(" (", ", ", 1) + ")"
 
 
 def _change(change: Any) -> str:

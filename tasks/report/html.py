@@ -22,6 +22,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from tasks.report.decision import LEAD_WORDS
 from tasks.report.schema import EngineSummary, Figure, Needle, RunSummary
 from tasks.evidence.reliability import WITHHELD
+from tasks.evidence.effects import ratio_interval
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
@@ -73,6 +74,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters.update(num=num, percent=percent, clip=clip, ttft_reason=ttft_reason)
+    env.globals.update(ratio_interval=ratio_interval)
     env.globals.update(
         TOPICS=TOPICS, FIGURE_WORDS=FIGURE_WORDS, LEAD_WORDS=LEAD_WORDS, BADGE_CLASSES=BADGE_CLASSES,
         SEVERITY_CLASSES=SEVERITY_CLASSES,

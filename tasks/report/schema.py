@@ -286,7 +286,9 @@ class Comparison(_Doc):
         """`1.21× (95% CI 1.10–1.33)`, or the verdict when there is no interval."""
         if self.ratio is None or self.low is None or self.high is None:
             return self.verdict
-        return f"{self.ratio:.2f}× ({self.confidence:.0%} CI {self.low:.2f}–{self.high:.2f})"
+        from tasks.evidence.effects import ratio_interval
+
+        return ratio_interval(self.ratio, self.low, self.high, f"{self.confidence:.0%} CI")
 
 
 class DecisionLine(_Doc):

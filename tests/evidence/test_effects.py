@@ -87,3 +87,12 @@ def test_too_few_rounds_or_failed_rounds_give_no_verdict():
     assert e.verdict == "not enough rounds" and e.ratio is None
     assert "not enough rounds (1 vs 2 good rounds" in describe(e)
     assert effect([5.0, 5.0], [6.0, 6.0]).verdict == "not enough rounds"  # no noise measured: no interval
+
+
+def test_a_decided_interval_next_to_1_keeps_its_side_visible():
+    """One UI run read "1.00× (95% CI 1.00–1.00), worse": two decimals hid a real, tiny effect."""
+    from tasks.evidence.effects import ratio_interval
+
+    assert ratio_interval(0.9998, 0.99965, 0.99991, "95% CI") == "0.9998× (95% CI 0.9997–0.9999)"
+    assert ratio_interval(1.21, 1.1, 1.33) == "1.21× (CI 1.10–1.33)"
+    assert ratio_interval(1.0, 0.98, 1.02) == "1.00× (CI 0.98–1.02)"  # undecided: two decimals say it

@@ -109,8 +109,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The units that run whole pipelines (those that need the Airflow DB) first: one of them left to the
     end keeps one worker busy while the other idles. Workers take units in this order."""
+    stack = {_unit(item.nodeid) for item in items if "ui_stack" in item.fixturenames}  # the longest: a real scheduler
     heavy = {_unit(item.nodeid) for item in items if "airflow_db" in item.fixturenames}
-    items.sort(key=lambda item: _unit(item.nodeid) not in heavy)  # stable: collection order within each part
+    # stable: collection order within each part
+    items.sort(key=lambda item: (_unit(item.nodeid) not in stack, _unit(item.nodeid) not in heavy))
 
 
 def _dag_test_without_idle_pauses() -> None:

@@ -97,7 +97,9 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=30)
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: the stack and Playwright's sync API (whose event loop runs in this thread until
+# it stops) must end with the UI tests, or every later asyncio.run() in this worker fails.
+@pytest.fixture(scope="module")
 def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     """`python -m dayone_airflow.ui` (what `make ui` runs) on a free port, once the API answers for
     the admin and dayone_eval is parsed."""
@@ -129,7 +131,7 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
         _stop(proc)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser(chromium: str):
     """Debian's Chromium through Playwright (no browser download)."""
     from playwright.sync_api import sync_playwright

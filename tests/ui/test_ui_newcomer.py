@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, unquote, urljoin, urlsplit
 
 import httpx
 import pytest
+from tasks.evidence.effects import ratio_digits
 
 REPO = Path(__file__).resolve().parents[2]
 # Stack start (about 1.5 min), the simulator run (4-5 min on 2 cores), the browser steps.
@@ -136,8 +137,10 @@ def test_newcomer_triggers_the_simulator_preset_and_reads_the_report_from_the_ru
         cells = rows.nth(i).locator("td").all_inner_texts()
         assert cells[:2] == [c["scenario"], c["level"]], cells
         assert cells[3] == f"{c['engine']} vs {c['base']}", cells
-        assert cells[4].startswith(f"{c['ratio']:.2f}×"), (cells, c)
-        assert f"{c['low']:.2f}–{c['high']:.2f}" in cells[4], (cells, c)
+        # the page prints as many decimals as keep the interval's side of 1 visible (ratio_digits)
+        d = ratio_digits(c["low"], c["high"])
+        assert cells[4].startswith(f"{c['ratio']:.{d}f}×"), (cells, c)
+        assert f"{c['low']:.{d}f}–{c['high']:.{d}f}" in cells[4], (cells, c)
         assert cells[5] == c["verdict"], (cells, c)
 
     # The report opened by itself (the tab's address).

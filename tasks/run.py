@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tasks.config import RunConfig, parse_run_config
 from tasks.context import StepContext, endpoint_for
 from tasks.staging import RunDir
-from tasks.state import readiness
+from tasks.state import manifest, readiness
 
 if TYPE_CHECKING:
     from tasks.targets.base import Deployment, Target
@@ -72,8 +72,6 @@ class RunContext:
 
     def planned(self) -> None:
         """Raise NotAttempted when the run was never planned (its config was rejected)."""
-        from tasks.state import manifest
-
         if manifest(self.run_dir) is None:
             raise NotAttempted(f"run {self.run_id} was never planned (its config was rejected); nothing to do")
 

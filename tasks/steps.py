@@ -358,7 +358,8 @@ def boundary(ctx: RunContext, engine: str) -> dict[str, Any]:
 
     ectx = ctx.engine(engine)
     restarts = ctx.restart_count(engine)
-    return _watched(ctx, ectx, "boundary", lambda: {"engine": engine, "rows": len(run_boundary(ectx, restarts))})
+    return _watched(ctx, ectx, "boundary", lambda: {"engine": engine, "rows": len(run_boundary(ectx, restarts))},
+                    restarts)
 
 
 def prefix_cache(ctx: RunContext, engine: str) -> dict[str, Any]:
@@ -367,7 +368,7 @@ def prefix_cache(ctx: RunContext, engine: str) -> dict[str, Any]:
     ectx = ctx.engine(engine)
     restarts = ctx.restart_count(engine)
     return _watched(ctx, ectx, "prefix_cache",
-                    lambda: {"engine": engine, "verdict": run_prefix_cache(ectx, restarts).get("verdict")})
+                    lambda: {"engine": engine, "verdict": run_prefix_cache(ectx, restarts).get("verdict")}, restarts)
 
 
 def teardown(ctx: RunContext, engine: str) -> dict[str, Any]:
@@ -375,12 +376,13 @@ def teardown(ctx: RunContext, engine: str) -> dict[str, Any]:
     return {"engine": engine, "torn_down": True, "deleted": list(deleted or [])}
 
 
-def _watched(ctx: RunContext, ectx: StepContext, step: str, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+def _watched(ctx: RunContext, ectx: StepContext, step: str, run: Callable[[], dict[str, Any]],
+             restarts: Callable[[], int | None] | None = None) -> dict[str, Any]:
     """Run an engine step between restart readings (tasks/evidence/restarts.py): a restart during
     it is a failed `engine_restarts` check naming the step, and its result says `engine_restarted`."""
     from tasks.evidence.restarts import watch_step
 
-    return watch_step(ectx, step, ctx.restart_count(ectx.endpoint.engine), run)
+    return watch_step(ectx, step, restarts or ctx.restart_count(ectx.endpoint.engine), run)
 
 
 # ---- the registry --------------------------------------------------------------------------------

@@ -125,6 +125,9 @@ class Server:
             sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                          % (len(doc), doc))
             return
+        if method != "POST":  # e.g. DayOne's /metrics scrape around a round: a plain server has none
+            sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            return
         self.seq += 1
         rid = headers.get("x-request-id", f"anon-{self.seq}")
         req = json.loads(body[:length])

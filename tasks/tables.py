@@ -209,9 +209,55 @@ REGRESSIONS = Table(
     ),
 )
 
+ENGINE_ROUNDS = Table(
+    "engine_rounds",
+    _common()
+    + (
+        Column("concurrency", "int", nullable=False, min_value=1),
+        Column("rate_rps", "float"),
+        Column("input_tokens", "int", min_value=1),
+        Column("output_tokens", "int", min_value=1),
+        Column("warmup", "bool"),
+        Column("scrape_before_ts", "float", description="Unix time of the /metrics scrape before the first send."),
+        Column("scrape_after_ts", "float", description="Unix time of the /metrics scrape after the last completion."),
+        Column("deltas_unpublished", "str",
+               description="Why the counter and histogram figures are null: no /metrics, a counter fell, a restart."),
+        Column("preemption_metric", "str", description="The engine's counter: vLLM preemptions, SGLang retractions."),
+        Column("preemptions", "float", min_value=0.0, description="Requests preempted (retracted) in the round."),
+        Column("preempted", "bool", description="The engine preempted or retracted at least one request."),
+        Column("gauge_samples", "int", min_value=0, description="Readings of the gauges taken while the round ran."),
+        Column("kv_usage_peak", "float", min_value=0.0, max_value=1.0, description="Highest KV cache usage read."),
+        Column("kv_usage_mean", "float", min_value=0.0, max_value=1.0),
+        Column("waiting_peak", "float", min_value=0.0, description="Most requests the engine held queued (deferred)."),
+        Column("waiting_mean", "float", min_value=0.0),
+        Column("running_peak", "float", min_value=0.0),
+        Column("running_mean", "float", min_value=0.0),
+        _secs("queue_time_mean_s", description="The engine's own queue time, histogram mean over the round."),
+        Column("server_requests", "float", min_value=0.0, description="Requests in the server's TTFT histogram delta."),
+        _secs("server_ttft_mean_s", description="The engine's own TTFT: histogram _sum/_count deltas."),
+        _secs("server_ttft_p50_s", description="Bucket-interpolated (Prometheus histogram_quantile)."),
+        _secs("server_ttft_p99_s", description="Bucket-interpolated (Prometheus histogram_quantile)."),
+        _secs("server_itl_mean_s"),
+        _secs("server_e2e_mean_s"),
+        _secs("client_ttft_mean_s", description="DayOne's TTFT mean for the same round (rounds.ttft_mean_s)."),
+        Column("ttft_gap_s", "float", description="client_ttft_mean_s - server_ttft_mean_s."),
+        Column("ttft_gap_finding", "str", description="Set when the gap is large: both numbers, in words."),
+        Column("spec_drafts", "float", min_value=0.0, description="Speculative verification steps in the round."),
+        Column("spec_draft_tokens", "float", min_value=0.0),
+        Column("spec_accepted_tokens", "float", min_value=0.0),
+        Column("spec_acceptance_rate", "float", min_value=0.0, max_value=1.0,
+               description="Accepted / drafted tokens (SGLang: its gauge)."),
+        Column("spec_mean_accepted_length", "float", min_value=0.0,
+               description="1 + accepted / drafts: tokens per verification step, bonus token included."),
+        Column("not_exposed", "json", description="Figures this engine does not expose, with why."),
+    ),
+    key=("run_id", "engine", "scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round"),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
-    for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS)
+    for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
+              ENGINE_ROUNDS)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

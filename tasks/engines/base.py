@@ -25,6 +25,47 @@ class CacheCounters:
 
 
 @dataclass(frozen=True)
+class RoundMetrics:
+    """Prometheus names of what an engine spent in a round (tasks/evidence/engine_metrics.py).
+
+    Counters are read as deltas over the round; gauges are sampled while it runs; histograms
+    (base names, without _sum/_count/_bucket) give the server's own mean and quantiles over the
+    round from deltas. None: the engine does not expose that figure.
+    """
+
+    preemptions: str | None = None  # counter: requests evicted and recomputed (vLLM) or retracted (SGLang)
+    preemption_word: str = "preemptions"
+    kv_usage: str | None = None  # gauge, fraction of the KV cache in use (0..1)
+    waiting: str | None = None  # gauge: requests queued (deferred) by the engine
+    running: str | None = None  # gauge: requests running
+    queue_time: str | None = None  # histogram, seconds a request waited before it was scheduled
+    ttft: str | None = None  # histogram, seconds
+    itl: str | None = None  # histogram, seconds
+    e2e: str | None = None  # histogram, seconds
+    # Speculative decoding as counters (vLLM, llama.cpp): verification steps, drafted, accepted tokens.
+    spec_drafts: str | None = None
+    spec_draft_tokens: str | None = None
+    spec_accepted_tokens: str | None = None
+    # ... or as last-value gauges (SGLang): mean accepted length (bonus token included), acceptance rate.
+    spec_accept_length: str | None = None
+    spec_accept_rate: str | None = None
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        names = (self.preemptions, self.spec_drafts, self.spec_draft_tokens, self.spec_accepted_tokens)
+        return tuple(n for n in names if n)
+
+    @property
+    def gauges(self) -> tuple[str, ...]:
+        names = (self.kv_usage, self.waiting, self.running, self.spec_accept_length, self.spec_accept_rate)
+        return tuple(n for n in names if n)
+
+    @property
+    def histograms(self) -> tuple[str, ...]:
+        return tuple(n for n in (self.queue_time, self.ttft, self.itl, self.e2e) if n)
+
+
+@dataclass(frozen=True)
 class HitRate:
     queries_delta: float | None
     hits_delta: float | None
@@ -90,6 +131,8 @@ class EngineAdapter:
     # How long a clear is retried while the engine says requests still hold the cache.
     cache_clear_wait_s: ClassVar[float] = 30.0
     cache_counters: ClassVar[CacheCounters | None] = None
+    # What the engine spent per round: preemptions, KV usage, queue, its own latency histograms.
+    round_metrics: ClassVar[RoundMetrics] = RoundMetrics()
     # Fields of a message/delta that may carry reasoning text, read in this order.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = ()

@@ -5,6 +5,10 @@ Verified against xllamacpp 2026.10.11549 (llama.cpp server, build b0-unknown):
 - /metrics only with --metrics (CommonParams.endpoint_metrics). `llamacpp:prompt_tokens_total`
   counts prompt tokens processed EXCLUDING cached ones, `llamacpp:prompt_tokens_cached_total`
   the ones reused: tokens queried = the sum of both deltas (unlike SGLang and vLLM).
+- /metrics (--metrics) has no preemption counter, no KV usage gauge and no latency histograms:
+  `llamacpp:requests_deferred` (gauge: requests waiting for a slot), `requests_processing`, and
+  the speculative counters `llamacpp:spec_decode_num_drafts_total`, `..._num_draft_tokens_total`,
+  `..._num_accepted_tokens_total` (vLLM's meaning; present and 0 without a draft model).
 - Cache clear: no global flush; each slot is erased with POST /slots/{id}?action=erase, which is
   only served when the server has a slot save path (501 otherwise) and slots listed (GET /slots).
   `POST /slots?action=erase` (no id) is a 404. The host-RAM prompt cache (--cache-ram) keeps
@@ -26,7 +30,8 @@ from typing import Any, ClassVar
 import httpx
 
 from tasks.engines import register
-from tasks.engines.base import CLEARED, FAILED, CacheCounters, EngineAdapter, HitRate, StartupPattern, _pattern
+from tasks.engines.base import (CLEARED, FAILED, CacheCounters, EngineAdapter, HitRate, RoundMetrics, StartupPattern,
+                                _pattern)
 
 SLOT_ERASE_PATH = "/slots/{id}?action=erase"
 # llama-server refuses to start unless --slot-save-path names an existing directory
@@ -46,6 +51,13 @@ class LlamaCppAdapter(EngineAdapter):
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", SLOT_ERASE_PATH)
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
         queries="llamacpp:prompt_tokens_total", hits="llamacpp:prompt_tokens_cached_total"
+    )
+    round_metrics: ClassVar[RoundMetrics] = RoundMetrics(
+        waiting="llamacpp:requests_deferred",
+        running="llamacpp:requests_processing",
+        spec_drafts="llamacpp:spec_decode_num_drafts_total",
+        spec_draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
+        spec_accepted_tokens="llamacpp:spec_decode_num_accepted_tokens_total",
     )
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content",)
     # cpp-httplib closes the socket after a streamed response despite "Keep-Alive: timeout=5":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from tasks.engines.base import CacheCounters, EngineAdapter, StartupPattern, _pattern
+from tasks.engines.base import CacheCounters, EngineAdapter, RoundMetrics, StartupPattern, _pattern
 
 
 class SGLangAdapter(EngineAdapter):
@@ -23,6 +23,21 @@ class SGLangAdapter(EngineAdapter):
     # Needs --enable-metrics. sglang:cache_hit_rate is a last-value gauge: never a run figure.
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
         queries="sglang:prompt_tokens_total", hits="sglang:cached_tokens_total"
+    )
+    # python/sglang/srt/metrics/collector.py. A retraction is SGLang's preemption (KV pool full: the
+    # request goes back to the queue). Speculative decoding only as last-value gauges.
+    round_metrics: ClassVar[RoundMetrics] = RoundMetrics(
+        preemptions="sglang:num_retracted_requests_total",
+        preemption_word="retractions",
+        kv_usage="sglang:token_usage",
+        waiting="sglang:num_queue_reqs",
+        running="sglang:num_running_reqs",
+        queue_time="sglang:queue_time_seconds",
+        ttft="sglang:time_to_first_token_seconds",
+        itl="sglang:inter_token_latency_seconds",
+        e2e="sglang:e2e_request_latency_seconds",
+        spec_accept_length="sglang:spec_accept_length",
+        spec_accept_rate="sglang:spec_accept_rate",
     )
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = (

@@ -6,7 +6,8 @@ from typing import Any, ClassVar
 
 import httpx
 
-from tasks.engines.base import BUSY, CLEARED, FAILED, CacheCounters, EngineAdapter, StartupPattern, _pattern
+from tasks.engines.base import (BUSY, CLEARED, FAILED, CacheCounters, EngineAdapter, RoundMetrics, StartupPattern,
+                                _pattern)
 
 
 class VLLMAdapter(EngineAdapter):
@@ -18,6 +19,21 @@ class VLLMAdapter(EngineAdapter):
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", "/reset_prefix_cache")
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
         queries="vllm:prefix_cache_queries_total", hits="vllm:prefix_cache_hits_total"
+    )
+    # vllm/v1/metrics/loggers.py (counters gain _total in the exposition) and
+    # vllm/v1/spec_decode/metrics.py (only with a speculative config).
+    round_metrics: ClassVar[RoundMetrics] = RoundMetrics(
+        preemptions="vllm:num_preemptions_total",
+        kv_usage="vllm:kv_cache_usage_perc",
+        waiting="vllm:num_requests_waiting",
+        running="vllm:num_requests_running",
+        queue_time="vllm:request_queue_time_seconds",
+        ttft="vllm:time_to_first_token_seconds",
+        itl="vllm:inter_token_latency_seconds",
+        e2e="vllm:e2e_request_latency_seconds",
+        spec_drafts="vllm:spec_decode_num_drafts_total",
+        spec_draft_tokens="vllm:spec_decode_num_draft_tokens_total",
+        spec_accepted_tokens="vllm:spec_decode_num_accepted_tokens_total",
     )
     # `reasoning` since ~0.11; the old `reasoning_content` was removed in 2026: read both.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning", "reasoning_content")

@@ -4,16 +4,23 @@ Shared by the performance scenarios and the warmup, so a warmup round is timed a
 like a measured one. Request rows stream to the run directory as requests complete: the timing
 loop only queues each row; a writer process encodes and appends them every 50 ms
 (RowWriter.off_loop).
+
+Around the sends, the engine's /metrics is scraped (before the first send, after the last
+completion) and its gauges sampled on a thread of their own: one `engine_rounds` row per round
+(tasks/evidence/engine_metrics.py), with the raw scrapes as `server_metrics` rows.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.context import StepContext
 from tasks.desensitize import desensitize
+from tasks.evidence import metrics as server_metrics
+from tasks.evidence.engine_metrics import RoundWatch
 from tasks.load import client as load_client
 from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
 from tasks.load.progress import Progress
@@ -49,7 +56,11 @@ async def run_round(
     plan: RoundPlan,
     request_rows: RowWriter,
     progress: Progress | None = None,
+    engine_rows: RowWriter | None = None,
+    metrics_rows: RowWriter | None = None,
 ) -> RoundOutcome:
+    """One round. `engine_rows`/`metrics_rows` take its engine_rounds and server_metrics rows; None: the
+    round writes its own partition of each (named after the round, so a retried step replaces it)."""
     ep = ctx.endpoint
     shape = plan.shape
     tag = f"{plan.scenario}-{shape.key}-r{plan.round}"
@@ -79,27 +90,63 @@ async def run_round(
             seed = plan.arrival_seed if plan.arrival_seed is not None else tag
             arrivals = poisson_arrivals(len(specs), shape.rate_rps, seed)
         shards: list[ShardReport] = []
-        if plan.shards > 1:
-            results, shards = await run_sharded(
-                ep.base_url, specs, ep.adapter, ep.request_timeout_s, plan.shards, on_result=on_result,
-                concurrency=shape.concurrency if arrivals is None else None, arrivals_s=arrivals,
-                keep_alive=ep.adapter.keeps_alive_after_stream,
-            )
-            log.info("%s: %d shards, clock offsets %s ms", tag, len(shards),
-                     ", ".join(f"{1e3 * c.offset_s:+.3f}±{1e3 * c.uncertainty_s:.3f}" for c in shards))
-        elif arrivals is None:
-            results = await load_client.run_closed_loop(
-                session, ep.base_url, specs, shape.concurrency, ep.adapter, ep.request_timeout_s, on_result
-            )
-        else:
-            results = await load_client.run_open_loop(
-                session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
-            )
+        # Off the timed window: the scrape is done before the first send is written.
+        watch = await asyncio.to_thread(RoundWatch(ep.base_url, ep.adapter).start)
+        try:
+            if plan.shards > 1:
+                results, shards = await run_sharded(
+                    ep.base_url, specs, ep.adapter, ep.request_timeout_s, plan.shards, on_result=on_result,
+                    concurrency=shape.concurrency if arrivals is None else None, arrivals_s=arrivals,
+                    keep_alive=ep.adapter.keeps_alive_after_stream,
+                )
+                log.info("%s: %d shards, clock offsets %s ms", tag, len(shards),
+                         ", ".join(f"{1e3 * c.offset_s:+.3f}±{1e3 * c.uncertainty_s:.3f}" for c in shards))
+            elif arrivals is None:
+                results = await load_client.run_closed_loop(
+                    session, ep.base_url, specs, shape.concurrency, ep.adapter, ep.request_timeout_s, on_result
+                )
+            else:
+                results = await load_client.run_open_loop(
+                    session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
+                )
+        finally:
+            watch.stop_sampling()  # also when a send raised
+        await asyncio.to_thread(watch.finish)  # after the last completion
     figures = round_figures(rows, ctx.config.slo, ctx.config.round_error_rate_max)
     row = {**keys, **level, "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens,
            "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
+    # File I/O off the loop's thread, as for every row (another engine's round may follow at once).
+    await asyncio.to_thread(_write_engine_round, ctx, plan, tag, keys, watch, row, engine_rows, metrics_rows)
     if figures["status"] == "failed":
         errors = sorted({r.error or "" for r in results if r.status != "ok"})
         log.warning("%s: round failed, %d of %d requests failed: %s", tag, figures["requests_failed"], len(rows),
                     desensitize(errors[:3]))  # engine errors may name internal hosts or carry tokens
     return RoundOutcome(row, results, shards)
+
+
+def _write_engine_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[str, Any], watch: RoundWatch,
+                        client_row: dict[str, Any], engine_rows: RowWriter | None,
+                        metrics_rows: RowWriter | None) -> None:
+    if not watch.active:
+        return  # an engine without /metrics: nothing the engine says about the round
+    engine_row = watch.row(keys, client_row)
+    if engine_row.get("preempted"):
+        log.warning("%s: the engine %s %d requests in the round", tag,
+                    "retracted" if ctx.endpoint.adapter.round_metrics.preemption_word == "retractions" else "preempted",
+                    int(engine_row["preemptions"]))
+    raw = [r for phase, s in (("before_round", watch.before), ("after_round", watch.after)) if s is not None
+           for r in server_metrics.sample_rows(keys, phase, s.samples, s.ts)]
+    partition = f"{plan.scenario}-{plan.shape.key}-r{plan.round}"
+    engine = ctx.endpoint.engine
+    if engine_rows is not None:
+        engine_rows.write(engine_row)
+    else:
+        with ctx.run_dir.rows("engine_rounds", engine, partition) as out:
+            out.write(engine_row)
+    if metrics_rows is not None:
+        for r in raw:
+            metrics_rows.write(r)
+    else:
+        with ctx.run_dir.rows("server_metrics", engine, partition) as out:
+            for r in raw:
+                out.write(r)

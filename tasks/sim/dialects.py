@@ -20,7 +20,9 @@ class Dialect:
     cache_clear: tuple[str, str] | None  # (method, path)
     metrics: bool
     # Prometheus names: role -> name. Roles: queries, hits, prompt, generation, running, waiting,
-    # requests, ttft, e2e, itl.
+    # requests, ttft, e2e, itl; what the engine spends: preemptions (counter), kv_usage (gauge),
+    # queue (histogram), spec_drafts / spec_draft_tokens / spec_accepted (counters, vLLM) or
+    # spec_accept_length / spec_accept_rate (gauges, SGLang), exposed only with a speculative profile.
     metric_names: dict[str, str] = field(default_factory=dict)
     renamed: dict[str, str] = field(default_factory=dict)  # quirks.metrics=renamed: role -> other name
     error_wrapped: bool = True  # {"error": {...}} (vLLM, OpenAI) or flat {"object": "error", ...} (SGLang)
@@ -47,6 +49,11 @@ SGLANG = Dialect(
         "ttft": "sglang:time_to_first_token_seconds",
         "e2e": "sglang:e2e_request_latency_seconds",
         "itl": "sglang:inter_token_latency_seconds",
+        "preemptions": "sglang:num_retracted_requests_total",
+        "kv_usage": "sglang:token_usage",
+        "queue": "sglang:queue_time_seconds",
+        "spec_accept_length": "sglang:spec_accept_length",
+        "spec_accept_rate": "sglang:spec_accept_rate",
     },
     renamed={"prompt": "sglang:input_tokens_total", "hits": "sglang:cache_hit_tokens_total"},
     error_wrapped=False,
@@ -84,6 +91,12 @@ VLLM = Dialect(
         "ttft": "vllm:time_to_first_token_seconds",
         "e2e": "vllm:e2e_request_latency_seconds",
         "itl": "vllm:inter_token_latency_seconds",
+        "preemptions": "vllm:num_preemptions_total",
+        "kv_usage": "vllm:kv_cache_usage_perc",
+        "queue": "vllm:request_queue_time_seconds",
+        "spec_drafts": "vllm:spec_decode_num_drafts_total",
+        "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+        "spec_accepted": "vllm:spec_decode_num_accepted_tokens_total",
     },
     renamed={"queries": "vllm:gpu_prefix_cache_queries_total", "hits": "vllm:gpu_prefix_cache_hits_total"},
     startup_lines=(

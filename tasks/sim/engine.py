@@ -44,7 +44,7 @@ class Histogram:
         self.counts[-1] += 1
 
 
-@dataclass
+@dataclass(eq=False)
 class Record:
     """Ground truth for one request; times are epoch seconds (time.time() scale)."""
 
@@ -105,9 +105,13 @@ class Engine:
         self.arrivals = 0  # generation requests seen (numbers error bursts)
         self.streams = 0  # streaming requests admitted (numbers every-nth faults and quirks)
         self.finished = 0
-        self.counters = {"prompt": 0, "hits": 0, "queries": 0, "generation": 0, "requests": 0}
+        self.counters = {"prompt": 0, "hits": 0, "queries": 0, "generation": 0, "requests": 0,
+                         "preemptions": 0, "spec_drafts": 0, "spec_draft_tokens": 0, "spec_accepted": 0}
         self.last_hit_rate = 0.0
-        self.hist = {"ttft": Histogram(TTFT_BUCKETS), "e2e": Histogram(E2E_BUCKETS), "itl": Histogram(ITL_BUCKETS)}
+        self.hist = {"ttft": Histogram(TTFT_BUCKETS), "e2e": Histogram(E2E_BUCKETS), "itl": Histogram(ITL_BUCKETS),
+                     "queue": Histogram(TTFT_BUCKETS)}
+        self.active: set[Record] = set()  # admitted and not finished: what holds the KV cache
+        self.last_spec = (0.0, 0.0)  # (mean accepted length, acceptance rate) of the last finished request
         self.records: deque[Record] = deque(maxlen=MAX_RECORDS)
         self.crashing = False
         self.counter_base = profile.counter_base  # added to every counter in /metrics
@@ -161,6 +165,11 @@ class Engine:
         p = self.profile
         hits = self.cache.lookup_and_store(cache_tokens)
         record.cached_tokens = hits
+        self.active.add(record)
+        if p.speculative is not None:  # decoding steps report acceptance as soon as the request runs
+            self.last_spec = (p.speculative.mean_accepted_length, p.speculative.acceptance_rate)
+        if record.queue_wait_s is not None:
+            self.hist["queue"].observe(record.queue_wait_s)
         self.counters["prompt"] += record.prompt_tokens
         self.counters["queries"] += record.prompt_tokens
         self.counters["hits"] += hits
@@ -180,9 +189,34 @@ class Engine:
     def record(self, record: Record) -> None:
         self.records.append(record)
 
+    def kv_usage(self) -> float:
+        """Share of the KV cache (cache_capacity_tokens) the running requests hold: prompt plus the
+        tokens sent so far."""
+        capacity = self.profile.cache_capacity_tokens
+        if not capacity:
+            return 0.0
+        per_event = self.profile.tokens_per_event
+        held = sum(r.prompt_tokens + per_event * len(r.event_ts) for r in self.active)
+        return min(1.0, held / capacity)
+
+    def count_speculation(self, completion_tokens: int) -> None:
+        """Drafts and accepted tokens of a finished request under the speculative profile."""
+        spec = self.profile.speculative
+        if spec is None or completion_tokens <= 0:
+            return
+        # Fractional steps (a counter is a float): the round's ratios then equal the profile's exactly.
+        drafts = completion_tokens / spec.mean_accepted_length
+        accepted = completion_tokens - drafts
+        self.counters["spec_drafts"] += drafts
+        self.counters["spec_draft_tokens"] += drafts * spec.draft_tokens
+        self.counters["spec_accepted"] += accepted
+        self.last_spec = (1.0 + accepted / drafts, accepted / (drafts * spec.draft_tokens))
+
     def finish(self, record: Record) -> None:
         self.finished += 1
+        self.active.discard(record)
         if record.status == 200:
+            self.count_speculation(record.completion_tokens)
             self.counters["requests"] += 1
             self.counters["generation"] += record.completion_tokens
             if record.ttft_s is not None:

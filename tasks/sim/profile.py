@@ -83,6 +83,28 @@ class Quirks(_Model):
     metrics: Literal["normal", "absent", "renamed"] = "normal"
 
 
+class Preemption(_Model):
+    """Every nth stream (admission order) is preempted once halfway through its output: the KV
+    cache had no room, so the engine evicts it and recomputes it (vLLM counts a preemption, SGLang
+    a retraction). Its stream pauses `recompute_s`; the counter moves when the pause begins."""
+
+    every_nth: int = Field(..., ge=1)
+    recompute_s: float = Field(0.05, ge=0)
+
+
+class Speculative(_Model):
+    """Speculative decoding: `draft_tokens` drafted per verification step, `acceptance_rate` of them
+    accepted (accepted / drafted, as vLLM and SGLang report it). Each step costs one `itl_s` and
+    yields 1 + acceptance_rate x draft_tokens tokens, so the gap per token shrinks by that factor."""
+
+    draft_tokens: int = Field(3, ge=1)
+    acceptance_rate: float = Field(0.6, ge=0, le=1)
+
+    @property
+    def mean_accepted_length(self) -> float:
+        return 1.0 + self.acceptance_rate * self.draft_tokens
+
+
 class Profile(_Model):
     model: str = Field("dayone-sim-model", min_length=1)
     context_limit: int = Field(1_048_576, ge=16)
@@ -120,6 +142,9 @@ class Profile(_Model):
     )
     faults: Faults = Field(default_factory=Faults)
     quirks: Quirks = Field(default_factory=Quirks)
+    # What the engine spends (tasks/evidence/engine_metrics.py reads it back from /metrics).
+    preemption: Preemption | None = Field(None, description="Plant preemptions (retractions on SGLang).")
+    speculative: Speculative | None = Field(None, description="Speculative decoding: its counters and faster TPOT.")
 
 
 class ProfileError(ValueError):

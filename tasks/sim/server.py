@@ -161,14 +161,21 @@ def render_metrics(engine: Engine) -> str:
             names.pop(role, None)
     labels = f'model_name="{engine.profile.model}"' + (',engine="0"' if d.name == "vllm" else "")
     out: list[str] = []
-    for role in ("queries", "hits", "prompt", "generation", "requests"):
+    spec = engine.profile.speculative is not None  # vLLM registers its spec metrics only when on
+    counters = ("queries", "hits", "prompt", "generation", "requests", "preemptions")
+    counters += ("spec_drafts", "spec_draft_tokens", "spec_accepted") if spec else ()
+    for role in counters:
         if role in names:
             out += [f"# HELP {names[role]} {role} (DayOne simulator)", f"# TYPE {names[role]} counter",
                     f"{names[role]}{{{labels}}} {float(engine.counters[role] + engine.counter_base)}"]
     if d.name == "vllm":  # prometheus_client's process collector: in vLLM's default registry, not SGLang's
         out += ["# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.",
                 "# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {engine.started_ts}"]
-    for role, value in (("running", engine.running), ("waiting", len(engine.waiting)), ("hit_rate", engine.last_hit_rate)):
+    gauges = [("running", engine.running), ("waiting", len(engine.waiting)), ("hit_rate", engine.last_hit_rate),
+              ("kv_usage", engine.kv_usage())]
+    if spec:
+        gauges += [("spec_accept_length", engine.last_spec[0]), ("spec_accept_rate", engine.last_spec[1])]
+    for role, value in gauges:
         if role in names:
             out += [f"# TYPE {names[role]} gauge", f"{names[role]}{{{labels}}} {float(value)}"]
     for role, hist in engine.hist.items():
@@ -292,6 +299,8 @@ def _gaps(engine: Engine, record: Record, n: int) -> list[float]:
     """Gaps between output events: K tokens per event at itl_s each, plus seeded jitter."""
     p = engine.profile
     base = p.itl_s * p.tokens_per_event
+    if p.speculative is not None:  # one verification step per itl_s yields this many tokens
+        base /= p.speculative.mean_accepted_length
     if p.itl_jitter_s <= 0:
         return [base] * n
     rng = random.Random(f"{p.seed}:{record.request_id}")
@@ -457,6 +466,8 @@ async def stream_answer(
         malformed_at = len(events) // 2 if faults.malformed_sse_every_nth and number % faults.malformed_sse_every_nth == 0 else -1
         cut_at = max(1, len(events) // 2) if faults.cut_stream_every_nth and number % faults.cut_stream_every_nth == 0 else -1
         stall = faults.stall if faults.stall and number % faults.stall.every_nth == 0 else None
+        preemption = p.preemption if p.preemption and number % p.preemption.every_nth == 0 else None
+        preempt_at = max(1, len(events) // 2) if preemption is not None else -1
         if unstreamed:
             record.quirks.append("unstreamed")
         if chat and answer.reasoning and quirks.reasoning_inline:
@@ -523,6 +534,10 @@ async def stream_answer(
                     due += gaps[i - 1]
                     if i == stall_at:
                         due += stall.seconds  # type: ignore[union-attr]
+                    if i == preempt_at:  # evicted for KV room, then recomputed
+                        due += preemption.recompute_s  # type: ignore[union-attr]
+                        engine.counters["preemptions"] += 1
+                        record.faults.append("preempted")
                     if due < engine.blocked_until:
                         due = engine.blocked_until
                     if due > mono() + 20e-6:

@@ -1,0 +1,90 @@
+"""Per-round engine figures read back from the simulator's /metrics, each held against what the
+simulator planted or its ground truth (GET /sim/requests): preemptions planted by a profile, the
+server's own TTFT, KV usage and queue, speculative decoding, for vLLM's and SGLang's dialects."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine_rounds_helpers import context, engine_row, one_round
+from tasks.load.plan import Shape
+
+SHAPE = Shape(input_tokens=128, output_tokens=32, concurrency=4)
+REQUESTS = 12
+BASE = {"itl_s": 0.01, "cache_capacity_tokens": 4096}
+
+
+@pytest.mark.parametrize("dialect,word", [("vllm", "vllm:num_preemptions_total"),
+                                          ("sglang", "sglang:num_retracted_requests_total")])
+def test_preemptions_planted_by_the_profile_are_counted_in_their_round(sims, tmp_path, dialect, word):
+    sim = sims(dialect, {**BASE, "preemption": {"every_nth": 3, "recompute_s": 0.05}})
+    ctx = context(sim.url, dialect, tmp_path)
+    one_round(ctx, SHAPE, REQUESTS)
+    planted = sum(1 for r in sim.requests() if "preempted" in r["faults"])
+    assert planted == REQUESTS // 3
+    row = engine_row(ctx)
+    assert row["preemption_metric"] == word
+    assert row["preemptions"] == planted and row["preempted"] is True
+    assert row["deltas_unpublished"] is None
+
+
+def test_a_round_without_preemptions_is_not_flagged(sims, tmp_path):
+    sim = sims("vllm", BASE)
+    ctx = context(sim.url, "vllm", tmp_path)
+    one_round(ctx, SHAPE, REQUESTS)
+    row = engine_row(ctx)
+    assert row["preemptions"] == 0 and row["preempted"] is False
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_server_ttft_queue_and_kv_usage_match_the_simulator(sims, tmp_path, dialect):
+    sim = sims(dialect, {**BASE, "slots": 2})  # 4 streams on 2 slots: half of them queue
+    ctx = context(sim.url, dialect, tmp_path)
+    outcome = one_round(ctx, SHAPE, REQUESTS)
+    truth = sim.requests()
+    row = engine_row(ctx)
+    assert row["server_requests"] == REQUESTS
+    assert row["server_ttft_mean_s"] == pytest.approx(sum(r["ttft_s"] for r in truth) / REQUESTS, abs=1e-9)
+    assert row["queue_time_mean_s"] == pytest.approx(sum(r["queue_wait_s"] for r in truth) / REQUESTS, abs=1e-9)
+    assert row["queue_time_mean_s"] > 0.05  # two requests always wait for a slot
+    assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]
+    # Loopback: the client sees the first token within a few ms of the engine, so no finding.
+    assert 0 <= row["ttft_gap_s"] < 0.010 and row["ttft_gap_finding"] is None
+    assert row["gauge_samples"] >= 3
+    # Two running requests hold 128 + their tokens so far of 4,096: between 6% and 8%.
+    assert 2 * 128 / 4096 <= row["kv_usage_peak"] <= 2 * (128 + 32) / 4096 + 1e-9
+    assert row["running_peak"] == 2 and row["waiting_peak"] >= 1
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_speculative_decoding_acceptance_and_the_faster_tpot_it_buys(sims, tmp_path, dialect):
+    plain = sims(dialect, BASE)
+    plain_ctx = context(plain.url, dialect, tmp_path / "plain")
+    plain_tpot = one_round(plain_ctx, SHAPE, REQUESTS).row["tpot_mean_s"]
+    assert engine_row(plain_ctx)["spec_acceptance_rate"] is None  # no speculation: no figure, not 0
+
+    spec = sims(dialect, {**BASE, "speculative": {"draft_tokens": 4, "acceptance_rate": 0.5}})
+    ctx = context(spec.url, dialect, tmp_path / "spec")
+    tpot = one_round(ctx, SHAPE, REQUESTS).row["tpot_mean_s"]
+    row = engine_row(ctx)
+    assert row["spec_acceptance_rate"] == pytest.approx(0.5)
+    assert row["spec_mean_accepted_length"] == pytest.approx(3.0)  # 1 + 0.5 x 4
+    if dialect == "vllm":
+        assert row["spec_draft_tokens"] == pytest.approx(4 * row["spec_drafts"])
+        assert row["spec_drafts"] == pytest.approx(REQUESTS * 32 / 3.0)
+    # Three tokens per 10 ms step: TPOT about a third of the plain engine's.
+    assert tpot == pytest.approx(plain_tpot / 3.0, rel=0.25)
+
+
+def test_raw_scrapes_around_the_round_are_kept_as_server_metrics_rows(sims, tmp_path):
+    sim = sims("vllm", BASE)
+    ctx = context(sim.url, "vllm", tmp_path)
+    one_round(ctx, SHAPE, REQUESTS)
+    rows = ctx.run_dir.read_rows("server_metrics", "eng")
+    assert {r["phase"] for r in rows} == {"before_round", "after_round"}
+    after = {r["metric"]: r["value"] for r in rows if r["phase"] == "after_round"}
+    before = {r["metric"]: r["value"] for r in rows if r["phase"] == "before_round"}
+    assert after["vllm:time_to_first_token_seconds_count"] - before["vllm:time_to_first_token_seconds_count"] == REQUESTS
+    row = engine_row(ctx)
+    assert row["scrape_before_ts"] < min(r["arrival_ts"] for r in sim.requests())
+    assert row["scrape_after_ts"] > max(r["last_event_ts"] for r in sim.requests())

@@ -11,11 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
@@ -23,6 +20,7 @@ from tasks import state
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.staging import RunDir
+from tasks.storage import client_from_env, make_client  # noqa: F401  (the archive's S3 client, named here too)
 from tasks.tables import TABLES, to_csv_bytes, to_frame, to_parquet_bytes
 
 log = logging.getLogger("dayone.archive")
@@ -32,25 +30,6 @@ QUARANTINE = "quarantine/"
 
 class WriteOnceError(RuntimeError):
     """An archived object exists with different bytes: runs are never overwritten."""
-
-
-def make_client(endpoint_url: str | None, access_key: str | None, secret_key: str | None,
-                region: str | None = None) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint_url or None,
-        aws_access_key_id=access_key or None,
-        aws_secret_access_key=secret_key or None,
-        region_name=region or "us-east-1",
-        config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=60,
-                      s3={"addressing_style": "path"}),
-    )
-
-
-def client_from_env() -> Any:
-    """For the CLI and runner pods: AWS_* credentials and DAYONE_S3_ENDPOINT_URL from the environment."""
-    return make_client(os.environ.get("DAYONE_S3_ENDPOINT_URL"), os.environ.get("AWS_ACCESS_KEY_ID"),
-                       os.environ.get("AWS_SECRET_ACCESS_KEY"), os.environ.get("AWS_DEFAULT_REGION"))
 
 
 def model_slug(model: str) -> str:

@@ -1,10 +1,12 @@
 """The run context: built once per task from the validated config, handed to every step.
 
-It carries what a step needs from outside the config: the run's storage, how to reach the
-cluster and the registry (`ClusterAccess`), how to build an S3 client for the archive, and, for a
-dated run (the nightly, a backfill), its logical date. The Airflow glue builds it from
-connections and the task's context; `dayone step` builds it from the environment. Nothing is
-set on module globals.
+It carries what a step needs from outside the config: the run's storage (`run_dir`: a directory
+on this machine, or the run's prefix under the S3 staging prefix, so that every step of a run finds
+what the earlier ones left whichever worker or pod ran them), how to reach the cluster and the
+registry (`ClusterAccess`), how to build an S3 client for the archive, and, for a dated run (the
+nightly, a backfill), its logical date. The Airflow glue builds it from connections (run state:
+the `dayone_s3` connection and DAYONE_STAGING) and the task's context; `dayone step` builds it from
+the environment (DAYONE_STAGING, AWS_*, DAYONE_S3_ENDPOINT_URL). Nothing is set on module globals.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from tasks.config import RunConfig, parse_run_config
 from tasks.context import StepContext, endpoint_for
 from tasks.staging import RunDir
 from tasks.state import manifest, readiness
+from tasks.storage import Store, staging_from_env
 
 if TYPE_CHECKING:
     from tasks.targets.base import Deployment, Target
@@ -46,9 +49,12 @@ class RunContext:
     backfill: bool = False
 
     @classmethod
-    def build(cls, config: dict[str, Any] | RunConfig, run_id: str, **services: Any) -> RunContext:
+    def build(cls, config: dict[str, Any] | RunConfig, run_id: str, staging: Store | None = None,
+              **services: Any) -> RunContext:
+        """`staging`: where runs keep their state; default DAYONE_STAGING reached with the AWS_*
+        environment, else this machine's DAYONE_WORKDIR."""
         cfg = load_config(config, run_id)
-        return cls(cfg, RunDir(run_id), **services)
+        return cls(cfg, RunDir(run_id, staging or staging_from_env()), **services)
 
     @property
     def run_id(self) -> str:

@@ -1,19 +1,22 @@
 """The run's state: every document a task leaves for a later task, and where it lies in the run.
 
 One place names the layout, so a reader (the report, the verdict, a retry) and a writer never
-disagree about a path; the run's storage (tasks/staging.py RunDir) holds the bytes.
+disagree about a path; the run's storage (tasks/staging.py RunDir) holds the bytes, on this
+machine or under the run's S3 staging prefix, so a later task finds them from any worker.
 
     manifest.json                  the plan: config (env values redacted), matrix, pins
     pinned.json                    engine -> identity and image digest
     deployments/<engine>.json      where the engine serves and how to find its process or pods
     k8s/<engine>.json              the Kubernetes objects applied (env values redacted)
+    k8s/<engine>.yaml              a dry run's rendered objects
     state/<engine>/ready.json      readiness: the scenario steps run only for a ready engine
     state/<engine>/shapes.json     the (input, output, concurrency) shapes already warmed
     state/steps/<step>.json        each step's outcome (run-level) ...
     state/steps/<engine>-<step>.json   ... or per engine: ok, skipped, failed, not_attempted
     summaries/<engine>/<scenario>.json  a performance scenario's figures
     verdicts/<engine>/prefix_cache.json the prefix-cache verdict
-    validation.json, archive.json, regressions.json, summary.json, report.html
+    tables/<table>/<engine>/...    each step's partitions (tasks/staging.py: a file, or S3 chunks)
+    validation.json, archive.json, regressions.json, summary.json, report.html, charts/<name>.png
 """
 
 from __future__ import annotations
@@ -40,6 +43,14 @@ def deployment_doc(engine: str) -> str:
 
 def applied_objects_doc(engine: str) -> str:
     return f"k8s/{engine}.json"
+
+
+def rendered_objects_doc(engine: str) -> str:
+    return f"k8s/{engine}.yaml"
+
+
+def chart_doc(name: str) -> str:
+    return f"charts/{name}.png"
 
 
 def readiness_doc(engine: str) -> str:
@@ -108,8 +119,8 @@ def write_outcome(run_dir: RunDir, outcome: StepOutcome) -> None:
 def outcomes(run_dir: RunDir) -> list[StepOutcome]:
     """Every recorded step outcome of the run, in path order."""
     found = []
-    for path in sorted((run_dir.path / OUTCOMES_DIR).glob("*.json")):
-        doc = run_dir.read_json(f"{OUTCOMES_DIR}/{path.name}")
+    for name in run_dir.names(OUTCOMES_DIR):
+        doc = run_dir.read_json(f"{OUTCOMES_DIR}/{name}") if name.endswith(".json") else None
         if doc:
             found.append(StepOutcome.model_validate(doc))
     return found

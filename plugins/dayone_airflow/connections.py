@@ -1,5 +1,6 @@
 """Credentials come from Airflow connections only, never from code or params: the archive (S3),
-the cluster (the provider's KubernetesHook) and the image registry."""
+the run state's staging prefix (S3, DAYONE_STAGING), the cluster (the provider's KubernetesHook)
+and the image registry."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from typing import Any
 
 
 ARCHIVE_CONN_DEFAULT = "dayone_s3"
+# Run state under DAYONE_STAGING is a deployment's setting, not a run's: always this connection.
+STAGING_CONN_ID = "dayone_s3"
 
 
 class ArchiveConnectionMissing(RuntimeError):
@@ -49,6 +52,30 @@ def s3_client(config: dict[str, Any]) -> Any:
     conn = BaseHook.get_connection(require_archive_connection(config))
     extra = conn.extra_dejson or {}
     return make_client(extra.get("endpoint_url"), conn.login, conn.password, extra.get("region_name"))
+
+
+def staging_store() -> Any:
+    """Where runs keep their state: the S3 prefix DAYONE_STAGING names (s3://BUCKET/PREFIX), reached
+    with the `dayone_s3` connection; None when DAYONE_STAGING is unset (the worker's own directory,
+    DAYONE_WORKDIR: one machine only, as in make demo)."""
+    import os
+
+    from tasks.storage import STAGING_ENV, S3Access, staging_from_env
+
+    if not os.environ.get(STAGING_ENV, "").strip():
+        return None
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        conn = BaseHook.get_connection(STAGING_CONN_ID)
+    except AirflowNotFoundException:
+        raise ArchiveConnectionMissing(
+            f"{STAGING_ENV} puts run state in S3, but the connection {STAGING_CONN_ID!r} it is reached with is not "
+            f"defined. Add it (docs/deploy.md, 'Run state in S3'), e.g. AIRFLOW_CONN_{STAGING_CONN_ID.upper()}, or "
+            f"unset {STAGING_ENV} to keep run state on the worker's disk (one machine only)") from None
+    extra = conn.extra_dejson or {}
+    return staging_from_env(S3Access(extra.get("endpoint_url"), conn.login, conn.password, extra.get("region_name")))
 
 
 def hook_api_client(conn_id: str) -> Any:

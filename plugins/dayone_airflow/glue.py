@@ -1,9 +1,10 @@
 """The one bridge between Airflow tasks and DayOne's steps (tasks/steps.py).
 
 It builds the run context from Airflow's (the config from params, a run id that is a valid
-object-store path segment, cluster, registry and archive access from Airflow connections), runs
-the step through `tasks.steps.execute`, which records its outcome, and maps "not attempted" to a
-skipped task.
+object-store path segment, cluster, registry and archive access from Airflow connections, and the
+run's storage: under DAYONE_STAGING in S3 through the `dayone_s3` connection, so any worker or pod
+finds what earlier tasks left, else the worker's DAYONE_WORKDIR), runs the step through
+`tasks.steps.execute`, which records its outcome, and maps "not attempted" to a skipped task.
 """
 
 from __future__ import annotations
@@ -32,16 +33,26 @@ def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in dict(params).items() if k not in CONFIG_KEYS_EXCLUDED}
 
 
+def run_dir(airflow_run_id: str) -> Any:
+    """The run's state (tasks/staging.py RunDir) in its storage, as every task of the run sees it."""
+    from tasks.staging import RunDir
+
+    from dayone_airflow.connections import staging_store
+
+    return RunDir(dayone_run_id(airflow_run_id), staging_store())
+
+
 def run_context(params: dict[str, Any], airflow_run_id: str, logical_date: dt.datetime | None = None,
                 backfill: bool = False) -> Any:
-    """The step's RunContext, with Airflow connections for the cluster, the registry and the archive."""
+    """The step's RunContext, with Airflow connections for the cluster, the registry, the archive and
+    the run's storage."""
     from tasks.run import RunContext
 
-    from dayone_airflow.connections import cluster_access, s3_client
+    from dayone_airflow.connections import cluster_access, s3_client, staging_store
 
     config = config_from_params(params)
-    ctx = RunContext.build(config, dayone_run_id(airflow_run_id), archive_client=lambda: s3_client(config),
-                           logical_date=logical_date, backfill=backfill)
+    ctx = RunContext.build(config, dayone_run_id(airflow_run_id), staging=staging_store(),
+                           archive_client=lambda: s3_client(config), logical_date=logical_date, backfill=backfill)
     if ctx.config.target == "kubernetes":  # the parsed config: a preset may have set the target
         ctx.cluster = cluster_access()
     return ctx
@@ -52,12 +63,11 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
     """Run one step for an Airflow task; its StepResult becomes the task's XCom."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from tasks.staging import RunDir
     from tasks.steps import NotAttempted, execute_with
 
-    run_dir = RunDir(dayone_run_id(airflow_run_id))
     try:
-        result = execute_with(lambda: run_context(params, airflow_run_id, **context), run_dir, step, engine)
+        result = execute_with(lambda: run_context(params, airflow_run_id, **context), run_dir(airflow_run_id),
+                              step, engine)
     except NotAttempted as exc:
         raise AirflowSkipException(str(exc)) from None
     return result.model_dump(mode="json")
@@ -65,13 +75,12 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
 
 def conclude(params: dict[str, Any], airflow_run_id: str, required: tuple[str, ...]) -> dict[str, Any]:
     """Fail the Airflow run (so its alerting applies) when the run's verdict lists problems."""
-    from tasks.staging import RunDir
     from tasks.steps import verdict
 
-    run_dir = RunDir(dayone_run_id(airflow_run_id))
-    problems = verdict(run_dir, required)
+    state = run_dir(airflow_run_id)
+    problems = verdict(state, required)
     for problem in problems:
-        log.error("run %s: %s", run_dir.run_id, problem)
+        log.error("run %s: %s", state.run_id, problem)
     if problems:
         raise RuntimeError("DayOne run finished with failures: " + "; ".join(problems))
     return {"problems": 0}

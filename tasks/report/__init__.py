@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from tasks import state
 from tasks.archive import json_bytes, put_once
 from tasks.config import RunConfig
 from tasks.report.html import render_html
@@ -25,24 +26,23 @@ __all__ = ["RunSummary", "build_summary", "read_summary", "render_html", "publis
 
 
 def write_report(run_dir: RunDir, cfg: RunConfig) -> dict[str, Any]:
-    """Build summary.json, charts/*.png and report.html in the run directory; returns what was written."""
+    """Build summary.json, charts/*.png and report.html in the run's storage; returns what was written
+    (the bytes the archive copies, so nothing is read back)."""
     from tasks.report.charts import render_charts
 
     summary = build_summary(run_dir, cfg)
     charts = render_charts(summary)
     page = render_html(summary, charts)
-    run_dir.write_json("summary.json", summary.model_dump(mode="json"))
-    chart_dir = run_dir.path / "charts"
-    chart_dir.mkdir(exist_ok=True)
+    run_dir.write_json(state.SUMMARY, summary.model_dump(mode="json"))
     for name, png in charts.items():
-        (chart_dir / f"{name}.png").write_bytes(png)
-    (run_dir.path / "report.html").write_text(page, encoding="utf-8")
+        run_dir.write_bytes(state.chart_doc(name), png)
+    run_dir.write_bytes(state.REPORT, page.encode("utf-8"))
     return {"summary": summary, "charts": charts, "page": page}
 
 
 def publish_report(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
-    """Write the report locally and next to every engine's archived run."""
-    archived = run_dir.read_json("archive.json")
+    """Write the report in the run's storage and next to every engine's archived run."""
+    archived = run_dir.read_json(state.ARCHIVED)
     if not archived:
         raise RuntimeError(f"run {cfg.run_id}: not archived yet; the archive step must run before the report")
     built = write_report(run_dir, cfg)
@@ -57,4 +57,4 @@ def publish_report(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
             put_once(s3, archived["bucket"], prefix + rel, body, content_type)
             keys.append(prefix + rel)
     log.info("report for run %s: %d objects under %d prefixes", cfg.run_id, len(keys), len(archived["prefixes"]))
-    return {"bucket": archived["bucket"], "keys": keys, "report": str(run_dir.path / "report.html")}
+    return {"bucket": archived["bucket"], "keys": keys, "report": run_dir.where(state.REPORT)}

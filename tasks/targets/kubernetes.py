@@ -30,7 +30,7 @@ from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selec
 from tasks.k8s.rollout import assess, created_at, describe_events, newest_pod, restart_total
 from tasks.readiness import UP, Platform, wait_until_serving
 from tasks.staging import RunDir
-from tasks.state import applied_objects_doc
+from tasks.state import applied_objects_doc, rendered_objects_doc
 from tasks.targets.base import Deployment, DeployError
 
 ApiClientFactory = Callable[[str], Any]  # Airflow connection id -> kubernetes.client.ApiClient
@@ -154,9 +154,8 @@ class KubernetesTarget:
         from tasks.k8s.manifests import validate_objects
 
         validate_objects(objects)
-        path = run_dir.path / "k8s" / f"{engine.name}.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump_all(_without_env_values(objects), sort_keys=False), encoding="utf-8")
+        rendered = run_dir.write_bytes(rendered_objects_doc(engine.name),
+                                       yaml.safe_dump_all(_without_env_values(objects), sort_keys=False).encode())
         run_dir.write_json(applied_objects_doc(engine.name), _without_env_values(objects))
         name = object_name(config.run_id or run_dir.run_id, engine.name)
         dep = Deployment(
@@ -165,7 +164,7 @@ class KubernetesTarget:
             image_digest=pinned["platform_digest"],
             identity=pinned.get("identity", {}),
             handle={"dry_run": True, "namespace": config.kubernetes.namespace, "deployment": name,
-                    "rendered": str(path)},
+                    "rendered": rendered},
         )
         dep.save(run_dir)
         return dep

@@ -2,11 +2,18 @@
 
 Same lifecycle as a Kubernetes deployment: deploy starts a detached process (it outlives the
 task that started it), wait_ready polls the adapter's readiness, teardown stops the process group.
+
+The engine, its loopback port and its log are node-local by nature, whatever the run's storage:
+every step of an engine must run on the machine that deployed it (make demo, the CLI, a
+LocalExecutor). The deployment records which machine (a hash of its host name), and a step on
+another machine fails saying so instead of reading someone else's loopback port, log or pid. On a
+shared-nothing Airflow use the kubernetes target, whose startup log comes from the pod's API.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import socket
 from pathlib import Path
 from typing import Any
@@ -25,6 +32,18 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def this_node() -> str:
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:12]
+
+
+def _on_this_node(deployment: Deployment) -> None:
+    node = deployment.handle.get("node")
+    if node and node != this_node():
+        raise DeployError(f"engine {deployment.engine}: its local process runs on another machine; the local "
+                          "target runs every step of an engine on the machine that deployed it (make demo, "
+                          "the CLI, a LocalExecutor). On a distributed Airflow use target: kubernetes")
 
 
 def launcher_for(launcher: str | None) -> Launcher:
@@ -54,7 +73,7 @@ class LocalTarget:
         launcher = launcher_for(engine.launcher)
         port = free_port()
         spec = launcher.command(config, engine, port)
-        log_path = run_dir.path / "logs" / f"{engine.name}.log"
+        log_path = run_dir.node_dir("logs") / f"{engine.name}.log"
         # outlives this task; teardown stops the whole group
         proc = start_group(spec.argv, log_path, spec.env, cwd=Path(__file__).resolve().parents[2])
         dep = Deployment(
@@ -62,12 +81,14 @@ class LocalTarget:
             base_url=f"http://127.0.0.1:{port}",
             image_digest=pinned["image_digest"],
             identity=pinned["identity"],
-            handle={"pid": proc.pid, "port": port, "log": str(log_path), "launcher": engine.launcher},
+            handle={"pid": proc.pid, "port": port, "log": str(log_path), "launcher": engine.launcher,
+                    "node": this_node()},
         )
         dep.save(run_dir)
         return dep
 
     def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+        _on_this_node(deployment)
         pid = deployment.handle.get("pid")
 
         async def platform() -> Platform:
@@ -83,9 +104,11 @@ class LocalTarget:
         launcher = deployment.handle.get("launcher")
         if launcher in (None, "external"):
             return None
+        _on_this_node(deployment)
         return launcher_for(launcher).restart_count(deployment.base_url)
 
     def startup_log(self, deployment: Deployment) -> str:
+        _on_this_node(deployment)
         path = deployment.handle.get("log")
         if not path or not Path(path).exists():
             return ""
@@ -95,4 +118,5 @@ class LocalTarget:
         dep = Deployment.load(run_dir, engine)
         if not dep or "pid" not in dep.handle:
             return
+        _on_this_node(dep)  # a pid means nothing on another machine
         stop_group(int(dep.handle["pid"]))

@@ -1,0 +1,41 @@
+"""Run state under an S3 staging prefix on the suite's real S3 server (SeaweedFS, tests/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+STAGING_BUCKET = "dayone-staging-test"
+
+
+@pytest.fixture()
+def staging(s3_server):
+    """An S3 staging prefix of this test's own: `S3Store` rooted at s3://dayone-staging-test/<uuid>/."""
+    from tasks.storage import S3Access, S3Store
+
+    access = S3Access(s3_server.endpoint_url, s3_server.access_key, s3_server.secret_key, "us-east-1")
+    return S3Store(access, STAGING_BUCKET, f"staging-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture()
+def staging_env(staging, s3_server) -> dict[str, str]:
+    """What `dayone step` reads to keep run state under `staging` (and to archive to the same server)."""
+    return {"DAYONE_STAGING": f"s3://{staging.bucket}/{staging.prefix}", "DAYONE_S3_ENDPOINT_URL": s3_server.endpoint_url,
+            "AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def fresh_worker_env(base: Path, extra: dict[str, str]) -> dict[str, str]:
+    """A worker with nothing on its disk: its own empty DAYONE_WORKDIR and HOME (and caches under it)."""
+    work, home = base / "work", base / "home"
+    work.mkdir(parents=True)
+    home.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("DAYONE_STAGING", "XDG_CACHE_HOME", "MPLCONFIGDIR")}
+    return {**env, **extra, "DAYONE_WORKDIR": str(work), "HOME": str(home), "MPLCONFIGDIR": str(home / "mpl")}
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())

@@ -185,6 +185,30 @@ class OutcomeSummary(_Doc):
     detail: str | None
 
 
+class EngineRound(_Doc):
+    """What the engine spent in one round, from its own /metrics (engine_rounds table). The client's
+    TTFT and the gap finding are None where the engine's TTFT is not published."""
+
+    scenario: str
+    level: str
+    round: int
+    warmup: bool | None
+    preemption_metric: str | None
+    preemptions: float | None
+    preempted: bool | None
+    kv_usage_peak: float | None
+    waiting_peak: float | None
+    queue_time_mean_s: float | None
+    server_ttft_mean_s: float | None
+    server_ttft_p99_s: float | None
+    client_ttft_mean_s: float | None
+    ttft_gap_finding: str | None
+    spec_acceptance_rate: float | None
+    spec_mean_accepted_length: float | None
+    deltas_unpublished: str | None
+    not_exposed: list[str]
+
+
 class EngineSummary(_Doc):
     dialect: str
     image: str | None
@@ -204,6 +228,7 @@ class EngineSummary(_Doc):
     startup_findings: list[StartupFinding]
     restarts: EngineRestarts
     steps: dict[str, OutcomeSummary]
+    engine_rounds: list[EngineRound] = Field(default_factory=list)  # what the engine spent, per round
 
     @property
     def ttft_published(self) -> bool:

@@ -31,6 +31,7 @@ from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison
                                  Figure, FirstEncounter, Needle, NeedleCount, NotTested, PerfLevel, PerfScenario,
                                  PrefixCache, Regression, RunSummary, ScenarioSettings, Slo, StartupFinding,
                                  OutcomeSummary, TtftVerdict, Validation)
+from tasks.report.schema import EngineRound
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 
@@ -132,6 +133,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         ],
         restarts=engine_restarts,
         steps=steps,
+        engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),
     )
 
 
@@ -216,6 +218,25 @@ def _cache_trials(rows: list[dict[str, Any]], ttft_published: bool) -> list[Cach
         if not ttft_published:
             t["ttft_s"] = None
         out.append(CacheTrial.model_validate(t))
+    return out
+
+
+def _engine_rounds(rows: list[dict[str, Any]], ttft_published: bool) -> list[EngineRound]:
+    """Every measured round's engine figures (warmup rounds left out), in scenario and level order."""
+    out = []
+    for r in sorted((r for r in rows if not r.get("warmup")),
+                    key=lambda r: (r.get("scenario") or "", float(r.get("rate_rps") or 0),
+                                   float(r.get("concurrency") or 0), r.get("round") or 0)):
+        e = {k: r.get(k) for k in EngineRound.model_fields}
+        rate = r.get("rate_rps")
+        e["level"] = f"{rate:g} req/s" if rate is not None else f"c={r.get('concurrency')}"
+        not_exposed = r.get("not_exposed")
+        if isinstance(not_exposed, str):
+            not_exposed = json.loads(not_exposed)
+        e["not_exposed"] = sorted(not_exposed or {})
+        if not ttft_published:
+            e.update(client_ttft_mean_s=None, ttft_gap_finding=None)
+        out.append(EngineRound.model_validate(e))
     return out
 
 

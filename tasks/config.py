@@ -7,6 +7,7 @@ input fails in one place, before anything is deployed, with one kind of message:
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal, get_args
 
@@ -63,6 +64,14 @@ FIX_HINTS: dict[str, str] = {
     "llamacpp.reasoning_format": f"use one of {', '.join(get_args(ReasoningFormat))}",
     "llamacpp.flash_attn": f"use one of {', '.join(get_args(FlashAttn))}",
     "llamacpp.temperature": "give a temperature >= 0, e.g. 0 for greedy decoding",
+    "capacity.mode": "use concurrency (closed loop) or rate (Poisson arrivals)",
+    "capacity.target_goodput_share": "give a fraction between 0 and 1, e.g. 0.9",
+    "capacity.start": "give the first load: a concurrency >= 1, or a request rate > 0 with mode: rate",
+    "capacity.max": "give the highest load to probe, at least start",
+    "capacity.step": "give the resolution in load units, e.g. 1 (concurrent requests) or 0.5 (req/s)",
+    "capacity.resolution": "give a fraction between 0 and 1 of the load, e.g. 0.1, or 0 for step alone",
+    "capacity.extra_rounds": "give an integer >= 0",
+    "capacity.confidence": "give a confidence between 0.5 and 1, e.g. 0.95",
 }
 
 
@@ -264,6 +273,55 @@ class RateScenario(_Model):
     seed: int = Field(0, description="Seed of the arrival times, so two runs send on the same schedule.")
 
 
+Load = Annotated[int | float, Field(gt=0, allow_inf_nan=False)]
+
+
+class CapacityScenario(_Model):
+    """Capacity under SLO (tasks/scenarios/capacity.py): the highest load at which the goodput share
+    stays at or above a target, found by doubling from `start` until a probe fails, then bisecting."""
+
+    enabled: bool = Field(False, description="Search each engine's capacity under the run's SLO (needs an slo).")
+    mode: Literal["concurrency", "rate"] = Field(
+        "concurrency", description="The load searched: concurrent requests (closed loop), or Poisson arrivals "
+                                   "in requests per second.")
+    input_tokens: PositiveInt = Field(128, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(64, description="Output length in tokens.")
+    target_goodput_share: float = Field(
+        0.9, gt=0, lt=1, description="A load passes when at least this share of its requests complete within "
+                                     "every SLO (goodput / requests sent).")
+    start: Load = Field(1, description="First load probed (concurrency, or req/s in mode rate).")
+    max: Load = Field(64, description="Highest load probed; a search that never fails reports 'at least max'.")
+    step: Load = Field(1, description="Resolution in load units: the search stops when the load that passed and "
+                                      "the one that failed are at most this far apart.")
+    resolution: float = Field(
+        0.0, ge=0, lt=1, description="Relative resolution: also stop when the two are within this fraction of "
+                                     "the load that passed (0: step alone).")
+    rounds: PositiveInt = Field(3, description="Measured rounds per probed load.")
+    extra_rounds: int = Field(
+        3, ge=0, description="Rounds added one at a time, at most this many, while the probe's goodput-share "
+                             "interval holds the target.")
+    confidence: float = Field(0.95, gt=0.5, lt=1, description="Confidence of each probe's goodput-share interval.")
+    requests_per_round: PositiveInt | None = Field(
+        None, description="Requests per round; default 8 per unit of load (per concurrent request, or per "
+                          "req/s: 8 s of arrivals), at least 32.")
+    seed: int = Field(0, description="Seed of the arrival times (mode rate).")
+
+    @model_validator(mode="after")
+    def _loads(self) -> CapacityScenario:
+        if self.mode == "concurrency":
+            for name in ("start", "max", "step"):
+                value = getattr(self, name)
+                if float(value) != int(value):
+                    raise ValueError(f"{name}: {value} is not a whole number of concurrent requests. "
+                                     f"Fix: give an integer >= 1, or set mode: rate")
+        if self.max < self.start:
+            raise ValueError(f"max: {self.max} is below start {self.start}. Fix: give max >= start")
+        return self
+
+    def requests_for(self, load: float) -> int:
+        return self.requests_per_round or max(math.ceil(8 * load), 32)
+
+
 class LongContextScenario(_Model):
     enabled: bool = Field(True, description="Run needle-in-a-haystack requests at long prompt lengths.")
     lengths: list[PositiveInt] = Field(
@@ -304,6 +362,8 @@ class Scenarios(_Model):
     prefill: PrefillScenario = Field(PrefillScenario(), description="Long prompts, short outputs.")
     decode: DecodeScenario = Field(DecodeScenario(), description="Short prompts, long outputs.")
     rate: RateScenario = Field(RateScenario(), description="Poisson arrivals at fixed rates.")
+    capacity: CapacityScenario = Field(
+        CapacityScenario(), description="The highest load whose goodput share meets a target under the SLO.")
     long_context: LongContextScenario = Field(LongContextScenario(), description="Long-context TTFT and needles.")
     boundary: BoundaryScenario = Field(BoundaryScenario(), description="Cold requests around a length risk.")
     prefix_cache: PrefixCacheScenario = Field(PrefixCacheScenario(), description="Prefix cache cold vs hot.")
@@ -422,6 +482,13 @@ class RunConfig(_Model):
             limit = known.context_limit_tokens
             raise ValueError(f"engines[{i}].llamacpp.ctx_size: {settings.ctx_size} is over {known.name}'s trained "
                              f"context {limit}. Fix: give ctx_size <= {limit}")
+
+    @model_validator(mode="after")
+    def _capacity_needs_slo(self) -> RunConfig:
+        if self.scenarios.capacity.enabled and not any(self.slo.model_dump().values()):
+            raise ValueError("scenarios.capacity.enabled: capacity is judged against the run's SLO, and none is "
+                             "set. Fix: set slo.ttft_s, slo.tpot_s and/or slo.e2e_s, or disable the capacity search")
+        return self
 
     def usable_context_tokens(self, output_tokens: int) -> int:
         return self.model.context_limit_tokens - output_tokens - self.model.template_overhead_tokens

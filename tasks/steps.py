@@ -8,7 +8,7 @@ the desensitized error, or not attempted), which the report and the run's verdic
 `execute`, so a step run in a pod records its outcome exactly as a DAG task does.
 
 plan -> pin -> per engine: deploy -> wait_ready -> startup_findings -> functional -> warmup ->
-short, prefill, decode, rate -> long_context, boundary -> prefix_cache -> teardown;
+short, prefill, decode, rate -> capacity -> long_context, boundary -> prefix_cache -> teardown;
 then [compare] -> validate -> archive -> report; `verdict` fails the run on any failure.
 """
 
@@ -341,6 +341,17 @@ def _perf(scenario: str) -> StepFn:
     return perf
 
 
+def capacity(ctx: RunContext, engine: str) -> dict[str, Any]:
+    """The highest load whose goodput share meets the target under the run's SLO (tasks/scenarios/capacity.py)."""
+    from tasks.scenarios.capacity import run_capacity
+
+    ectx = ctx.engine(engine)
+    result = _watched(ctx, ectx, "capacity", lambda: run_capacity(ectx))
+    ctx.run_dir.write_json(perf_summary_doc(engine, "capacity"), result)
+    return {"engine": engine, "outcome": result["outcome"], "capacity": result["capacity"],
+            "probes": len(result["probes"]), "engine_restarted": result["engine_restarted"]}
+
+
 def long_context(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.evidence.needles import run_long_context
 
@@ -400,6 +411,7 @@ _ENGINE_STEPS = [
     Step("warmup", True, warmup, enabled=lambda cfg: cfg.scenarios.warmup, scenario=True),
     # A measurement is not retried: a retry would replace the failed try's rows, the evidence.
     *[Step(s, True, _perf(s), enabled=_section_enabled(s), scenario=True) for s in PERF_SCENARIOS],
+    Step("capacity", True, capacity, enabled=_section_enabled("capacity"), scenario=True),
     Step("long_context", True, long_context, enabled=_section_enabled("long_context"), scenario=True),
     Step("boundary", True, boundary, enabled=_section_enabled("boundary"), scenario=True),
     Step("prefix_cache", True, prefix_cache, enabled=_section_enabled("prefix_cache"), scenario=True),

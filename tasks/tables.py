@@ -254,10 +254,41 @@ ENGINE_ROUNDS = Table(
     key=("run_id", "engine", "scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round"),
 )
 
+CAPACITY = Table(
+    "capacity",
+    _common()
+    + (
+        Column("probe", "int", nullable=False, min_value=1, description="The probe's place in the search, from 1."),
+        Column("phase", "str", nullable=False, values=("bracket", "bisect")),
+        Column("mode", "str", nullable=False, values=("concurrency", "rate")),
+        Column("concurrency", "int", nullable=False, min_value=1,
+               description="The probed concurrency (mode rate: the round's request count, its cap)."),
+        Column("rate_rps", "float", min_value=0.0, description="The probed arrival rate (mode rate only)."),
+        Column("input_tokens", "int", nullable=False, min_value=1),
+        Column("output_tokens", "int", nullable=False, min_value=1),
+        Column("rounds", "int", nullable=False, min_value=1,
+               description="Measured rounds at this load (rounds table: scenario capacity, rounds 1..n)."),
+        Column("requests", "int", nullable=False, min_value=0),
+        Column("requests_good", "int", nullable=False, min_value=0, description="Requests that met every SLO."),
+        Column("round_shares", "list", description="Each round's goodput share."),
+        Column("goodput_share", "float", min_value=0.0, max_value=1.0, description="requests_good / requests."),
+        Column("ci_low", "float", min_value=0.0, max_value=1.0,
+               description="Lower end of the share's interval: Wilson on the requests, widened by a t on the rounds."),
+        Column("ci_high", "float", min_value=0.0, max_value=1.0),
+        Column("target_goodput_share", "float", nullable=False, min_value=0.0, max_value=1.0),
+        Column("confidence", "float", nullable=False, min_value=0.0, max_value=1.0),
+        Column("verdict", "str", nullable=False, values=("pass", "fail")),
+        Column("close", "bool", nullable=False,
+               description="The interval still held the target after the extra rounds: decided by the point estimate."),
+        Column("decided_by", "str", nullable=False, values=("interval", "point estimate")),
+    ),
+    key=("run_id", "engine", "probe"),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
-              ENGINE_ROUNDS)
+              ENGINE_ROUNDS, CAPACITY)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

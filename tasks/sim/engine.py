@@ -133,6 +133,11 @@ class Engine:
         return mono + self.epoch_offset
 
     # ---- slots -----------------------------------------------------------------------------
+    def decode_slowdown(self) -> float:
+        """How much slower a decode step is now: decode_knee_factor while more than decode_knee requests run."""
+        knee = self.profile.decode_knee
+        return self.profile.decode_knee_factor if knee is not None and self.running > knee else 1.0
+
     async def acquire_slot(self) -> None:
         if self.running < self.profile.slots and not self.waiting:
             self.running += 1

@@ -113,6 +113,10 @@ class Profile(_Model):
         default_factory=list, description="Extra startup log lines, before the ready line (e.g. one naming a host)."
     )
     slots: int = Field(64, ge=1, description="Requests running at once; the rest queue.")
+    decode_knee: int | None = Field(
+        None, ge=1, description="A planted capacity: while more requests than this run, every decode step is "
+        "decode_knee_factor times slower (the batch outgrew the GPU), so TPOT leaves its SLO above this concurrency.")
+    decode_knee_factor: float = Field(3.0, ge=1, description="Slowdown of every output event gap beyond decode_knee.")
     ttft_base_s: float = Field(0.02, ge=0)
     prefill_tokens_per_s: float = Field(50_000.0, gt=0)
     itl_s: float = Field(0.005, ge=0)

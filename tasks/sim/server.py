@@ -346,7 +346,7 @@ async def full_answer(
         record.admit_ts, record.queue_wait_s = engine.epoch(admit), admit - arrival
         first = engine.admit(record, prompt.tokens, admit)
         n_events = len(_output_events(answer, engine.profile.tokens_per_event))
-        last = first + sum(_gaps(engine, record, max(0, n_events - 1)))
+        last = first + sum(_gaps(engine, record, max(0, n_events - 1))) * engine.decode_slowdown()
         await engine.timer.sleep_until(max(last, engine.blocked_until))
         record.completion_tokens = answer.completion_tokens
         record.finish_reason = answer.finish_reason
@@ -531,7 +531,7 @@ async def stream_answer(
                     if i == n_events:
                         finished.set_result("done")
                         return
-                    due += gaps[i - 1]
+                    due += gaps[i - 1] * engine.decode_slowdown()  # the batch as it is now, not at admission
                     if i == stall_at:
                         due += stall.seconds  # type: ignore[union-attr]
                     if i == preempt_at:  # evicted for KV room, then recomputed

@@ -38,6 +38,7 @@ def render_charts(summary: RunSummary) -> dict[str, bytes]:
         "decode_prefill": decode_prefill_chart,
         "long_context": long_context_chart,
         "prefix_cache": prefix_cache_chart,
+        "capacity": capacity_chart,
     }
     out = {}
     for name, make in makers.items():
@@ -345,6 +346,58 @@ def prefix_cache_chart(summary: RunSummary) -> bytes | None:
     return _png(fig)
 
 
+def capacity_chart(summary: RunSummary) -> bytes | None:
+    """Goodput share against load per engine: each probe with its interval and round shares, the
+    target as a dashed line, each engine's capacity as a vertical line (none where not published)."""
+    engines = {n: e.capacity for n, e in summary.engines.items() if e.capacity is not None and e.capacity.probes}
+    if not engines:
+        return None
+    colors = _colors(summary)
+    fig, axes = _figure(11, 4.4)
+    ax = axes[0][0]
+    first = next(iter(engines.values()))
+    unit = "concurrency" if first.mode == "concurrency" else "request rate (req/s)"
+    loads = sorted({p.load for c in engines.values() for p in c.probes})
+    for k, (name, cap) in enumerate(engines.items()):
+        color = colors[name]
+        shift = 1 + 0.03 * (k - (len(engines) - 1) / 2)  # side by side on a log axis
+        probes = sorted(cap.probes, key=lambda p: p.load)
+        shown = [p for p in probes if p.goodput_share is not None]
+        ax.plot([p.load * shift for p in shown], [p.goodput_share for p in shown], "-", color=color, linewidth=1.2,
+                label=name)
+        for p in shown:
+            x = p.load * shift
+            if p.ci_low is not None and p.ci_high is not None:
+                ax.plot([x, x], [p.ci_low, p.ci_high], "-", color=color, linewidth=3, alpha=0.3)
+            style = {"facecolors": color} if p.verdict == "pass" else {"facecolors": "white"}
+            ax.scatter([x], [p.goodput_share], s=42, marker="D" if p.close else "o", edgecolors=color, zorder=4,
+                       **style)
+            values = [v for v in p.round_shares if v is not None]
+            ax.scatter([x] * len(values), values, s=8, color="black", zorder=3, linewidths=0)
+        if cap.capacity is not None:
+            ax.axvline(cap.capacity * shift, color=color, linestyle=":", linewidth=1.5)
+            words = f"{'≥ ' if cap.outcome == 'at_least_max' else ''}{cap.capacity:g}"
+            ax.annotate(f"{name}: capacity {words}", (cap.capacity * shift, 0.02 + 0.07 * k), xytext=(4, 0),
+                        textcoords="offset points", fontsize=8, color=color, fontweight="bold")
+    ax.axhline(first.target_goodput_share, color="black", linestyle="--", linewidth=1,
+               label=f"target {first.target_goodput_share:.0%}")
+    ax.scatter([], [], s=42, marker="o", color="gray", label="probe passed (filled) / failed (hollow)")
+    ax.scatter([], [], s=42, marker="D", facecolors="white", edgecolors="gray", label="close: point estimate decided")
+    ax.plot([], [], "-", color="gray", linewidth=3, alpha=0.3, label=f"{first.confidence:.0%} interval")
+    ax.scatter([], [], s=8, color="black", label="round shares")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(loads, [f"{v:g}" for v in loads])
+    ax.minorticks_off()
+    ax.set_ylim(-0.02, 1.05)
+    ax.set_xlabel(unit, fontsize=9)
+    withheld = [n for n, c in engines.items() if c.withheld]
+    note = f"\n{', '.join(withheld)}: capacity not published (TTFT unreliable)" if withheld else ""
+    _style(ax, f"capacity under SLO: goodput share vs {unit} ({first.input_tokens} in / {first.output_tokens} out)"
+               + note, "share of requests within every SLO")
+    _legend(ax, loc="lower left")
+    return _png(fig)
+
+
 def forest_chart(summary: RunSummary, scenario: str) -> bytes:
     """One row per (level, figure, engine vs base): the ratio with its interval, the line at 1."""
     rows = [c for c in summary.comparisons if c.scenario == scenario]
@@ -414,4 +467,4 @@ def _short(text: Any, limit: int = 70) -> str:
 
 
 __all__ = ["render_charts", "throughput_chart", "ttft_chart", "decode_prefill_chart", "long_context_chart",
-           "prefix_cache_chart", "forest_chart"]
+           "prefix_cache_chart", "capacity_chart", "forest_chart"]

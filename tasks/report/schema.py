@@ -209,6 +209,45 @@ class EngineRound(_Doc):
     not_exposed: list[str]
 
 
+class CapacityProbe(_Doc):
+    """One load the capacity search probed (capacity table): its rounds' goodput share and interval."""
+
+    probe: int
+    phase: str  # bracket or bisect
+    load: float  # concurrency, or req/s in mode rate
+    rounds: int
+    requests: int
+    requests_good: int
+    round_shares: list[float | None]
+    goodput_share: float | None
+    ci_low: float | None
+    ci_high: float | None
+    verdict: Literal["pass", "fail"]
+    close: bool  # the interval still held the target after the extra rounds: the point estimate decided
+
+
+class Capacity(_Doc):
+    """The highest load whose goodput share met the target under the run's SLO (scenarios/capacity.py).
+    `capacity` is None below start, and also when it is not published: judged on TTFT or TPOT for an
+    engine whose stream timing is unreliable (`withheld` says why); the probes stay as measured."""
+
+    mode: Literal["concurrency", "rate"]
+    input_tokens: int
+    output_tokens: int
+    target_goodput_share: float
+    confidence: float
+    start: float
+    max: float
+    step: float
+    outcome: Literal["found", "at_least_max", "below_start"]
+    capacity: float | None
+    bracket: list[float | None]  # [highest load that passed, lowest that failed]
+    text: str
+    probes: list[CapacityProbe]
+    withheld: str | None = None
+    engine_restarted: bool = False
+
+
 class EngineSummary(_Doc):
     dialect: str
     image: str | None
@@ -229,6 +268,7 @@ class EngineSummary(_Doc):
     restarts: EngineRestarts
     steps: dict[str, OutcomeSummary]
     engine_rounds: list[EngineRound] = Field(default_factory=list)  # what the engine spent, per round
+    capacity: Capacity | None = None  # the capacity search's result, when it ran
 
     @property
     def ttft_published(self) -> bool:

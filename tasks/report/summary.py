@@ -32,7 +32,8 @@ from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison
                                  PrefixCache, Regression, RunSummary, ScenarioSettings, Slo, StartupFinding,
                                  OutcomeSummary, TtftVerdict, Validation)
 from tasks.report.schema import EngineRound
-from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
+from tasks.report.schema import Capacity, CapacityProbe
+from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 
 FIGURES = HEADLINE_FIGURES
@@ -95,7 +96,8 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
     pinned = state.pinned(run_dir).get(engine, {})
     ready = state.readiness(run_dir, engine)
     checks = run_dir.read_rows("checks", engine)
-    perf_requests = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
+    perf_requests = [r for r in run_dir.read_rows("requests", engine)
+                     if r.get("scenario") in (*PERF_SCENARIOS, CAPACITY_SCENARIO)]  # the benchmarks' streams
     ttft = TtftVerdict.model_validate(ttft_verdict(checks, perf_requests))
     published = ttft.reliable
     needles = _needle_rows(run_dir.read_rows("needles", engine), published)
@@ -134,6 +136,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         restarts=engine_restarts,
         steps=steps,
         engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),
+        capacity=_capacity(run_dir, engine, cfg, published, "capacity" in restarted),
     )
 
 
@@ -183,6 +186,26 @@ def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: b
         requests_failed=sum(int(r.get("requests_failed") or 0) for r in rounds),
         length_deviations=sum(int(r.get("length_deviations") or 0) for r in rounds),
     )
+
+
+def _capacity(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool,
+              restarted: bool) -> Capacity | None:
+    """The capacity search's result (tasks/scenarios/capacity.py), when it ran. A capacity judged on
+    TTFT or TPOT is not published for an engine whose stream timing is unreliable: the probes stay."""
+    doc = run_dir.read_json(state.perf_summary_doc(engine, "capacity"))
+    if doc is None:
+        return None
+    probes = [CapacityProbe.model_validate({k: p.get(k) for k in CapacityProbe.model_fields}) for p in doc["probes"]]
+    result = Capacity.model_validate({**{k: doc.get(k) for k in Capacity.model_fields if k in doc},
+                                      "probes": probes, "engine_restarted": restarted})
+    stream_timed = [name for name in ("ttft_s", "tpot_s") if getattr(cfg.slo, name) is not None]
+    if ttft_published or not stream_timed:
+        return result
+    return result.model_copy(update={
+        "capacity": None,
+        "withheld": f"judged on {' and '.join(stream_timed)}, and this engine's TTFT is unreliable "
+                    "(stream timing not published); the probes are shown as measured",
+    })
 
 
 def _needle_rows(rows: list[dict[str, Any]], ttft_published: bool) -> list[Needle]:

@@ -3,6 +3,8 @@ probe's rounds are kept as rows (PROTOCOL.md section 8, "Capacity under SLO").""
 
 from __future__ import annotations
 
+from tasks import state
+from tasks.report import build_summary
 from tasks.scenarios.capacity import run_capacity
 from tasks.tables import to_frame
 from tasks.validate import validate_frames
@@ -47,6 +49,12 @@ def test_a_planted_capacity_is_found_within_one_step(capacity_ctx):
     results = validate_frames(frames)
     assert all(r["success"] for r in results.values()), results
 
+    # The search's own streams show the engine streams: its capacity, judged on TPOT, is published.
+    ctx.run_dir.write_json(state.perf_summary_doc("sim", "capacity"), result)
+    summary = build_summary(ctx.run_dir, ctx.config).engines["sim"]
+    assert summary.ttft_published and summary.capacity.capacity == result["capacity"]
+    assert summary.capacity.withheld is None
+
 
 def test_an_engine_that_never_fails_reports_at_least_max(capacity_ctx):
     with capacity_ctx({}, {"start": 2, "max": 8, "rounds": 1, "extra_rounds": 0, "requests_per_round": 16}) as (_, ctx):
@@ -71,10 +79,10 @@ def test_an_engine_that_never_passes_reports_below_start(capacity_ctx):
 
 
 def test_a_rate_search_probes_poisson_arrivals(capacity_ctx):
-    with capacity_ctx({}, {"mode": "rate", "start": 4, "max": 8, "step": 0.5, "rounds": 1, "extra_rounds": 0,
+    with capacity_ctx({}, {"mode": "rate", "start": 8, "max": 16, "step": 0.5, "rounds": 1, "extra_rounds": 0,
                            "requests_per_round": 12}, slo={"e2e_s": 2.0}) as (_, ctx):
         result = run_capacity(ctx)
-    assert result["outcome"] == "at_least_max" and [p["load"] for p in result["probes"]] == [4.0, 8.0]
+    assert result["outcome"] == "at_least_max" and [p["load"] for p in result["probes"]] == [8.0, 16.0]
     rounds = [r for r in ctx.run_dir.read_rows("rounds", "sim") if r["scenario"] == "capacity" and not r["warmup"]]
-    assert sorted(r["rate_rps"] for r in rounds) == [4.0, 8.0]
-    assert [r["rate_rps"] for r in ctx.run_dir.read_rows("capacity", "sim")] == [4.0, 8.0]
+    assert sorted(r["rate_rps"] for r in rounds) == [8.0, 16.0]
+    assert [r["rate_rps"] for r in ctx.run_dir.read_rows("capacity", "sim")] == [8.0, 16.0]

@@ -6,62 +6,18 @@ The engine is replaced by rounds of known shares, so only the search's bookkeepi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-
-import pytest
-
 import tasks.scenarios.capacity as capacity
-from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
-from tasks.load.rounds import RoundOutcome
-from tasks.staging import RunDir
+from capacity_helpers import fake_context
 
 REQUESTS = 40
-
-
-@dataclass
-class _Result:
-    good: bool
-
-    def row_fields(self) -> dict[str, Any]:
-        return {"status": "ok", "ttft_s": 0.01 if self.good else 5.0, "e2e_s": 5.0, "tpot_s": 0.01}
-
-
-def _context(tmp_path: Path, **search: Any) -> StepContext:
-    cfg = parse_run_config({
-        "run_id": "probe-rounds", "engines": [{"name": "fake", "dialect": "openai"}], "slo": {"ttft_s": 0.5},
-        "scenarios": {"warmup": False, "capacity": {"enabled": True, "requests_per_round": REQUESTS, **search}},
-    })
-    return StepContext(cfg, endpoint_for(cfg, "fake", "http://127.0.0.1:9", "sha256:" + "0" * 64),
-                       RunDir("probe-rounds", root=tmp_path))
-
-
-@pytest.fixture()
-def rounds_of_shares(monkeypatch: pytest.MonkeyPatch):
-    """Replace the engine: each round at a load has the good share `shares(load, round)`."""
-    sent: list[tuple[float, int]] = []
-
-    def install(shares):
-        async def fake_round(ctx, session, plan, request_rows, progress=None):
-            load = plan.shape.concurrency
-            sent.append((load, plan.round))
-            good = round(shares(load, plan.round) * plan.requests)
-            row = {**ctx.endpoint.row_keys(plan.scenario, plan.round), "concurrency": load, "warmup": plan.warmup}
-            return RoundOutcome(row, [_Result(i < good) for i in range(plan.requests)])
-
-        monkeypatch.setattr(capacity, "run_round", fake_round)
-        return sent
-
-    return install
 
 
 def test_a_close_probe_gets_extra_rounds_up_to_the_bound_then_the_point_estimate_decides(tmp_path, rounds_of_shares):
     # 36 of 40 good (0.9) at load 5, the target: the interval holds it whatever the rounds.
     sent = rounds_of_shares(lambda load, n: 1.0 if load <= 4 else 0.9 if load == 5 else 0.0)
-    ctx = _context(tmp_path, start=4, max=8, rounds=2, extra_rounds=3)
+    ctx = fake_context(tmp_path, start=4, max=8, rounds=2, extra_rounds=3)
     result = capacity.run_capacity(ctx)
+    assert len(ctx.run_dir.read_rows("requests", "fake")) == sum(p["requests"] for p in result["probes"])
     by_load = {p["load"]: p for p in result["probes"]}
     assert [p["load"] for p in result["probes"]] == [4, 8, 6, 5]
     assert by_load[4]["rounds"] == 2 and by_load[4]["decided_by"] == "interval"  # 80 of 80: clear
@@ -78,7 +34,7 @@ def test_a_close_probe_gets_extra_rounds_up_to_the_bound_then_the_point_estimate
 def test_extra_rounds_stop_as_soon_as_the_interval_leaves_the_target(tmp_path, rounds_of_shares):
     # Round 1 is bad, the rest perfect: two rounds straddle 0.8, the third settles it.
     rounds_of_shares(lambda load, n: (0.5 if n == 1 else 1.0) if load == 2 else 0.0)
-    ctx = _context(tmp_path, start=2, max=2, rounds=2, extra_rounds=4, target_goodput_share=0.6)
+    ctx = fake_context(tmp_path, start=2, max=2, rounds=2, extra_rounds=4, target_goodput_share=0.6)
     [probe] = capacity.run_capacity(ctx)["probes"]
     assert 2 < probe["rounds"] < 2 + 4 and not probe["close"] and probe["decided_by"] == "interval"
     assert probe["round_shares"][0] == 0.5 and probe["verdict"] == "pass"
@@ -86,6 +42,6 @@ def test_extra_rounds_stop_as_soon_as_the_interval_leaves_the_target(tmp_path, r
 
 def test_no_extra_rounds_when_none_are_allowed(tmp_path, rounds_of_shares):
     rounds_of_shares(lambda load, n: 0.9)
-    ctx = _context(tmp_path, start=3, max=3, rounds=3, extra_rounds=0)
+    ctx = fake_context(tmp_path, start=3, max=3, rounds=3, extra_rounds=0)
     [probe] = capacity.run_capacity(ctx)["probes"]
     assert probe["rounds"] == 3 and probe["close"] and probe["verdict"] == "pass"

@@ -28,6 +28,7 @@ _IMAGE_RE = re.compile(
     r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
 )
 _SLUG_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$")
+_SETTING_PATTERN = r"^[a-z_]+(\.[A-Za-z0-9_.-]+)?$"  # a field of the engine spec, then a key within it
 # The same grammar for JSON schema (ECMA-262 has no named groups), so the trigger form checks it too.
 IMAGE_PATTERN = re.sub(r"\(\?P<\w+>", "(?:", _IMAGE_RE.pattern)
 
@@ -48,6 +49,9 @@ FIX_HINTS: dict[str, str] = {
     "depths": "give fractions between 0 and 1, e.g. [0.1, 0.5, 0.9]",
     "rates": "give request rates > 0 in requests per second",
     "endpoint": "give the base URL of the running server, e.g. http://127.0.0.1:30000",
+    "setting": "give a field of the engine spec, e.g. llamacpp.parallel, env.NAME, image or args",
+    "levels": "give a list of the setting's values, e.g. [1, 4]",
+    "base": "name one of the run's engines",
     "sim_profile.*": "give a value the simulator's Profile accepts (tasks/sim/profile.py)",
     "llamacpp.model": f"use one of {', '.join(KNOWN_MODELS)} or a GGUF file path",
     "llamacpp.ctx_size": "give the KV cache size in tokens, e.g. 4096",
@@ -405,6 +409,43 @@ class RegressionThresholds(_Model):
         "rarely fails a run.")
 
 
+class Factor(_Model):
+    setting: str = Field(..., min_length=1, description="A setting of the engine spec: image, args, gpus, env.NAME, "
+                         "llamacpp.parallel, sim_profile.slots, ...", json_schema_extra={"pattern": _SETTING_PATTERN})
+    levels: list[Any] | None = Field(
+        None, description="The setting's values; the base engine's own value is added when missing. Leave out "
+                          "when the variants are written in engines by hand.")
+
+    @field_validator("setting")
+    @classmethod
+    def _known_setting(cls, v: str) -> str:
+        root = v.split(".")[0]
+        if not re.fullmatch(_SETTING_PATTERN, v) or root not in EngineSpec.model_fields or root == "name":
+            raise ValueError(f"{v!r} is not a setting of an engine")
+        return v
+
+
+class Experiment(_Model):
+    """A base engine and the settings it varies (tasks/experiment.py); every other difference is refused."""
+
+    base: str = Field(..., description="Name of the base engine in engines: the reference of every effect.")
+    factors: list[Factor] = Field(..., min_length=1, description="Settings varied, each with its levels.")
+    design: Literal["factorial", "one_at_a_time"] = Field(
+        "factorial", description="factorial: every combination of levels; one_at_a_time: each level of one "
+                                 "factor with the others at the base's values (the seed's one switch at a time).")
+    order: Literal["auto", "interleaved", "randomized"] = Field(
+        "auto", description="interleaved: variants up together, rounds alternate ABBA; randomized: one variant "
+                            "after another in an order drawn per run; auto: interleaved where the variants can be "
+                            "up together (local processes, distinct nodes).")
+    allow_differences: list[str] = Field(
+        default_factory=list, description="Settings that may differ between variants though not factors "
+                                          "(e.g. node), recorded in the manifest.")
+
+    @property
+    def expands(self) -> bool:
+        return all(f.levels is not None for f in self.factors)
+
+
 class RunConfig(_Model):
     run_id: str | None = Field(None, description="Set by the pipeline; letters, digits, '-', '_', '.'.")
     model: ModelSpec = Field(ModelSpec(), description="The model served by every engine, and its revision.")
@@ -424,6 +465,8 @@ class RunConfig(_Model):
     kubernetes: KubernetesSettings = Field(KubernetesSettings(), description="Cluster settings (target=kubernetes).")
     archive: ArchiveSettings = Field(ArchiveSettings(), description="Where the run is archived (S3).")
     thresholds: RegressionThresholds = Field(RegressionThresholds(), description="Nightly regression thresholds.")
+    experiment: Experiment | None = Field(
+        None, description="A single-variable A/B or factor sweep over a base engine (tasks/experiment.py).")
 
     @field_validator("run_id")
     @classmethod
@@ -432,11 +475,53 @@ class RunConfig(_Model):
             raise ValueError(f"{v!r} is not a valid run id")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_experiment(cls, data: Any) -> Any:
+        """Add the experiment's variants to engines (idempotent: a dumped config validates to itself)."""
+        exp = data.get("experiment") if isinstance(data, dict) else None
+        if not isinstance(exp, dict) or not isinstance(data.get("engines"), list):
+            return data
+        factors = exp.get("factors")
+        if not isinstance(factors, list) or not factors or not all(
+                isinstance(f, dict) and isinstance(f.get("levels"), list)
+                and str(f.get("setting")).split(".")[0] in EngineSpec.model_fields for f in factors):
+            return data  # hand-written variants (or a malformed experiment, which validation names)
+        engines = [e for e in data["engines"] if isinstance(e, dict)]
+        base = next((e for e in engines if e.get("name") == exp.get("base")), None)
+        if base is None:
+            return data  # the after-check names the missing base
+        try:
+            base_spec = EngineSpec.model_validate(base)
+        except ValidationError:
+            return data  # the base's own errors are reported at engines[i]
+        from tasks.experiment import effective, expand
+
+        taken = {str(e.get("name")) for e in engines}
+        pairs = [(str(f.get("setting")), f["levels"]) for f in factors]
+        variants = expand(base, effective(base_spec), pairs, exp.get("design") == "one_at_a_time", set())
+        out = list(data["engines"])
+        for i, (doc, changes) in enumerate(variants):
+            if doc["name"] in taken:
+                continue  # expanded before (a dumped config) or written by hand: the diff check judges it
+            try:
+                EngineSpec.model_validate(doc)
+            except ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                i, j = _factor_level(pairs, changes)
+                raise ValueError(f"experiment.factors[{i}].levels[{j}]: {pairs[i][1][j]!r} makes an invalid engine "
+                                 f"({_path(tuple(err['loc']))}: {err['msg'].removeprefix('Value error, ')}). "
+                                 f"Fix: give a value that {_path(tuple(err['loc']))} accepts") from None
+            out.append(doc)
+        return {**data, "engines": out}
+
     @model_validator(mode="after")
     def _cross_checks(self) -> RunConfig:
         names = [e.name for e in self.engines]
         if len(set(names)) != len(names):
             raise ValueError("engines: engine names must be distinct")
+        if self.experiment is not None:
+            self._experiment_checks(self.experiment)
         if self.target == "kubernetes":
             for i, e in enumerate(self.engines):
                 if not e.image:
@@ -458,6 +543,32 @@ class RunConfig(_Model):
                     f"({self.model.context_limit_tokens} minus output and template = {blimit})"
                 )
         return self
+
+    def _experiment_checks(self, exp: Experiment) -> None:
+        from tasks.experiment import covers, undeclared
+
+        if exp.base not in {e.name for e in self.engines}:
+            raise ValueError(f"experiment.base: {exp.base!r} is not an engine of the run. "
+                             f"Fix: name one of engines ({', '.join(e.name for e in self.engines)})")
+        if not exp.expands and any(f.levels is not None for f in exp.factors):
+            raise ValueError("experiment.factors: some factors have levels and some not. Fix: give levels to every "
+                             "factor (DayOne makes the variants), or to none (the variants are written in engines)")
+        settings = [f.setting for f in exp.factors]
+        for i, s in enumerate(settings):
+            if any(covers(t, s) or covers(s, t) for t in settings[:i]):
+                raise ValueError(f"experiment.factors[{i}].setting: {s!r} overlaps another factor. "
+                                 "Fix: vary each setting in one factor")
+        base = self.engine(exp.base)
+        for i, e in enumerate(self.engines):
+            if e.name == exp.base:
+                continue
+            extra = undeclared(base, e, [*settings, *exp.allow_differences])
+            if extra:
+                path, (a, b) = next(iter(extra.items()))
+                raise ValueError(
+                    f"engines[{i}].{path}: {e.name} differs from the base {exp.base} in {path} ({a!r} vs {b!r}), "
+                    f"which is not a factor of the experiment. Fix: declare it in experiment.factors, make it equal, "
+                    f"or list it in experiment.allow_differences")
 
     def _llamacpp_checks(self, i: int, e: EngineSpec) -> None:
         """Who reads engines[i].llamacpp depends on the target: the llamacpp launcher on this
@@ -498,6 +609,16 @@ class RunConfig(_Model):
             if e.name == name:
                 return e
         raise KeyError(f"engine {name!r} is not in the run config (have: {', '.join(x.name for x in self.engines)})")
+
+
+def _factor_level(factors: list[tuple[str, list[Any]]], changes: dict[str, Any]) -> tuple[int, int]:
+    """Which factor and level made a variant invalid: the last change (the others made valid variants
+    before, or are the only one)."""
+    for i in reversed(range(len(factors))):
+        setting, levels = factors[i]
+        if setting in changes:
+            return i, levels.index(changes[setting])
+    return 0, 0
 
 
 def _path(loc: tuple[Any, ...]) -> str:

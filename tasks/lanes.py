@@ -10,6 +10,7 @@ run side by side within a position. Pure: no Airflow import, so the API check an
 from __future__ import annotations
 
 from tasks.config import ConfigError, EngineSpec, RunConfig
+from tasks.experiment import randomized_order
 
 MAX_ENGINES_PER_NODE = 4
 
@@ -49,10 +50,46 @@ def check_lanes(config: RunConfig) -> None:
 
 
 def positions(config: RunConfig) -> list[list[str]]:
-    """positions[p] = the p-th engine of every lane, always MAX_ENGINES_PER_NODE lists (some empty)."""
-    check_lanes(config)
+    """positions[p] = the p-th engine of every lane, always MAX_ENGINES_PER_NODE lists (some empty).
+
+    The engines of one position are up together and measured round by round in turn (ABBA). An
+    experiment measured interleaved puts all its variants in position 0; one that cannot interleave
+    runs the variants of a lane in an order drawn per run (tasks/experiment.py)."""
     out: list[list[str]] = [[] for _ in range(MAX_ENGINES_PER_NODE)]
+    if interleaved(config):
+        out[0] = [e.name for e in config.engines]
+        return out
+    check_lanes(config)
     for names in lanes(config).values():
+        if config.experiment is not None:
+            names = randomized_order(names, config.run_id)
         for p, name in enumerate(names):
             out[p].append(name)
     return out
+
+
+def interleaved(config: RunConfig) -> bool:
+    """Whether the experiment's variants are up together and measured round by round in turn.
+
+    `auto`: yes for local processes (an idle variant holds memory, not the cores the measured one
+    uses) and for variants on distinct nodes; no for variants that share a node on a cluster (an
+    idle engine on the same GPU node disturbs the measured one): those run one after another in an
+    order drawn per run."""
+    exp = config.experiment
+    if exp is None:
+        return False
+    if exp.order != "auto":
+        return exp.order == "interleaved"
+    if config.target == "local":
+        return True
+    keys = [lane_key(e) for e in config.engines]
+    return len(set(keys)) == len(keys)
+
+
+def design(config: RunConfig) -> str:
+    """How the run measures its engines against each other, in the report's words."""
+    if interleaved(config):
+        return "interleaved"
+    if config.experiment is not None:
+        return "randomized"
+    return "lanes"

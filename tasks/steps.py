@@ -14,6 +14,7 @@ then [compare] -> validate -> archive -> report; `verdict` fails the run on any 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -86,9 +87,59 @@ def execute(ctx: RunContext, name: str, engine: str | None = None) -> StepResult
     return record(ctx.run_dir, name, engine, lambda: step.run(ctx, engine))
 
 
-def execute_with(build: Callable[[], RunContext], run_dir: RunDir, name: str, engine: str | None = None) -> StepResult:
-    """`execute`, building the run context first: a config the plan rejects is the plan's failure, and
-    every later step of that run is not attempted (the run was never planned)."""
+def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
+    """A performance step over the engines of one position, which are up together: their rounds
+    alternate (tasks/scenarios/perf.py run_perf_interleaved) and each engine's outcome is recorded as
+    its own. An engine that is not ready is not attempted; the others are measured. Raises the first
+    engine's failure after recording every outcome, or NotAttempted when no engine was attempted."""
+    step = STEPS[name]
+    if not step.per_engine or name not in PERF_SCENARIOS:
+        raise ValueError(f"step {name} is not a performance step; only those measure engines together")
+    if not step.enabled(ctx.config):
+        results = [execute(ctx, name, e) for e in engines]
+        return StepResult(step=name, status="skipped", detail=results[0].detail if results else "no engines")
+    ready: list[StepContext] = []
+    for e in engines:
+        try:
+            ready.append(ctx.engine(e))
+        except NotAttempted as exc:
+            write_outcome(ctx.run_dir, StepOutcome(step=name, engine=e, status="not_attempted", detail=str(exc)))
+    if not ready:
+        raise NotAttempted(f"{name}: no engine of {', '.join(engines)} is ready")
+    names = [r.endpoint.engine for r in ready]
+    box: dict[str, Any] = {}
+
+    def measure() -> dict[str, Any]:
+        from tasks.scenarios.perf import run_perf_interleaved
+
+        box["summaries"] = _watched_all(ctx, ready, name, lambda: run_perf_interleaved(ready, name))
+        return {}
+
+    try:
+        measure()
+    except Exception as exc:
+        for e in names:  # the engines were measured together: the failure is each one's
+            with contextlib.suppress(Exception):
+                record(ctx.run_dir, name, e, lambda exc=exc: _raise(exc))
+        raise
+    data = {}
+    for e in names:
+        summary = box["summaries"][e]
+        ctx.run_dir.write_json(perf_summary_doc(e, name), summary)
+        data[e] = record(ctx.run_dir, name, e, lambda summary=summary, e=e: {
+            "engine": e, "scenario": name, "ok": True, "engine_restarted": summary["engine_restarted"]}).data
+    return StepResult(step=name, data={"engines": data, "design": box["summaries"][names[0]]["design"]})
+
+
+def _raise(exc: Exception) -> dict[str, Any]:
+    raise exc
+
+
+def execute_with(build: Callable[[], RunContext], run_dir: RunDir, name: str,
+                 engine: str | list[str] | None = None) -> StepResult:
+    """`execute` (or, for a list of engines, `execute_group`), building the run context first: a config
+    the plan rejects is the plan's failure, and every later step of that run is not attempted (the run
+    was never planned)."""
     try:
         ctx = build()
     except ConfigError as exc:
@@ -96,12 +147,15 @@ def execute_with(build: Callable[[], RunContext], run_dir: RunDir, name: str, en
         if name != "plan" and manifest(run_dir) is None:
             rejected = NotAttempted(f"run {run_dir.run_id} was never planned (its config was rejected); nothing to do")
     else:
-        return execute(ctx, name, engine)
+        return execute_group(ctx, name, engine) if isinstance(engine, list) else execute(ctx, name, engine)
 
     def fail() -> dict[str, Any]:
         raise rejected
 
-    return record(run_dir, name, engine, fail)
+    for e in engine if isinstance(engine, list) else ():
+        with contextlib.suppress(NotAttempted, ConfigError):
+            record(run_dir, name, e, fail)
+    return record(run_dir, name, None if isinstance(engine, list) else engine, fail)
 
 
 def record(run_dir: RunDir, name: str, engine: str | None, call: Callable[[], dict[str, Any]]) -> StepResult:
@@ -148,7 +202,7 @@ def verdict(run_dir: RunDir, required: tuple[str, ...]) -> list[str]:
 def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
     """Check what the run needs and record its plan in the manifest. Fails before any deploy: a
     placement the DAG cannot run, or an archive that cannot be reached (nothing measured could be kept)."""
-    from tasks.lanes import positions
+    from tasks.lanes import design, positions
 
     cfg = ctx.config
     placed = positions(cfg)
@@ -167,10 +221,32 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
         "scenarios": cfg.scenarios.model_dump(mode="json"),
         "slo": cfg.slo.model_dump(mode="json"),
         "matrix": matrix,
+        "design": design(cfg),
+        "positions": placed,
+        "experiment": _experiment_record(cfg),
         "config": _without_env_values(cfg.model_dump(mode="json")),
     }
     ctx.run_dir.write_json(MANIFEST, doc)
     return {"run_id": ctx.run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix), "positions": placed}
+
+
+def _experiment_record(cfg: RunConfig) -> dict[str, Any] | None:
+    """The experiment as run: each variant's settings that differ from the base (env values redacted)."""
+    if cfg.experiment is None:
+        return None
+    from tasks.experiment import differences
+
+    exp = cfg.experiment
+    base = cfg.engine(exp.base)
+
+    def shown(path: str, value: Any) -> Any:
+        return "<redacted>" if path.startswith("env.") and value is not None else value
+
+    variants = {e.name: {p: shown(p, b) for p, (_, b) in differences(base, e).items()}
+                for e in cfg.engines if e.name != exp.base}
+    base_values = {p: shown(p, a) for e in cfg.engines if e.name != exp.base
+                   for p, (a, _) in differences(base, e).items()}
+    return {**exp.model_dump(mode="json"), "base_values": base_values, "variants": variants}
 
 
 def _without_env_values(config: dict[str, Any]) -> dict[str, Any]:
@@ -184,11 +260,28 @@ def pin_now(ctx: RunContext) -> dict[str, str]:
     """Resolve each engine's identity (image digests, or local command line and version) now."""
     cfg = ctx.config
     found = {e.name: ctx.target.pin(cfg, e) for e in cfg.engines}
+    _same_image_across_variants(cfg, found)
     ctx.run_dir.write_json(PINNED, found)
     doc = manifest(ctx.run_dir) or {}
     doc["pinned"] = found
     ctx.run_dir.write_json(MANIFEST, doc)
     return {name: p["image_digest"] for name, p in found.items()}
+
+
+def _same_image_across_variants(cfg: RunConfig, found: dict[str, dict[str, Any]]) -> None:
+    """An experiment's variants run one image unless the image is a factor: a tag that moved between
+    two resolutions would make the effect of a factor the effect of two images. (A local engine's
+    digest is of its whole launch identity, settings included: it differs by design.)"""
+    exp = cfg.experiment
+    if exp is None or cfg.target != "kubernetes" or any(s in ("image", "digest") for s in (*(f.setting for f in exp.factors), *exp.allow_differences)):
+        return
+    base = found[exp.base].get("image_digest")
+    for name, pin in found.items():
+        if pin.get("image_digest") != base:
+            raise ConfigError([(f"engines[{[e.name for e in cfg.engines].index(name)}].image",
+                                f"{name} pinned {pin.get('image_digest')} but the base {exp.base} pinned {base}; "
+                                "the image is not a factor of the experiment",
+                                "pin both to one digest (engines[].digest), or declare image as a factor")])
 
 
 def pin(ctx: RunContext, _: None = None) -> dict[str, Any]:
@@ -339,6 +432,25 @@ def _perf(scenario: str) -> StepFn:
 
     perf.__name__ = scenario
     return perf
+
+
+def _watched_all(ctx: RunContext, ectxs: list[StepContext], step: str,
+                 run: Callable[[], dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """`_watched` for engines measured together: each engine's restarts are read before and after the
+    step, and each engine's summary says whether it restarted."""
+    if not ectxs:
+        return run()
+    first, rest = ectxs[0], ectxs[1:]
+    engine = first.endpoint.engine
+    box: dict[str, dict[str, Any]] = {}
+
+    def inner() -> dict[str, Any]:
+        box.update(_watched_all(ctx, rest, step, run))
+        return dict(box[engine])
+
+    watched = _watched(ctx, first, step, inner)
+    box[engine] = {**box[engine], "engine_restarted": watched["engine_restarted"], "restarts": watched["restarts"]}
+    return box
 
 
 def capacity(ctx: RunContext, engine: str) -> dict[str, Any]:

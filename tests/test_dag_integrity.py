@@ -42,8 +42,8 @@ def test_dags_import_without_errors_or_heavy_imports():
 def test_eval_dag_has_every_stage_in_order():
     tasks = _dagbag()["tasks"]["dayone_eval"]
     for stage in ("plan", "pin_images", "engines_0.deploy", "engines_0.wait_ready",
-                  "engines_0.functional", "engines_0.warmup", "engines_0.short", "engines_0.prefix_cache",
-                  "engines_0.teardown", "validate", "archive", "report", "conclude"):
+                  "engines_0.functional", "engines_0.warmup", "engines_0_short", "engines_0_after.prefix_cache",
+                  "engines_0_after.teardown", "validate", "archive", "report", "conclude"):
         assert stage in tasks, stage
 
 
@@ -51,22 +51,24 @@ def test_the_graph_follows_the_step_registry():
     """Step names, their order and their retries come from tasks/steps.py; the nightly cleans up first."""
     from airflow.dag_processing.dagbag import DagBag
 
+    from dayone_airflow.pipeline import task_id
     from tasks.steps import SCENARIO_STEPS, STEPS
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
+    step_of = {task_id(s, 0): s for s in (*SCENARIO_STEPS, "teardown")}
     for dag_id in ("dayone_eval", "dayone_nightly"):
         dag = bag.dags[dag_id]
-        chain, task = [], dag.get_task("engines_0.wait_ready")
+        chain, task = [], dag.get_task(task_id("wait_ready"))
         while True:
-            following = [t for t in task.downstream_list if t.task_id.removeprefix("engines_0.") in SCENARIO_STEPS]
+            following = [t for t in task.downstream_list if t.task_id in step_of]
             if not following:
                 break
             task = following[0]
-            chain.append(task.task_id.removeprefix("engines_0."))
-        assert tuple(chain) == SCENARIO_STEPS, dag_id
-        for task_id, step in (("pin_images", "pin"), ("engines_0.deploy", "deploy"), ("engines_0.short", "short"),
-                              ("engines_0.teardown", "teardown"), ("archive", "archive"), ("report", "report")):
-            assert dag.get_task(task_id).retries == STEPS[step].retries, (dag_id, task_id)
+            chain.append(step_of[task.task_id])
+        assert tuple(chain) == (*SCENARIO_STEPS, "teardown"), dag_id
+        for tid, step in (("pin_images", "pin"), (task_id("deploy"), "deploy"), (task_id("short"), "short"),
+                          (task_id("teardown"), "teardown"), ("archive", "archive"), ("report", "report")):
+            assert dag.get_task(tid).retries == STEPS[step].retries, (dag_id, tid)
     assert STEPS["short"].retries == 0  # a retried measurement would replace the failed try's rows
     nightly = bag.dags["dayone_nightly"]
     assert nightly.get_task("cleanup").downstream_task_ids == {"plan"}
@@ -89,6 +91,6 @@ def test_serialized_dags_stay_small_with_the_params_on_the_dag_alone():
         assert size_kb <= 300, (dag_id, size_kb)
         assert all(not t.params for t in dag.tasks), dag_id
         assert len(dag.params) > 5
-        task = dag.get_task("engines_0.short")
+        task = dag.get_task("engines_0_short")
         params = process_params(dag, task, {"target": "local"}, suppress_exception=False)
         assert params["target"] == "local" and "engines" in params and "scenarios" in params

@@ -1,7 +1,10 @@
 """The evaluation's task graph, shared by dayone_eval (a person's run) and dayone_nightly.
 
 plan -> pin -> engine positions (lanes by node, tasks/lanes.py) -> [compare] -> validate -> archive
-(an Asset) -> report -> conclude. The DAG files only call `evaluation()`; each task runs one step of
+(an Asset) -> report -> conclude. In a position, each engine is deployed and readied and runs the steps
+before measuring (task group engines_<p>); then each performance scenario measures the position's
+engines together, their rounds alternating (task engines_<p>_<scenario>); then each engine runs the
+evidence steps after measuring and its teardown (task group engines_<p>_after). The DAG files only call `evaluation()`; each task runs one step of
 the registry in tasks/steps.py through glue.run_step, which records its outcome; the steps' order,
 scenarios and retries come from that registry.
 """
@@ -12,16 +15,33 @@ import logging
 from typing import Any
 
 import pendulum
-from airflow.sdk import task, task_group
+from airflow.sdk import chain, task, task_group
 
 from dayone_airflow.assets import ARCHIVED_RUN, archive_event_extra
 from dayone_airflow.glue import conclude, dayone_run_id, run_step
 from tasks.lanes import MAX_ENGINES_PER_NODE
+from tasks.scenarios import PERF_SCENARIOS
 from tasks.steps import REQUIRED_RUN_STEPS, SCENARIO_STEPS, STEPS
 
 log = logging.getLogger("dayone.airflow")
 
+# The scenario steps of an engine position, in the registry's order: per engine until measuring, the
+# performance scenarios over the position's engines together, then per engine again until teardown.
+MEASURING = tuple(s for s in SCENARIO_STEPS if s in PERF_SCENARIOS)
+BEFORE_MEASURING = SCENARIO_STEPS[:SCENARIO_STEPS.index(MEASURING[0])]
+AFTER_MEASURING = SCENARIO_STEPS[SCENARIO_STEPS.index(MEASURING[-1]) + 1:]
+assert SCENARIO_STEPS == (*BEFORE_MEASURING, *MEASURING, *AFTER_MEASURING), "performance steps must be consecutive"
+
 NIGHTLY_SCHEDULE_VARIABLE = "dayone_nightly_schedule"
+
+
+def task_id(step: str, position: int = 0) -> str:
+    """The id of the task that runs `step` for the engines of `position`."""
+    if step in MEASURING:
+        return f"engines_{position}_{step}"
+    if step in (*AFTER_MEASURING, "teardown"):
+        return f"engines_{position}_after.{step}"
+    return f"engines_{position}.{step}"
 
 
 def retries(step: str) -> dict[str, Any]:
@@ -33,7 +53,17 @@ def retries(step: str) -> dict[str, Any]:
 # ---- the graph -----------------------------------------------------------------------------------
 
 
-def _engine_group(position: int, handles: dict[str, Any]) -> Any:
+def _step_task(step_name: str):
+    @task(task_id=step_name, trigger_rule="all_done", **retries(step_name))
+    def _step(name, params=None, run_id=None):
+        return run_step(step_name, params, run_id, name)
+
+    return _step
+
+
+def _engines_up(position: int, handles: dict[str, Any]) -> Any:
+    """Deploy, readiness and the steps before measuring, per engine of the position."""
+
     @task_group(group_id=f"engines_{position}")
     def engine(name):
         @task(**retries("deploy"))
@@ -41,28 +71,47 @@ def _engine_group(position: int, handles: dict[str, Any]) -> Any:
             run_step("deploy", params, run_id, name)
             return name
 
-        def step(step_name):
-            @task(task_id=step_name, trigger_rule="all_done", **retries(step_name))
-            def _step(name, params=None, run_id=None):
-                return run_step(step_name, params, run_id, name)
-
-            return _step(name)
-
-        @task(**retries("teardown"))
-        def teardown(name, params=None, run_id=None):
-            return run_step("teardown", params, run_id, name)
-
         from dayone_airflow.kubernetes import EngineReadySensor
 
         deployed = deploy(name)
         ready = EngineReadySensor(task_id="wait_ready", engine=deployed)  # deferrable on Kubernetes
-        scenario_steps = [step(s) for s in SCENARIO_STEPS]
-        ready >> scenario_steps[0]
-        for before, after in zip(scenario_steps, scenario_steps[1:]):
-            before >> after
-        torn_down = teardown(deployed).as_teardown(setups=deployed)
-        scenario_steps[-1] >> torn_down
-        handles.update(last=scenario_steps[-1].operator, teardown=torn_down.operator)
+        steps = [_step_task(s)(name) for s in BEFORE_MEASURING]
+        chain(ready, *steps)
+        handles.update(deployed=deployed, last=(steps or [ready])[-1])
+
+    return engine
+
+
+def _measured_together(position: int, scenario: str) -> Any:
+    """A performance scenario over every engine of the position at once: rounds interleaved (ABBA)."""
+
+    # all_done: an engine whose warmup failed must not stop the others' measurement. The engines are
+    # pulled, not passed: a position never reached (its due task did not run) has none, and skips.
+    @task(task_id=f"engines_{position}_{scenario}", trigger_rule="all_done", **retries(scenario))
+    def measure(params=None, run_id=None, ti=None):
+        names = ti.xcom_pull(task_ids=f"engines_{position}_due")
+        if not names:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"no engine at position {position}")
+        return run_step(scenario, params, run_id, list(names))
+
+    return measure()
+
+
+def _engines_after(position: int, handles: dict[str, Any]) -> Any:
+    """The evidence steps after measuring, and the teardown, per engine of the position."""
+
+    @task_group(group_id=f"engines_{position}_after")
+    def engine(name):
+        @task(**retries("teardown"))
+        def teardown(name, params=None, run_id=None):
+            return run_step("teardown", params, run_id, name)
+
+        steps = [_step_task(s)(name) for s in AFTER_MEASURING]
+        torn_down = teardown.override(trigger_rule="all_done")(name)
+        chain(*steps, torn_down)
+        handles.update(first_after=(steps or [torn_down])[0], teardown=torn_down)
 
     return engine
 
@@ -138,9 +187,13 @@ def evaluation(nightly: bool = False) -> None:
         if previous_teardown is not None:
             previous_teardown >> names.operator
         handles: dict[str, Any] = {}
-        _engine_group(p, handles).expand(name=names)
+        _engines_up(p, handles).expand(name=names)
+        measured = [_measured_together(p, s) for s in MEASURING]
+        _engines_after(p, handles).expand(name=names)
+        names >> measured[0]
+        chain(handles["last"], *measured, handles["first_after"])
         previous_teardown = handles["teardown"]
-        engine_ends += [handles["last"], handles["teardown"]]
+        engine_ends.append(handles["teardown"])  # all_done: after every step of the position
     validated = validate()
     if nightly:  # the regressions table is validated and archived with the run's other tables
         engine_ends >> compare() >> validated

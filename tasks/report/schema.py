@@ -76,6 +76,8 @@ class PerfScenario(_Doc):
     output_tokens: int
     levels: list[PerfLevel]
     engine_restarted: bool = False  # the engine restarted during this step: its figures are flagged
+    # The engines measured with this one, rounds alternating (ABBA): round n of each is a pair.
+    interleaved_with: list[str] = Field(default_factory=list)
 
 
 # ---- evidence of one engine ----------------------------------------------------------------------
@@ -346,6 +348,7 @@ class Comparison(_Doc):
     verdict: Literal["better", "worse", "no detectable difference", "not enough rounds"]
     detectable: float | None  # the smallest change this run would detect, e.g. 0.14 = ±14%
     rounds_needed_for_5pct: int | None  # rounds a side that would detect a 5% change
+    paired: bool = False  # interleaved rounds, paired by repetition; else two independent samples
 
     def interval(self) -> str:
         """`1.21× (95% CI 1.10–1.33)`, or the verdict when there is no interval."""
@@ -359,6 +362,23 @@ class Comparison(_Doc):
 class DecisionLine(_Doc):
     topic: Literal["leads", "reliability", "not_tested", "regressions"]
     text: str
+
+
+class Variant(_Doc):
+    """One engine of an experiment: the settings where it differs from the base."""
+
+    engine: str
+    changes: dict[str, Any]
+
+
+class ExperimentSummary(_Doc):
+    """How the engines were compared: the base, the factors, each variant's diff, and the design run."""
+
+    base: str
+    factors: list[str]
+    design: str  # factorial or one_at_a_time
+    base_values: dict[str, Any]  # the base's value of every setting a variant changes
+    variants: list[Variant]
 
 
 class RunSummary(_Doc):
@@ -386,6 +406,11 @@ class RunSummary(_Doc):
     confidence: float  # of every interval in `comparisons`
     comparisons: list[Comparison]
     decision: list[DecisionLine]
+    # interleaved (engines up together, rounds alternating ABBA), randomized (one after another in an
+    # order drawn per run), or lanes (engines sharing a node one after another in config order)
+    measurement_design: str = "lanes"
+    engine_order: list[list[str]] = Field(default_factory=list)  # the run's positions, as measured
+    experiment: ExperimentSummary | None = None
 
 
 def read_summary(doc: Any) -> RunSummary:

@@ -28,9 +28,9 @@ from tasks.evidence.restarts import restart_summary
 from tasks.load.stats import HEADLINE_FIGURES, first_encounter_tail, over_rounds
 from tasks.report.decision import LEAD_FIGURES, decide
 from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison, EngineRestarts, EngineSummary,
-                                 Figure, FirstEncounter, Needle, NeedleCount, NotTested, PerfLevel, PerfScenario,
+                                 ExperimentSummary, Figure, FirstEncounter, Needle, NeedleCount, NotTested, PerfLevel, PerfScenario,
                                  PrefixCache, Regression, RunSummary, ScenarioSettings, Slo, StartupFinding,
-                                 OutcomeSummary, TtftVerdict, Validation)
+                                 OutcomeSummary, TtftVerdict, Validation, Variant)
 from tasks.report.schema import EngineRound
 from tasks.report.schema import Capacity, CapacityProbe
 from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS, SCENARIO_SWITCHES
@@ -81,11 +81,24 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         limits=list(STANDING_LIMITS),
         not_tested=_not_tested(cfg, engines, run_steps, bool(regressions)),
         confidence=CONFIDENCE,
-        comparisons=comparisons(engines, cfg.engines[0].name, CONFIDENCE),
+        comparisons=comparisons(engines, cfg.experiment.base if cfg.experiment else cfg.engines[0].name, CONFIDENCE),
         decision=[],
+        **_design(run_dir),
     )
     summary.decision = decide(summary)
     return RunSummary.model_validate(desensitize(summary.model_dump(mode="json")))
+
+
+def _design(run_dir: RunDir) -> dict[str, Any]:
+    """How the run measured its engines against each other, as the plan recorded it."""
+    planned = state.manifest(run_dir) or {}
+    exp = planned.get("experiment")
+    experiment = None if not exp else ExperimentSummary(
+        base=exp["base"], factors=[f["setting"] for f in exp.get("factors") or []], design=exp.get("design", ""),
+        base_values=exp.get("base_values") or {},
+        variants=[Variant(engine=name, changes=changes) for name, changes in (exp.get("variants") or {}).items()])
+    return {"measurement_design": planned.get("design") or "lanes",
+            "engine_order": [p for p in planned.get("positions") or [] if p], "experiment": experiment}
 
 
 # ---- per engine ----------------------------------------------------------------------------------
@@ -155,8 +168,11 @@ def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) ->
             group = sorted((r for r in mine if (r.get("concurrency"), r.get("rate_rps")) == key),
                            key=lambda r: r.get("round") or 0)
             levels.append(_level(key, group, ttft_published, warmup_rounds))
+        design = (run_dir.read_json(state.perf_summary_doc(engine, scenario)) or {}).get("design") or {}
+        together = [e for e in design.get("engines") or [] if e != engine] if design.get("order") == "interleaved" \
+            else []
         out[scenario] = PerfScenario(input_tokens=settings.input_tokens, output_tokens=settings.output_tokens,
-                                     levels=levels)
+                                     levels=levels, interleaved_with=together)
     return out
 
 
@@ -304,22 +320,23 @@ def comparisons(engines: dict[str, EngineSummary], base: str, confidence: float)
                 level = next((lv for lv in e.levels(scenario) if lv.label == base_level.label), None)
                 mine = None if name == base or level is None else level.figures.get(figure)
                 if mine is not None:
+                    paired = name in engines[base].perf[scenario].interleaved_with and level.rounds == base_level.rounds
                     out.append(_comparison(scenario, base_level.label, figure, higher_is_better, base, name,
-                                           base_figure, mine, confidence))
+                                           base_figure, mine, confidence, paired))
     return out
 
 
 def _comparison(scenario: str, level: str, figure: str, higher_is_better: bool, base: str, engine: str,
-                base_figure: Figure, figure_values: Figure, confidence: float) -> Comparison:
-    # Engines run one after another, so their rounds are not paired.
-    e = effect(base_figure.rounds, figure_values.rounds, confidence)
+                base_figure: Figure, figure_values: Figure, confidence: float, paired: bool) -> Comparison:
+    # Interleaved rounds pair by repetition (a drift moves both); engines run one after another do not.
+    e = effect(base_figure.rounds, figure_values.rounds, confidence, paired=paired)
     if e.verdict in ("higher", "lower"):
         verdict = "better" if (e.verdict == "higher") == higher_is_better else "worse"
     else:
         verdict = e.verdict
     return Comparison(scenario=scenario, level=level, figure=figure, base=base, engine=engine, ratio=e.ratio,
                       low=e.low, high=e.high, confidence=confidence, verdict=verdict, detectable=e.detectable,
-                      rounds_needed_for_5pct=e.rounds_needed(SMALL_CHANGE))
+                      rounds_needed_for_5pct=e.rounds_needed(SMALL_CHANGE), paired=paired)
 
 
 # ---- run level -----------------------------------------------------------------------------------

@@ -3,15 +3,18 @@
 `run_perf(ctx, scenario)` runs every level (concurrency, or arrival rate for "rate") for the
 configured rounds, streams request rows and writes one round row per round, and returns the
 summary: per level, the median over rounds with the round values and a spread flag, and the
-first-encounter round's P95/P99 TTFT beside it.
+first-encounter round's P95/P99 TTFT beside it. `run_perf_interleaved` does the same for engines
+that are up together, alternating their rounds (ABBA) so their round values pair.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
 from tasks.context import StepContext
+from tasks.experiment import round_order
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
@@ -30,48 +33,66 @@ def _requests_per_round(ctx: StepContext, scenario: str, shape: Shape) -> int:
 
 
 def run_perf(ctx: StepContext, scenario: str) -> dict[str, Any]:
+    """One engine's scenario: every level, its rounds one after another."""
+    return run_perf_interleaved([ctx], scenario)[ctx.endpoint.engine]
+
+
+def run_perf_interleaved(ctxs: list[StepContext], scenario: str) -> dict[str, dict[str, Any]]:
+    """The scenario on engines that are up together, round by round in turn: for each level, repetition n
+    measures every engine once, forward on odd n and backward on even n (ABBA, tasks/experiment.py), so
+    slow drift and a noisy neighbour hit every engine alike and round n of each engine forms a pair.
+    Returns each engine's summary; with one engine this is the plain sequential scenario."""
     if scenario not in PERF_SCENARIOS:
         raise ValueError(f"scenario {scenario!r} is not a performance scenario (use one of {', '.join(PERF_SCENARIOS)})")
-    settings = getattr(ctx.config.scenarios, scenario)
-    engine = ctx.endpoint.engine
-    shapes = scenario_shapes(ctx.config, scenario)
-    total = sum(_requests_per_round(ctx, scenario, s) for s in shapes) * settings.rounds
-    progress = Progress(total, f"{engine} {scenario}")
+    config = ctxs[0].config
+    settings = getattr(config.scenarios, scenario)
+    shapes = scenario_shapes(config, scenario)
+    by_engine = {c.endpoint.engine: c for c in ctxs}
+    engines = list(by_engine)
+    total = sum(_requests_per_round(ctxs[0], scenario, s) for s in shapes) * settings.rounds * len(ctxs)
+    progress = Progress(total, f"{', '.join(engines)} {scenario}")
     # Seed of the Poisson arrivals: the config's, so a rate round is the same schedule every run.
     seed = getattr(settings, "seed", None)
     # The warmup may have taken each shape's first encounter: its round is the first-encounter tail.
-    warmup_rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("warmup")]
+    warmup_rounds = {e: [r for r in c.run_dir.read_rows("rounds", e) if r.get("warmup")] for e, c in by_engine.items()}
+    design = {"order": "interleaved" if len(engines) > 1 else "sequential", "engines": engines}
 
-    async def main() -> list[dict[str, Any]]:
-        levels = []
-        async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream) as session:
-            with ctx.run_dir.rows("requests", engine, partition=scenario) as req_rows, ctx.run_dir.rows(
-                "rounds", engine, partition=scenario
-            ) as round_rows:
-                for shape in shapes:
-                    rounds, usage_missing = [], 0
-                    for n in range(1, settings.rounds + 1):
+    async def main() -> dict[str, list[dict[str, Any]]]:
+        levels: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
+        async with contextlib.AsyncExitStack() as stack:
+            sessions, req_rows, round_rows = {}, {}, {}
+            for e, c in by_engine.items():
+                sessions[e] = await stack.enter_async_context(new_session(c.endpoint.adapter.keeps_alive_after_stream))
+                req_rows[e] = stack.enter_context(c.run_dir.rows("requests", e, partition=scenario))
+                round_rows[e] = stack.enter_context(c.run_dir.rows("rounds", e, partition=scenario))
+            for shape in shapes:
+                rounds: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
+                usage_missing = dict.fromkeys(engines, 0)
+                for n in range(1, settings.rounds + 1):
+                    for e in round_order(engines, n):
+                        c = by_engine[e]
                         plan = RoundPlan(
                             scenario=scenario,
                             shape=shape,
                             round=n,
-                            requests=_requests_per_round(ctx, scenario, shape),
-                            first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
+                            requests=_requests_per_round(c, scenario, shape),
+                            first_encounter=is_first_encounter(c.run_dir, e, shape),
                             arrival_seed=None if seed is None else f"{seed}/{shape.key}/r{n}",
                         )
-                        outcome = await run_round(ctx, session, plan, req_rows, progress)
-                        round_rows.write(outcome.row)
-                        mark_seen(ctx.run_dir, engine, shape)
-                        rounds.append(outcome.row)
-                        usage_missing += _usage_missing(outcome.results)
-                    levels.append(level_summary(shape, rounds, usage_missing, warmup_rounds))
+                        outcome = await run_round(c, sessions[e], plan, req_rows[e], progress)
+                        round_rows[e].write(outcome.row)
+                        mark_seen(c.run_dir, e, shape)
+                        rounds[e].append(outcome.row)
+                        usage_missing[e] += _usage_missing(outcome.results)
+                for e in engines:
+                    levels[e].append(level_summary(shape, rounds[e], usage_missing[e], warmup_rounds[e]))
         return levels
 
     try:
         levels = run_async(main())
     finally:
         progress.close()
-    return {"engine": engine, "scenario": scenario, "levels": levels}
+    return {e: {"engine": e, "scenario": scenario, "design": design, "levels": levels[e]} for e in engines}
 
 
 def _usage_missing(results: list[Any]) -> int:

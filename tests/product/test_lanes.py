@@ -7,6 +7,7 @@ import time
 import pytest
 from product_fixtures import small_config
 
+from dayone_airflow.pipeline import task_id
 from tasks.lanes import MAX_ENGINES_PER_NODE, check_lanes, lanes, positions
 from tasks.config import ConfigError, parse_run_config
 
@@ -41,7 +42,7 @@ def test_each_position_waits_for_every_teardown_of_the_one_before(dagbag, dag_id
     dag = dagbag.get_dag(dag_id)
     for p in range(1, MAX_ENGINES_PER_NODE):
         due = dag.get_task(f"engines_{p}_due")
-        assert f"engines_{p - 1}.teardown" in due.upstream_task_ids
+        assert task_id("teardown", p - 1) in due.upstream_task_ids
         assert due.trigger_rule == "none_failed_min_one_success"
         assert f"engines_{p}_due" in dag.get_task(f"engines_{p}.deploy").upstream_task_ids
     assert dag.get_task("archive").outlets  # the archived run is an Asset
@@ -67,15 +68,19 @@ def test_engines_on_one_node_never_overlap(dagbag, s3_conn, run_root):
         for ti in tis:
             if ti.task_id.startswith("engines_") and "." in ti.task_id and ti.map_index >= 0:
                 group, step = ti.task_id.split(".", 1)
+                group = group.removesuffix("_after")  # the same position's engines, mapped alike
                 engine = _engine_of(session, ti, group)
                 by[(engine, step)] = (ti.start_date, ti.end_date, group)
+            elif ti.task_id in (task_id("short", 0), task_id("short", 1)):  # measures its position's engines
+                by[("position", ti.task_id)] = (ti.start_date, ti.end_date, ti.task_id)
     assert by[("sim-a", "deploy")][2] == by[("sim-c", "deploy")][2] == "engines_0"
     assert by[("sim-b", "deploy")][2] == "engines_1"
     assert by[("sim-b", "deploy")][0] >= by[("sim-a", "teardown")][1], "b started before a was torn down"
-    for step in ("short", "startup_findings"):  # the measured engine never had its node-mate up
-        b_start, b_end, _ = by[("sim-b", step)]
-        a_deploy, a_teardown = by[("sim-a", "deploy")][0], by[("sim-a", "teardown")][1]
-        assert b_start >= a_teardown or b_end <= a_deploy
+    a_deploy, a_teardown = by[("sim-a", "deploy")][0], by[("sim-a", "teardown")][1]
+    for b_start, b_end, _ in (by[("sim-b", "startup_findings")], by[("position", task_id("short", 1))]):
+        assert b_start >= a_teardown or b_end <= a_deploy  # the measured engine never had its node-mate up
+    a_c = by[("position", task_id("short", 0))]
+    assert by[("sim-a", "warmup")][1] <= a_c[0] <= a_c[1] <= by[("sim-a", "teardown")][0]
 
 
 def _engine_of(session, ti, group: str) -> str:

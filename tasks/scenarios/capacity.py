@@ -167,6 +167,10 @@ def _fmt(value: float | None) -> str:
 # ---- measuring ---------------------------------------------------------------------------------
 
 
+class EngineGone(RuntimeError):
+    """A round none of whose requests reached the engine: the search cannot go on."""
+
+
 def shape_for(s: CapacityScenario, load: float) -> Shape:
     requests = s.requests_for(load)
     if s.mode == "rate":
@@ -188,7 +192,7 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
         async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream) as session:
             with ctx.run_dir.rows("requests", engine, partition=SCENARIO) as req_rows, ctx.run_dir.rows(
                 "rounds", engine, partition=SCENARIO
-            ) as round_rows:
+            ) as round_rows, ctx.run_dir.rows("capacity", engine, partition=SCENARIO) as probe_rows:
                 while (load := next_load(s, history)) is not None:
                     shape = shape_for(s, load)
                     progress = Progress(s.requests_for(load) * (s.rounds + s.extra_rounds), f"{engine} {SCENARIO} "
@@ -212,6 +216,11 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
                             round_rows.write(outcome.row)
                             mark_seen(ctx.run_dir, engine, shape)
                             rows = [r.row_fields() for r in outcome.results]
+                            if rows and all(r["status"] == "error" and r["http_status"] is None for r in rows):
+                                # Not an overload (that answers late, or with an HTTP error): nothing is there.
+                                raise EngineGone(f"{engine}: no request of capacity round {n} at {shape.key} "
+                                                 f"reached the engine ({rows[0]['error']}); the search stops "
+                                                 f"rather than judge loads on an engine that is gone")
                             counts.append((sum(1 for r in rows if meets_slo(r, slo)), len(rows)))
                             if len(counts) >= s.rounds:
                                 verdict = judge(counts, s.target_goodput_share, s.confidence)
@@ -220,6 +229,7 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
                     probe = _probe(s, len(probes) + 1, load, shape, counts, verdict, bool(history)
                                    and bracket(s, history)[1] is not None)
                     probes.append(probe)
+                    probe_rows.write(probe_row(ctx, s, probe))  # each probe as it ends: a failed search keeps them
                     history.append((load, probe["verdict"] == "pass"))
                     log.info("%s capacity probe %s: goodput share %.3f [%.3f, %.3f] vs %.2f: %s%s", engine,
                              shape.key, probe["goodput_share"] or 0, probe["ci_low"] or 0, probe["ci_high"] or 0,
@@ -246,9 +256,6 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
         "probes": probes,
     }
     result["text"] = describe(result)
-    with ctx.run_dir.rows("capacity", engine, partition=SCENARIO) as out:
-        for p in probes:
-            out.write(probe_row(ctx, s, p))
     log.info("%s capacity: %s", engine, result["text"])
     return result
 
@@ -283,4 +290,4 @@ def probe_row(ctx: StepContext, s: CapacityScenario, probe: dict[str, Any]) -> d
             "target_goodput_share": s.target_goodput_share, "confidence": s.confidence}
 
 
-__all__ = ["Judgement", "bracket", "describe", "judge", "next_load", "outcome_of", "run_capacity", "wilson"]
+__all__ = ["EngineGone", "Judgement", "bracket", "describe", "judge", "next_load", "outcome_of", "run_capacity", "wilson"]

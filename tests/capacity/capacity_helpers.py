@@ -44,11 +44,15 @@ def capacity_context(root: Path, profile: dict[str, Any], capacity: dict[str, An
 @dataclass
 class Result:
     good: bool
+    gone: bool = False  # the connection failed: no HTTP status at all
 
     def row_fields(self) -> dict[str, Any]:
         ttft = 0.01 if self.good else 5.0
-        return {"request_id": "r", "status": "ok", "ttft_s": ttft, "first_event_s": ttft, "e2e_s": ttft + 0.1,
-                "tpot_s": 0.01, "send_ts": 1.0}
+        if self.gone:
+            return {"request_id": "r", "status": "error", "http_status": None, "error": "Connection refused",
+                    "send_ts": 1.0}
+        return {"request_id": "r", "status": "ok", "http_status": 200, "ttft_s": ttft, "first_event_s": ttft,
+                "e2e_s": ttft + 0.1, "tpot_s": 0.01, "send_ts": 1.0}
 
 
 def fake_context(root: Path, engine: str = "fake", slo: dict[str, Any] | None = None, **search: Any) -> StepContext:

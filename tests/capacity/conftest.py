@@ -20,16 +20,17 @@ def capacity_ctx(tmp_path: Path):
 
 @pytest.fixture()
 def rounds_of_shares(monkeypatch: pytest.MonkeyPatch):
-    """Replace the engine: each round at a load has the good share `shares(load, round)`; returns the
-    (load, round) pairs measured."""
+    """Replace the engine: each round at a load has the good share `shares(load, round)` (None: the engine
+    is gone, no request connects); returns the (load, round) pairs measured."""
     sent: list[tuple[float, int]] = []
 
-    def install(shares: Callable[[float, int], float]) -> list[tuple[float, int]]:
+    def install(shares: Callable[[float, int], float | None]) -> list[tuple[float, int]]:
         async def fake_round(ctx, session, plan, request_rows, progress=None):
             load = plan.shape.rate_rps if plan.shape.rate_rps is not None else plan.shape.concurrency
             sent.append((load, plan.round))
-            good = round(shares(load, plan.round) * plan.requests)
-            results = [Result(i < good) for i in range(plan.requests)]
+            share = shares(load, plan.round)
+            good = round(share * plan.requests) if share is not None else 0
+            results = [Result(i < good, gone=share is None) for i in range(plan.requests)]
             keys = ctx.endpoint.row_keys(plan.scenario, plan.round)
             for i, r in enumerate(results):
                 request_rows.write({**keys, "concurrency": plan.shape.concurrency, "rate_rps": plan.shape.rate_rps,

@@ -6,6 +6,8 @@ The engine is replaced by rounds of known shares, so only the search's bookkeepi
 
 from __future__ import annotations
 
+import pytest
+
 import tasks.scenarios.capacity as capacity
 from capacity_helpers import fake_context
 
@@ -45,3 +47,12 @@ def test_no_extra_rounds_when_none_are_allowed(tmp_path, rounds_of_shares):
     ctx = fake_context(tmp_path, start=3, max=3, rounds=3, extra_rounds=0)
     [probe] = capacity.run_capacity(ctx)["probes"]
     assert probe["rounds"] == 3 and probe["close"] and probe["verdict"] == "pass"
+
+
+def test_an_engine_that_is_gone_ends_the_search_and_the_probes_so_far_stay(tmp_path, rounds_of_shares):
+    # Up to 8 the engine serves; at 16 nothing connects (it crashed): that is no capacity of 8.
+    rounds_of_shares(lambda load, n: 1.0 if load <= 8 else None)
+    ctx = fake_context(tmp_path, start=2, max=64, rounds=2)
+    with pytest.raises(capacity.EngineGone, match="in128-out64-c16.*Connection refused"):
+        capacity.run_capacity(ctx)
+    assert [r["concurrency"] for r in ctx.run_dir.read_rows("capacity", "fake")] == [2, 4, 8]

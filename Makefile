@@ -18,11 +18,15 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-# Debian packages the tests drive for real: an OCI registry and a headless browser.
+# Debian packages the tests drive for real: an OCI registry, a headless browser, and the distributed
+# Airflow stack's metadata database (PostgreSQL: its binaries live under /usr/lib/postgresql/VERSION/bin)
+# and Celery broker (Redis).
 system-packages:
 	@missing=""; \
 	command -v docker-registry >/dev/null || [ -x /usr/bin/docker-registry ] || missing="$$missing docker-registry"; \
 	command -v chromium >/dev/null || missing="$$missing chromium chromium-driver"; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v redis-server >/dev/null || [ -x /usr/bin/redis-server ] || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing system packages:$$missing (run as root, or: sudo apt-get install$$missing)"; exit 1; fi; \

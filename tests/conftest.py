@@ -82,8 +82,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 # ---- parallel runs (`make test`: pytest -n 2 --dist loadfile --no-loadscope-reorder) -----------------------
 # Each worker builds its own session fixtures. A test file goes to one worker whole, so its module fixtures are
-# built once; so does a directory whose session fixture is a whole run (report: `sim_run`).
-ONE_UNIT_DIRS = ("report",)
+# built once; so does a directory whose session fixture is a whole run (report: `sim_run`) or a whole
+# deployment (distributed: PostgreSQL, Redis, S3, Airflow's components and two Celery workers).
+ONE_UNIT_DIRS = ("report", "distributed")
 
 
 def _unit(nodeid: str) -> str:
@@ -109,7 +110,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The units that run whole pipelines (those that need the Airflow DB) first: one of them left to the
     end keeps one worker busy while the other idles. Workers take units in this order."""
-    stack = {_unit(item.nodeid) for item in items if "ui_stack" in item.fixturenames}  # the longest: a real scheduler
+    # the longest: a real scheduler (`make ui`'s stack, the distributed Celery stack), one on each worker
+    stack = {_unit(item.nodeid) for item in items if {"ui_stack", "distributed_stack"} & set(item.fixturenames)}
     heavy = {_unit(item.nodeid) for item in items if "airflow_db" in item.fixturenames}
     # stable: collection order within each part
     items.sort(key=lambda item: (_unit(item.nodeid) not in stack, _unit(item.nodeid) not in heavy))

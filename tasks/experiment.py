@@ -105,11 +105,16 @@ def set_setting(doc: dict[str, Any], setting: str, value: Any) -> dict[str, Any]
     return out
 
 
-def _slug(value: Any) -> str:
-    text = value if isinstance(value, str) else str(value).lower()
-    if isinstance(value, list):
-        text = "-".join(str(v) for v in value)
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "empty"
+def _slug(value: Any) -> str | None:
+    """A value short and plain enough to name a variant by; None for the others (a URL, a path, a list:
+    a name must not carry a host or a secret into tables and the archive)."""
+    if isinstance(value, bool | int | float):
+        text = str(value).lower()
+    elif isinstance(value, str) and re.fullmatch(r"[A-Za-z0-9._-]{1,16}", value):
+        text = value
+    else:
+        return None
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or None
 
 
 def label(setting: str) -> str:
@@ -130,8 +135,10 @@ def treatments(factors: list[tuple[str, list[Any]]], base_values: list[Any], one
 
 
 def variant_name(base: str, changes: list[tuple[str, Any]], taken: set[str], index: int) -> str:
-    name = "-".join([base, *(f"{label(s)}{_slug(v)}" for s, v in changes)])
-    if len(name) > NAME_MAX or name in taken or not re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", name):
+    """`<base>-<setting><value>` per change (llamacpp-parallel4), else `<base>-v<index>`."""
+    slugs = [_slug(v) for _, v in changes]
+    name = "-".join([base, *(f"{label(s)}{slug}" for (s, _), slug in zip(changes, slugs))])
+    if None in slugs or len(name) > NAME_MAX or name in taken or not re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", name):
         name = f"{base[:NAME_MAX - 5]}-v{index}"
     return name
 

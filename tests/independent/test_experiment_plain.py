@@ -1,0 +1,106 @@
+"""An experiment through the pipeline against servers written for the test (not DayOne's simulator).
+
+The experiment's one factor is the endpoint: three plain servers, the base (4 ms between tokens), one
+twice as fast (2 ms) and one identical to the base. `dag.test()` runs them as variants up together,
+their rounds alternating; the effects come from paired rounds. The faster one must be called better
+with an interval that excludes 1, and the identical one must get an interval around 1, in summary.json
+and in report.html, where the design and each variant's diff are stated.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from plain_server import MODEL, PlainServer
+
+OUTPUT_TOKENS = 24
+
+
+class BaseServer(PlainServer):
+    token_delay_s = 0.004
+
+
+class FasterServer(PlainServer):
+    token_delay_s = 0.002  # the one behaviour that differs: half the gap between tokens
+
+
+@pytest.fixture(scope="module")
+def experiment_run(airflow_db, s3_server, tmp_path_factory):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from dayone_airflow.glue import dayone_run_id
+    from tasks.staging import RunDir
+
+    repo = Path(__file__).resolve().parents[2]
+    dag = DagBag(dag_folder=str(repo / "dags")).get_dag("dayone_eval")
+    root = tmp_path_factory.mktemp("experiment-runs")
+    when = datetime(2026, 12, 1, 11, 0, tzinfo=timezone.utc)
+    with BaseServer() as base, FasterServer() as faster, BaseServer() as same, \
+            pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DAYONE_WORKDIR", str(root))
+        mp.setenv("AIRFLOW_CONN_DAYONE_S3", s3_server.connection_uri())
+        conf = {
+            "model": {"name": MODEL, "context_limit_tokens": 4096},
+            "engines": [{"name": "plain", "dialect": "openai", "launcher": "external", "endpoint": base.url}],
+            "experiment": {"base": "plain", "factors": [
+                {"setting": "endpoint", "levels": [base.url, faster.url, same.url]}]},
+            "scenarios": {
+                "functional": {"enabled": False},
+                "short": {"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [2], "rounds": 4,
+                          "requests_per_round": 8},
+                "prefill": {"enabled": False}, "decode": {"enabled": False}, "rate": {"enabled": False},
+                "long_context": {"enabled": False}, "boundary": {"enabled": False},
+                "prefix_cache": {"enabled": False},
+            },
+            "archive": {"bucket": "experiments"},
+            "request_timeout_s": 30,
+        }
+        run = dag.test(run_conf=conf, logical_date=when, run_after=when)
+    run_dir = RunDir(dayone_run_id(run.run_id), root)
+    summary = run_dir.read_json("summary.json")
+    assert summary is not None, "no summary.json; see the step outcomes under state/steps"
+    # variants in the levels' order; a URL names none of them (a host must not reach the archive)
+    faster_name, same_name = (v["engine"] for v in summary["experiment"]["variants"])
+    assert (faster_name, same_name) == ("plain-v1", "plain-v2")
+    return summary, run_dir.read_bytes("report.html").decode("utf-8"), {"faster": faster_name, "same": same_name}
+
+
+def _output_tps(summary: dict, engine: str) -> dict:
+    [c] = [c for c in summary["comparisons"] if (c["scenario"], c["figure"], c["engine"]) ==
+           ("short", "output_tps", engine)]
+    return c
+
+
+def test_the_variants_were_measured_together_and_paired(experiment_run):
+    summary, _, engine = experiment_run
+    assert summary["measurement_design"] == "interleaved"
+    assert len(summary["engine_order"]) == 1 and set(summary["engine_order"][0]) == {"plain", *engine.values()}
+    assert all(c["paired"] for c in summary["comparisons"]), summary["comparisons"]
+
+
+def test_the_faster_server_is_better_with_an_interval_that_excludes_1(experiment_run):
+    summary, _, engine = experiment_run
+    c = _output_tps(summary, engine["faster"])
+    # 24 tokens: about 10 + 23 x 4 ms against 10 + 23 x 2 ms a request, so roughly 1.8x the throughput
+    assert c["verdict"] == "better" and c["base"] == "plain", c
+    assert 1 < c["low"] <= c["ratio"] <= c["high"] and c["ratio"] > 1.3, c
+
+
+def test_the_identical_server_gets_an_interval_around_1(experiment_run):
+    summary, _, engine = experiment_run
+    c = _output_tps(summary, engine["same"])
+    assert 0.95 <= c["ratio"] <= 1.05, c
+    assert c["low"] <= 1.03 and c["high"] >= 0.97, c  # within 3% of no change, whatever the verdict
+
+
+def test_the_report_states_the_design_and_each_variants_diff(experiment_run):
+    summary, html, engine = experiment_run
+    assert "interleaved:" in html and "rounds alternating ABBA" in html
+    variants = html[html.index("id='variants'"):html.index("</table>", html.index("id='variants'"))]
+    assert "(base)" in variants and "endpoint" in variants
+    for name in engine.values():
+        assert name in variants
+    effects = html[html.index("id='effects'"):]
+    assert f"{engine['faster']} vs plain (paired)" in effects

@@ -198,7 +198,9 @@ def open_sink(spec: tuple[Any, ...]) -> _FileSink | ChunkSink:
     """A partition's sink in another process, from the partition's spec()."""
     if spec[0] == "local":
         return _FileSink(open(spec[1], "a", encoding="utf-8"))
-    return ChunkSink(S3Store(*spec[1]), spec[2])
+    store = S3Store(*spec[1])
+    _ = store.client  # boto3 imported and its client built now, before the round, not during it
+    return ChunkSink(store, spec[2])
 
 
 class RowWriter:

@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.config import ConfigError
-
 STAGING_ENV = "DAYONE_STAGING"  # s3://BUCKET/PREFIX: where runs keep their state; unset: this machine
 
 
@@ -180,6 +178,8 @@ Store = LocalStore | S3Store
 
 def parse_staging(value: str) -> tuple[str, str]:
     """`s3://BUCKET/PREFIX` -> (bucket, prefix); anything else raises ConfigError naming the fix."""
+    from tasks.config import ConfigError  # here: a row writer process imports this module, and fast
+
     rest = value.strip().removeprefix("s3://")
     bucket, _, prefix = rest.partition("/")
     if not value.strip().startswith("s3://") or not bucket:

@@ -8,8 +8,10 @@ mounts on Airflow's own API server at /dayone streams report.html from the write
   comes back here; other clients (curl, scripts) get the 401 JSON answer.
 - The link never expires (a presigned URL lasts at most seven days) and the S3 endpoint need not be
   reachable from the reader's browser, only from the API server; no credential ends up in a URL.
-- Where the archive has no report (not archived yet, or no S3 reachable) it falls back to the run
-  directory on this machine (DAYONE_WORKDIR), which is where `make demo` and `make ui` keep it.
+- Where the archive has no report (not archived yet, or no S3 reachable) it falls back to the run's
+  state: under the S3 staging prefix (DAYONE_STAGING, read with the `dayone_s3` connection) on a
+  distributed deployment, else the run directory on this machine (DAYONE_WORKDIR), which is where
+  `make demo` and `make ui` keep it. The archived report is the one of record.
 The page is served with a Content-Security-Policy that allows no script and no outside resource:
 the report is self-contained (inline CSS, charts as data: PNG).
 
@@ -150,8 +152,26 @@ def local_object(run_id: str, name: str) -> bytes | None:
     return path.read_bytes()
 
 
+def staged_object(run_id: str, name: str) -> bytes | None:
+    """`name` from the run's state under DAYONE_STAGING, or None when run state is not in S3 or lacks it."""
+    from tasks.staging import RunDir
+    from tasks.storage import STAGING_ENV, S3Access, staging_from_env
+
+    from dayone_airflow.connections import STAGING_CONN_ID
+
+    if not os.environ.get(STAGING_ENV, "").strip():
+        return None
+    from airflow.models.connection import Connection
+
+    conn = Connection.get_connection_from_secrets(STAGING_CONN_ID)
+    extra = conn.extra_dejson or {}
+    access = S3Access(extra.get("endpoint_url"), conn.login, conn.password, extra.get("region_name"))
+    return RunDir(run_id, staging_from_env(access)).read_bytes(name)  # run_id: one key segment, no dots first
+
+
 def find_report(dag_id: str, airflow_run_id: str, name: str = "report.html") -> tuple[bytes, str] | None:
-    """(bytes, where) of a run's report or summary: the archive first, then this machine's run directory."""
+    """(bytes, where) of a run's report or summary: the archive first, then the run's state (under the
+    S3 staging prefix, or this machine's run directory)."""
     from dayone_airflow.glue import dayone_run_id
 
     run_id = dayone_run_id(airflow_run_id)
@@ -162,7 +182,13 @@ def find_report(dag_id: str, airflow_run_id: str, name: str = "report.html") -> 
         if body is not None:
             return body, f"s3://{settings.bucket}"
     except Exception as exc:  # noqa: BLE001  (no archive reachable: the local copy may still serve)
-        log.warning("report for %s: archive not readable (%s); trying the local run directory", run_id, exc)
+        log.warning("report for %s: archive not readable (%s); trying the run's state", run_id, exc)
+    try:
+        body = staged_object(run_id, name)
+        if body is not None:
+            return body, "run state (DAYONE_STAGING)"
+    except Exception as exc:  # noqa: BLE001  (staging not reachable: said, and the local copy may serve)
+        log.warning("report for %s: run state in S3 not readable (%s)", run_id, exc)
     body = local_object(run_id, name)
     return (body, "local run directory") if body is not None else None
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -26,16 +24,3 @@ def staging_env(staging, s3_server) -> dict[str, str]:
     return {"DAYONE_STAGING": f"s3://{staging.bucket}/{staging.prefix}", "DAYONE_S3_ENDPOINT_URL": s3_server.endpoint_url,
             "AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key,
             "AWS_DEFAULT_REGION": "us-east-1"}
-
-
-def fresh_worker_env(base: Path, extra: dict[str, str]) -> dict[str, str]:
-    """A worker with nothing on its disk: its own empty DAYONE_WORKDIR and HOME (and caches under it)."""
-    work, home = base / "work", base / "home"
-    work.mkdir(parents=True)
-    home.mkdir(parents=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("DAYONE_STAGING", "XDG_CACHE_HOME", "MPLCONFIGDIR")}
-    return {**env, **extra, "DAYONE_WORKDIR": str(work), "HOME": str(home), "MPLCONFIGDIR": str(home / "mpl")}
-
-
-def files_under(root: Path) -> list[str]:
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())

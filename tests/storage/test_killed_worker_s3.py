@@ -18,7 +18,7 @@ import time
 
 import pytest
 import yaml
-from conftest import fresh_worker_env
+from storage_helpers import fresh_worker_env
 
 from tasks.staging import CHUNK_EVERY_S, CHUNK_ROWS, FLUSH_EVERY_S, TRY_POINTER, RunDir
 

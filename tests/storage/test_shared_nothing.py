@@ -15,7 +15,7 @@ import sys
 
 import pytest
 import yaml
-from conftest import files_under, fresh_worker_env
+from storage_helpers import files_under, fresh_worker_env
 
 from tasks.staging import RunDir
 

@@ -383,12 +383,15 @@ def readiness_reached(ctx: RunContext, engine: str, ready: bool, detail: str, wa
 
 
 def startup_findings(ctx: RunContext, engine: str) -> dict[str, Any]:
+    from tasks.evidence.startup_facts import record_startup_facts
+
     ectx = ctx.engine(engine)
-    rows = startup_finding_rows(ectx, ctx.target.startup_log(ctx.deployment(engine)))
+    text = ctx.target.startup_log(ctx.deployment(engine))
+    rows = startup_finding_rows(ectx, text)
     with ctx.run_dir.rows("startup_findings", engine, "startup") as out:
         for row in rows:
             out.write(row)
-    return {"engine": engine, "findings": len(rows)}
+    return {"engine": engine, "findings": len(rows), **record_startup_facts(ctx, engine, text)}
 
 
 def startup_finding_rows(ectx: StepContext, text: str) -> list[dict[str, Any]]:

@@ -285,10 +285,37 @@ CAPACITY = Table(
     key=("run_id", "engine", "probe"),
 )
 
+KV_CAPACITY = Table(
+    "kv_capacity",
+    _common()
+    + (
+        Column("dialect", "str", nullable=False),
+        Column("kv_tokens", "int", min_value=0,
+               description="Tokens the KV cache holds, as the engine's startup log states."),
+        Column("kv_cache_gib", "float", min_value=0.0, description="KV cache memory (GiB), from the startup log."),
+        Column("weights_gib", "float", min_value=0.0,
+               description="Memory the weights took (GiB), from the startup log."),
+        Column("engine_context_tokens", "int", min_value=1,
+               description="The per-request context the engine sized itself for (vLLM max_model_len, SGLang "
+               "context_len, llama.cpp n_ctx_seq)."),
+        Column("max_concurrency", "float", min_value=0.0,
+               description="Requests at engine_context_tokens the KV cache holds at once."),
+        Column("max_concurrency_source", "str", values=("engine log", "KV tokens / context")),
+        Column("configured_context_tokens", "int", nullable=False, min_value=1,
+               description="model.context_limit_tokens of the run config."),
+        Column("fits_context", "bool",
+               description="One request at the configured context limit fits the KV cache and the engine's context."),
+        Column("fit_detail", "str", nullable=False, description="Why, with both numbers."),
+        Column("not_logged", "json", description="Figures the startup log did not state."),
+        Column("log_lines", "json", description="The startup log lines the figures were read from."),
+    ),
+    key=("run_id", "engine"),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
-              ENGINE_ROUNDS, CAPACITY)
+              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import httpx
@@ -95,6 +95,33 @@ class StartupPattern:
 
 def _pattern(finding: str, severity: str, regex: str) -> StartupPattern:
     return StartupPattern(finding, severity, re.compile(regex, re.IGNORECASE))
+
+
+@dataclass(frozen=True)
+class StartupMemory:
+    """What an engine says about its memory in its own startup log (EngineAdapter.startup_memory).
+
+    Sizes in GiB (SGLang's "GB" is 2**30 bytes, vLLM logs GiB, llama.cpp MiB). None: not in the log.
+    """
+
+    kv_tokens: int | None = None  # tokens the KV cache holds, all requests together
+    kv_cache_gib: float | None = None
+    weights_gib: float | None = None
+    context_tokens: int | None = None  # the per-request context the engine sized itself for
+    max_concurrency: float | None = None  # requests of context_tokens the KV cache holds at once
+    max_concurrency_logged: bool = False  # the engine logged it (vLLM); else kv_tokens / context_tokens
+    lines: tuple[str, ...] = ()  # the log lines each figure was read from
+
+    def with_concurrency(self) -> StartupMemory:
+        """max_concurrency from kv_tokens / context_tokens where the engine did not log it."""
+        if self.max_concurrency is not None or not self.kv_tokens or not self.context_tokens:
+            return self
+        return replace(self, max_concurrency=self.kv_tokens / self.context_tokens)
+
+
+def number(value: str) -> float:
+    """A logged number: thousands separators dropped ("4,455,808")."""
+    return float(value.replace(",", ""))
 
 
 # How an engine answered a prefix-cache clear (EngineAdapter.clear_outcome).
@@ -271,6 +298,11 @@ class EngineAdapter:
 
     def launch_env(self, engine: Any) -> dict[str, str]:
         return dict(engine.env)
+
+    def startup_memory(self, text: str) -> StartupMemory:
+        """KV cache size, weights memory and the context the engine sized itself for, from its startup
+        log. The base engine logs none of it."""
+        return StartupMemory()
 
     def scan_startup_log(self, text: str) -> list[dict[str, str]]:
         """Findings in a startup log: one per (pattern, line)."""

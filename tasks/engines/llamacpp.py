@@ -25,18 +25,27 @@ Verified against xllamacpp 2026.10.11549 (llama.cpp server, build b0-unknown):
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import httpx
 
 from tasks.engines import register
-from tasks.engines.base import (CLEARED, FAILED, CacheCounters, EngineAdapter, HitRate, RoundMetrics, StartupPattern,
-                                _pattern)
+from tasks.engines.base import (CLEARED, FAILED, CacheCounters, EngineAdapter, HitRate, RoundMetrics, StartupMemory,
+                                StartupPattern, _pattern)
 
 SLOT_ERASE_PATH = "/slots/{id}?action=erase"
 # llama-server refuses to start unless --slot-save-path names an existing directory
 # (common/arg.cpp: "not a directory"); a pod mounts an empty volume here (launch_dirs).
 SLOT_SAVE_DIR = "/llamacpp-slots"
+
+# Startup lines at log verbosity 4 (the library's own INFO lines; verbosity 3 hides them):
+# src/llama-kv-cache.cpp (one line per KV cache: two for a model with sliding-window layers),
+# src/llama-model.cpp (one line per weights buffer: CUDA0, CPU_Mapped, ...), src/llama-context.cpp.
+KV_CACHE = re.compile(r"llama_kv_cache: size = +(?P<mib>[\d.]+) MiB \( *(?P<cells>\d+) cells, +(?P<layers>\d+) layers, "
+                      r"+(?P<seqs>\d+)/(?P<streams>\d+) seqs\)")
+WEIGHTS_BUFFER = re.compile(r"load_tensors: +(?P<buffer>\S+) model buffer size = +(?P<mib>[\d.]+) MiB")
+CONTEXT_PER_SEQUENCE = re.compile(r"llama_context: n_ctx_seq += (?P<tokens>\d+)")
 
 
 @register
@@ -112,6 +121,23 @@ class LlamaCppAdapter(EngineAdapter):
                 return FAILED, f"POST {path} -> {r.status_code}{hint}: {r.text[:200]}"
             erased.append(f"{slot_id}:{r.json().get('n_erased', '?')}")
         return CLEARED, f"erased {len(ids)} slot(s) via POST {SLOT_ERASE_PATH} (slot:tokens {' '.join(erased)})"
+
+    # ---- memory -----------------------------------------------------------------------------
+    def startup_memory(self, text: str) -> StartupMemory:
+        """KV cells and MiB per KV cache, weights per buffer, and the context each sequence gets. A cache
+        has `cells` per stream (one stream with --kv-unified, else one per slot); the KV tokens are the
+        largest cache's, since a sliding-window cache beside it holds only its window. The concurrency at
+        that context is tokens / n_ctx_seq (llama.cpp does not log it)."""
+        caches = list(KV_CACHE.finditer(text))
+        buffers = list(WEIGHTS_BUFFER.finditer(text))
+        context = CONTEXT_PER_SEQUENCE.search(text)
+        return StartupMemory(
+            kv_tokens=max(int(m["cells"]) * int(m["streams"]) for m in caches) if caches else None,
+            kv_cache_gib=sum(float(m["mib"]) for m in caches) / 1024 if caches else None,
+            weights_gib=sum(float(m["mib"]) for m in buffers) / 1024 if buffers else None,
+            context_tokens=int(context["tokens"]) if context else None,
+            lines=tuple(m.group(0) for m in (*buffers, *caches, context) if m),
+        ).with_concurrency()
 
     # ---- deployment -------------------------------------------------------------------------
     def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:

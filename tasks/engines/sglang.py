@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
-from tasks.engines.base import CacheCounters, EngineAdapter, RoundMetrics, StartupPattern, _pattern
+from tasks.engines.base import CacheCounters, EngineAdapter, RoundMetrics, StartupMemory, StartupPattern, _pattern
+
+# Startup lines; SGLang's "GB" is 2**30 bytes. python/sglang/srt/managers/scheduler.py (init_model_worker),
+# python/sglang/srt/mem_cache/memory_pool.py (K and V pools, or one KV pool under MLA),
+# python/sglang/srt/model_executor/model_runner.py (load_model).
+TOKEN_POOL = re.compile(r"max_total_num_tokens=(?P<tokens>\d+),.*?context_len=(?P<context>\d+)")
+KV_ALLOCATED = re.compile(r"KV Cache is allocated\. #tokens: (?P<tokens>\d+), "
+                          r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)")
+WEIGHTS = re.compile(r"Load weight end\..*?mem usage=(?P<gb>[\d.]+) GB")
 
 
 class SGLangAdapter(EngineAdapter):
@@ -43,6 +52,22 @@ class SGLangAdapter(EngineAdapter):
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = (
         _pattern("fallback_backend", "warning", r"not supported.{0,60}(?:fall|using)|use .{0,40} instead"),
     )
+
+    def startup_memory(self, text: str) -> StartupMemory:
+        """SGLang logs its total token pool and the context length; the concurrency at that length is
+        their ratio (SGLang does not log it). The first "Load weight end" is the target model's."""
+        pool, kv, weights = (r.search(text) for r in (TOKEN_POOL, KV_ALLOCATED, WEIGHTS))
+        kv_gib = None
+        if kv:
+            kv_gib = float(kv["kv"]) if kv["kv"] is not None else float(kv["k"]) + float(kv["v"])
+        tokens = pool["tokens"] if pool else kv["tokens"] if kv else None
+        return StartupMemory(
+            kv_tokens=int(tokens) if tokens is not None else None,
+            kv_cache_gib=kv_gib,
+            weights_gib=float(weights["gb"]) if weights else None,
+            context_tokens=int(pool["context"]) if pool else None,
+            lines=tuple(m.group(0) for m in (weights, kv, pool) if m),
+        ).with_concurrency()
 
     def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
         cmd = [

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 import httpx
 
-from tasks.engines.base import (BUSY, CLEARED, FAILED, CacheCounters, EngineAdapter, RoundMetrics, StartupPattern,
-                                _pattern)
+from tasks.engines.base import (BUSY, CLEARED, FAILED, CacheCounters, EngineAdapter, RoundMetrics, StartupMemory,
+                                StartupPattern, _pattern, number)
+
+# Startup lines (each rank logs its own copy under tensor parallelism; the first is read):
+# vllm/v1/core/kv_cache_utils.py _report_kv_cache_config, vllm/v1/worker/gpu_worker.py,
+# vllm/v1/worker/gpu_model_runner.py.
+KV_TOKENS = re.compile(r"GPU KV cache size: (?P<tokens>[\d,]+) tokens")
+MAX_CONCURRENCY = re.compile(r"Maximum concurrency for (?P<context>[\d,]+) tokens per request: (?P<times>[\d.]+)x")
+KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
+WEIGHTS = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB memory")
 
 
 class VLLMAdapter(EngineAdapter):
@@ -55,6 +64,19 @@ class VLLMAdapter(EngineAdapter):
         if isinstance(body, dict) and body.get("success") is False:
             return BUSY
         return CLEARED
+
+    def startup_memory(self, text: str) -> StartupMemory:
+        """vLLM logs the KV cache in tokens and its maximum concurrency at --max-model-len itself."""
+        tokens, conc, kv, weights = (r.search(text) for r in (KV_TOKENS, MAX_CONCURRENCY, KV_MEMORY, WEIGHTS))
+        return StartupMemory(
+            kv_tokens=int(number(tokens["tokens"])) if tokens else None,
+            kv_cache_gib=float(kv["gib"]) if kv else None,
+            weights_gib=float(weights["gib"]) if weights else None,
+            context_tokens=int(number(conc["context"])) if conc else None,
+            max_concurrency=float(conc["times"]) if conc else None,
+            max_concurrency_logged=conc is not None,
+            lines=tuple(m.group(0) for m in (weights, kv, tokens, conc) if m),
+        ).with_concurrency()
 
     def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
         cmd = [

@@ -211,6 +211,31 @@ class EngineRound(_Doc):
     not_exposed: list[str]
 
 
+class KvPeak(_Doc):
+    """The highest KV usage the engine's gauge read in one scenario's rounds."""
+
+    scenario: str
+    usage: float  # 0..1
+    tokens: float | None  # usage x the KV tokens the engine logged
+
+
+class KvCapacity(_Doc):
+    """Memory and KV capacity from the engine's own startup log (kv_capacity table), and the peak KV
+    usage it reached per scenario (engine_rounds). None where the log did not state a figure."""
+
+    kv_tokens: int | None
+    kv_cache_gib: float | None
+    weights_gib: float | None
+    engine_context_tokens: int | None
+    max_concurrency: float | None
+    max_concurrency_source: str | None
+    configured_context_tokens: int
+    fits_context: bool | None
+    fit_detail: str
+    not_logged: list[str]
+    peaks: list[KvPeak]
+
+
 class CapacityProbe(_Doc):
     """One load the capacity search probed (capacity table): its rounds' goodput share and interval."""
 
@@ -271,6 +296,7 @@ class EngineSummary(_Doc):
     steps: dict[str, OutcomeSummary]
     engine_rounds: list[EngineRound] = Field(default_factory=list)  # what the engine spent, per round
     capacity: Capacity | None = None  # the capacity search's result, when it ran
+    kv_capacity: KvCapacity | None = None  # memory and KV capacity from the engine's startup log
 
     @property
     def ttft_published(self) -> bool:

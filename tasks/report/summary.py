@@ -33,6 +33,7 @@ from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison
                                  OutcomeSummary, TtftVerdict, Validation, Variant)
 from tasks.report.schema import EngineRound
 from tasks.report.schema import Capacity, CapacityProbe
+from tasks.report.schema import KvCapacity, KvPeak
 from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 
@@ -150,6 +151,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         steps=steps,
         engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),
         capacity=_capacity(run_dir, engine, cfg, published, "capacity" in restarted),
+        kv_capacity=_kv_capacity(run_dir, engine),
     )
 
 
@@ -277,6 +279,24 @@ def _engine_rounds(rows: list[dict[str, Any]], ttft_published: bool) -> list[Eng
             e.update(client_ttft_mean_s=None, ttft_gap_finding=None)
         out.append(EngineRound.model_validate(e))
     return out
+
+
+def _kv_capacity(run_dir: RunDir, engine: str) -> KvCapacity | None:
+    """The engine's KV capacity from its startup log, with the peak KV usage of each scenario."""
+    from tasks.evidence.kv_capacity import peak_kv_by_scenario
+
+    rows = run_dir.read_rows("kv_capacity", engine)
+    if not rows:
+        return None
+    row = rows[-1]
+    not_logged = row.get("not_logged")
+    if isinstance(not_logged, str):
+        not_logged = json.loads(not_logged)
+    tokens = row.get("kv_tokens")
+    peaks = [KvPeak(scenario=scenario, usage=usage, tokens=None if tokens is None else usage * tokens)
+             for scenario, usage in sorted(peak_kv_by_scenario(run_dir.read_rows("engine_rounds", engine)).items())]
+    return KvCapacity.model_validate({**{k: row.get(k) for k in KvCapacity.model_fields if k in row},
+                                      "not_logged": sorted(not_logged or {}), "peaks": peaks})
 
 
 def _evidence(row: dict[str, Any]) -> CheckEvidence:

@@ -7,6 +7,7 @@ so it must not ask DayOne's client-side adapters what the engine looks like.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,10 @@ SGLANG = Dialect(
         "WARNING MLA prefill backend fa3 is not supported for this model, falling back to triton (Top-k MQA path).",
         "WARNING Using default W8A8 Block FP8 kernel config. Performance might be sub-optimal! "
         "Config file not found at configs/N=4096,K=7168,device_name=NVIDIA_H20.json",
-        "INFO Load weight end. type=SimForCausalLM, avail mem=52.10 GB",
+        "INFO Load weight end. elapsed=41.20 s, type=SimForCausalLM, avail mem=52.10 GB, mem usage=87.18 GB.",
+        "INFO KV Cache is allocated. #tokens: {kv_tokens}, K size: {k_gib:.2f} GB, V size: {v_gib:.2f} GB",
+        "INFO max_total_num_tokens={kv_tokens}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        "max_running_requests={slots}, context_len={context_tokens}, available_gpu_mem=11.62 GB",
         "INFO DeepGEMM JIT compiling kernels and FlashInfer autotuning, this may take a while ...",
         "INFO Capture target decode CUDA graph begin. backend=full, bs=[1, 2, 4, 8, 16, 32, 64], avail mem=52.04 GB",
         "INFO Capture target decode CUDA graph end. elapsed=3.21 s, mem usage=0.79 GB, avail mem=51.25 GB.",
@@ -101,7 +105,10 @@ VLLM = Dialect(
     renamed={"queries": "vllm:gpu_prefix_cache_queries_total", "hits": "vllm:gpu_prefix_cache_hits_total"},
     startup_lines=(
         "INFO vLLM API server version 0.11.0 (DayOne simulator), model={model}",
-        "INFO Loading model weights took 61.2 GiB",
+        "INFO Model loading took 61.20 GiB memory and 42.118803 seconds",
+        "INFO Available KV cache memory: {kv_gib:.2f} GiB",
+        "INFO GPU KV cache size: {kv_tokens:,} tokens",
+        "INFO Maximum concurrency for {context_tokens:,} tokens per request: {max_concurrency:.2f}x",
         "WARNING No MLA prefill backend is adapted to this model; falling back to the Top-k MQA path.",
         "WARNING Using default MoE config. Performance might be sub-optimal! "
         "Config file not found at fused_moe/configs/E=256,N=256,device_name=NVIDIA_H20,dtype=fp8_w8a8.json",
@@ -128,3 +135,16 @@ OPENAI = Dialect(
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (SGLANG, VLLM, OPENAI)}
+
+# KV bytes per token of the simulated model (a 7B-class model in bf16, as the weights lines suggest).
+KV_BYTES_PER_TOKEN = 131_072
+
+
+def startup_values(profile: Any, host: str, port: int) -> dict[str, Any]:
+    """What the startup lines say, from the profile: the KV cache is cache_capacity_tokens (the pool
+    /metrics reports usage of), sized for context_limit tokens per request."""
+    kv_gib = profile.cache_capacity_tokens * KV_BYTES_PER_TOKEN / 2**30
+    return {"model": profile.model, "host": host, "port": port, "slots": profile.slots,
+            "kv_tokens": profile.cache_capacity_tokens, "kv_gib": kv_gib, "k_gib": kv_gib / 2, "v_gib": kv_gib / 2,
+            "context_tokens": profile.context_limit,
+            "max_concurrency": profile.cache_capacity_tokens / profile.context_limit}

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tasks.sim.dialects import DIALECTS, Dialect
+from tasks.sim.dialects import DIALECTS, Dialect, startup_values
 from tasks.sim.engine import Engine, Record
 from tasks.sim.profile import Profile
 from tasks.sim.requests import (
@@ -645,8 +645,7 @@ async def serve(dialect_name: str, profile: Profile, host: str, port: int, resta
     app = build_app(engine)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    fmt = {"model": profile.model, "host": host, "port": port}
-    lines = [line.format(**fmt) for line in dialect.startup_lines]
+    lines = [line.format(**startup_values(profile, host, port)) for line in dialect.startup_lines]
     log(f"INFO DayOne engine simulator: dialect={dialect.name} model={profile.model} pid={os.getpid()} restarts={restarts}")
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=2048)  # bursts of many streams, like uvicorn
     listening = False

@@ -133,6 +133,9 @@ def build_params(settings: dict[str, Any], host: str, port: int, alias: str, slo
     p.flash_attn_type = getattr(xllamacpp.llama_flash_attn_type, _FLASH_ATTN[settings["flash_attn"]])
     if settings["temperature"] is not None:
         p.sampling.temp = settings["temperature"]
+    # Verbosity 4 adds llama.cpp's own INFO lines (KV cache cells and MiB, weights per buffer, devices),
+    # which the adapter reads back (LlamaCppAdapter.startup_memory); 3 prints only the server's.
+    p.verbosity = 4
     p.endpoint_metrics = True
     p.endpoint_slots = True
     p.endpoint_props = True

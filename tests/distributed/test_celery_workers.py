@@ -3,22 +3,28 @@
 The stack (stack.py) is PostgreSQL, Redis, a SeaweedFS S3 server, the API server, scheduler, DAG processor
 and triggerer, and Celery workers `worker-a` and `worker-b`, each with its own empty HOME, working
 directory and DAYONE_WORKDIR, one task at a time each. A run is triggered through the REST API on the
-simulator, as a user's client would, and judged through the API and the archive in S3: it succeeds with
-steps of the same engine run by both workers, its archive complete and validated.
+simulator, as a user's client would, and judged through the API and the archive in S3:
+
+- it succeeds with steps of the same engine run by both workers, its archive complete and validated;
+- a kill -9 of the worker running a benchmark step (everything it runs, as when its host dies) is retried on
+  the other worker, and the run still succeeds with that step's partition holding the retry's rows only.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import time
 from typing import Any
 
 import pandas as pd
 import pytest
 
-from stack import DistributedAirflow
+from stack import STAGING, TASK_HEARTBEAT_TIMEOUT_S, DistributedAirflow
 
-# Stack start (about 30 s), a run of a few minutes on two busy cores.
+from tasks.staging import TRY_POINTER
+
+# Stack start (about 30 s), two runs of a few minutes each on two busy cores.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 DAG_ID = "dayone_eval"
@@ -127,3 +133,72 @@ def test_a_simulator_run_succeeds_with_steps_of_one_engine_on_both_workers(distr
 def _measured_requests() -> int:
     """Requests of the benchmark's measured rounds: `requests_per_round` per unit of concurrency."""
     return sum(SHORT["rounds"] * SHORT["requests_per_round"] for _ in SHORT["concurrency"])
+
+
+def _partition(stack: DistributedAirflow, run_id: str) -> tuple[str | None, list[str]]:
+    """The benchmark's requests partition in the run's staging prefix (tasks/staging.py): the try its
+    pointer names, and every chunk key under it."""
+    from dayone_airflow.glue import dayone_run_id
+
+    bucket, prefix = STAGING.removeprefix("s3://").split("/", 1)
+    base = f"{prefix}/{dayone_run_id(run_id)}/tables/requests/{ENGINE}/{KILLED_STEP}/"
+    s3 = stack.s3.client()
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base)
+    keys = [o["Key"][len(base):] for page in pages for o in page.get("Contents", ())]
+    if TRY_POINTER not in keys:
+        return None, keys
+    pointer = json.loads(s3.get_object(Bucket=bucket, Key=base + TRY_POINTER)["Body"].read())
+    return pointer["try"], [k for k in keys if k != TRY_POINTER]
+
+
+def test_a_killed_worker_s_benchmark_step_is_retried_on_the_other_worker_and_replaces_its_partition(
+        distributed_stack):
+    stack = distributed_stack
+    run_id = stack.trigger(DAG_ID, RUN_CONF)
+    victim: dict[str, Any] = {}
+
+    def kill_the_benchmark_s_worker() -> None:
+        """Once the benchmark step has stored rows in the staging prefix, kill -9 the worker running it."""
+        if victim:
+            return
+        ti = next((t for t in _engine_steps(stack, run_id) if _step_name(t) == KILLED_STEP), None)
+        if not ti or ti["state"] != "running" or not ti.get("hostname"):
+            return
+        current, chunks = _partition(stack, run_id)
+        stored = [k for k in chunks if current and k.startswith(current + "/")]
+        if not stored:
+            return
+        victim.update(worker=ti["hostname"], task_id=ti["task_id"], map_index=ti["map_index"],
+                      try_number=ti["try_number"], partition_try=current, chunks=stored, killed_at=time.time())
+        stack.kill_worker(ti["hostname"])
+
+    _finished(stack, run_id, while_waiting=kill_the_benchmark_s_worker)
+    assert victim, f"{KILLED_STEP} was never seen running with rows stored"
+
+    tries = stack.tries(DAG_ID, run_id, victim["task_id"], victim["map_index"])
+    seen = [(t["try_number"], t["state"], t["hostname"]) for t in tries]
+    killed, last = tries[victim["try_number"] - 1], tries[-1]
+    survivor = next(w.name for w in stack.workers if w.name != victim["worker"])
+    assert killed["hostname"] == victim["worker"] and killed["state"] == "failed", seen
+    assert last["try_number"] > killed["try_number"], (
+        f"{victim['task_id']}: the try killed on {victim['worker']} was never retried (tries: {seen}), and the run "
+        f"still ended {stack.run_state(DAG_ID, run_id)}")
+    assert last["state"] == "success" and last["hostname"] == survivor, seen
+    # the scheduler noticed the missing heartbeats, well before anything else would have ended the try
+    assert pd.Timestamp(last["start_date"]).timestamp() - victim["killed_at"] < TASK_HEARTBEAT_TIMEOUT_S + 90
+
+    # The partition is the retry's: its pointer moved on, and the killed try's chunks are gone.
+    current, chunks = _partition(stack, run_id)
+    assert current and current != victim["partition_try"], (current, victim)
+    assert not [k for k in chunks if k.startswith(victim["partition_try"] + "/")], chunks
+
+    index, prefix = _archive(stack, run_id)
+    assert not index["quarantined"], index
+    requests = _table(stack, prefix + "tables/requests.parquet")
+    partition = requests[requests["scenario"] == KILLED_STEP]
+    retry_started = pd.Timestamp(last["start_date"]).timestamp()
+    # every archived row of the benchmark was sent by the retry, and exactly the planned requests
+    assert (partition["send_ts"] >= retry_started).all(), partition[partition["send_ts"] < retry_started]
+    measured = partition[partition["round"] >= 1]
+    assert len(measured) == _measured_requests(), measured[["concurrency", "round"]].value_counts()
+    assert not measured.duplicated(["concurrency", "round", "request_id"]).any()

@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
             cache = e.prefix_cache.verdict if e.prefix_cache else None
             print(f"  {engine}: checks {passed}/{len(e.checks)} pass, needles {e.needles.passed}/"
                   f"{e.needles.total}, prefix cache {cache}")
+        if summary is not None and summary.comparisons:
+            print(f"  verdicts ({summary.measurement_design}; {summary.confidence:.0%} intervals):")
+            for c in summary.comparisons:
+                print(f"    {c.scenario} {c.level} {c.figure}, {c.engine} vs {c.base}: {c.verdict}, {c.interval()}")
         return 0 if str(run.state) in ("success", "DagRunState.SUCCESS") else 1
     finally:
         if not args.keep_s3:

@@ -33,8 +33,8 @@ from tasks.desensitize import desensitize
 from tasks.run import NotAttempted, RunContext, load_config
 from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
 from tasks.staging import RunDir
-from tasks.state import (MANIFEST, PINNED, VALIDATION, StepOutcome, manifest, outcomes, perf_summary_doc, pinned,
-                         set_readiness, write_outcome)
+from tasks.state import (MANIFEST, PINNED, VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, perf_summary_doc,
+                         pinned, set_readiness, write_outcome)
 
 log = logging.getLogger("dayone.steps")
 
@@ -65,6 +65,23 @@ class Step:
     enabled: Callable[[RunConfig], bool] = lambda cfg: True
     retries: int = 0  # Airflow retries: only for steps whose retry cannot lose or hide evidence
     scenario: bool = False  # a measured scenario: listed in the plan's matrix
+    # A measurement is retried only after a try that ended without an outcome (its worker was killed):
+    # a try that failed recorded its failure, and a retry would replace its rows, the evidence.
+    retry_after_failure: bool = True
+
+
+class FailedBefore(RuntimeError):
+    """A measurement's earlier try failed; it is not measured again (its rows are the evidence)."""
+
+
+def _failed_before(ctx: RunContext, step: Step, engines: list[str | None]) -> None:
+    if step.retry_after_failure:
+        return
+    for engine in engines:
+        earlier = ctx.run_dir.read_json(outcome_doc(step.name, engine))
+        if earlier and earlier.get("status") == "failed":
+            raise FailedBefore(f"not measured again: an earlier try failed ({earlier.get('detail')}); "
+                               "its rows are the evidence")
 
 
 def _section_enabled(name: str) -> Callable[[RunConfig], bool]:
@@ -84,7 +101,12 @@ def execute(ctx: RunContext, name: str, engine: str | None = None) -> StepResult
         reason = f"{name} disabled in the run config"
         write_outcome(ctx.run_dir, StepOutcome(step=name, engine=engine, status="skipped", detail=reason))
         return StepResult(step=name, engine=engine, status="skipped", detail=reason)
-    return record(ctx.run_dir, name, engine, lambda: step.run(ctx, engine))
+
+    def run() -> dict[str, Any]:
+        _failed_before(ctx, step, [engine])
+        return step.run(ctx, engine)
+
+    return record(ctx.run_dir, name, engine, run)
 
 
 def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
@@ -107,16 +129,11 @@ def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
     if not ready:
         raise NotAttempted(f"{name}: no engine of {', '.join(engines)} is ready")
     names = [r.endpoint.engine for r in ready]
-    box: dict[str, Any] = {}
-
-    def measure() -> dict[str, Any]:
-        from tasks.scenarios.perf import run_perf_interleaved
-
-        box["summaries"] = _watched_all(ctx, ready, name, lambda: run_perf_interleaved(ready, name))
-        return {}
+    from tasks.scenarios.perf import run_perf_interleaved
 
     try:
-        measure()
+        _failed_before(ctx, step, list(names))
+        summaries = _watched_all(ctx, ready, name, lambda: run_perf_interleaved(ready, name))
     except Exception as exc:
         for e in names:  # the engines were measured together: the failure is each one's
             with contextlib.suppress(Exception):
@@ -124,11 +141,11 @@ def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
         raise
     data = {}
     for e in names:
-        summary = box["summaries"][e]
+        summary = summaries[e]
         ctx.run_dir.write_json(perf_summary_doc(e, name), summary)
         data[e] = record(ctx.run_dir, name, e, lambda summary=summary, e=e: {
             "engine": e, "scenario": name, "ok": True, "engine_restarted": summary["engine_restarted"]}).data
-    return StepResult(step=name, data={"engines": data, "design": box["summaries"][names[0]]["design"]})
+    return StepResult(step=name, data={"engines": data, "design": summaries[names[0]]["design"]})
 
 
 def _raise(exc: Exception) -> dict[str, Any]:
@@ -524,8 +541,9 @@ _ENGINE_STEPS = [
     Step("startup_findings", True, startup_findings, scenario=True),
     Step("functional", True, functional, enabled=_section_enabled("functional"), scenario=True),
     Step("warmup", True, warmup, enabled=lambda cfg: cfg.scenarios.warmup, scenario=True),
-    # A measurement is not retried: a retry would replace the failed try's rows, the evidence.
-    *[Step(s, True, _perf(s), enabled=_section_enabled(s), scenario=True) for s in PERF_SCENARIOS],
+    # A measurement is retried only when its worker died mid-try (see retry_after_failure).
+    *[Step(s, True, _perf(s), enabled=_section_enabled(s), scenario=True, retries=2, retry_after_failure=False)
+      for s in PERF_SCENARIOS],
     Step("capacity", True, capacity, enabled=_section_enabled("capacity"), scenario=True),
     Step("long_context", True, long_context, enabled=_section_enabled("long_context"), scenario=True),
     Step("boundary", True, boundary, enabled=_section_enabled("boundary"), scenario=True),

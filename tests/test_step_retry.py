@@ -1,0 +1,63 @@
+"""A measurement is retried only after a try that left no outcome (its worker was killed): a try that
+failed recorded its failure, and measuring again would replace its rows, the evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+CONFIG = {
+    "model": {"name": "dayone-sim-model", "context_limit_tokens": 32768},
+    "engines": [{"name": "sim", "dialect": "sglang", "launcher": "sim"}],
+    "scenarios": {"functional": {"enabled": False}, "warmup": False,
+                  "short": {"input_tokens": 16, "output_tokens": 8, "concurrency": [2], "rounds": 1,
+                            "requests_per_round": 4},
+                  "prefill": {"enabled": False}, "decode": {"enabled": False}, "long_context": {"enabled": False},
+                  "boundary": {"enabled": False}, "prefix_cache": {"enabled": False}},
+    "request_timeout_s": 30,
+}
+
+
+@pytest.fixture()
+def ready_engine(tmp_path, monkeypatch):
+    from tasks.run import RunContext
+    from tasks.steps import execute
+
+    monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path))
+    ctx = RunContext.build(CONFIG, "retry")
+    for step, engine in (("plan", None), ("pin", None), ("deploy", "sim"), ("wait_ready", "sim")):
+        execute(ctx, step, engine)
+    yield ctx
+    execute(ctx, "teardown", "sim")
+
+
+def _short_rows(ctx):
+    return [r for r in ctx.run_dir.read_rows("requests", "sim") if r.get("scenario") == "short"]
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["one engine", "engines measured together"])
+def test_a_try_that_failed_is_not_measured_again(ready_engine, together):
+    from tasks.state import StepOutcome, write_outcome
+    from tasks.steps import FailedBefore, execute, execute_group
+
+    ctx = ready_engine
+    execute(ctx, "short", "sim")
+    first = _short_rows(ctx)
+    assert len(first) == 4
+    write_outcome(ctx.run_dir, StepOutcome(step="short", engine="sim", status="failed", detail="round 1 failed"))
+    with pytest.raises(FailedBefore, match="round 1 failed"):
+        execute_group(ctx, "short", ["sim"]) if together else execute(ctx, "short", "sim")
+    assert _short_rows(ctx) == first  # the failed try's rows stand
+    outcome = ctx.run_dir.read_json("state/steps/sim-short.json")
+    assert outcome["status"] == "failed" and "not measured again" in outcome["detail"]
+
+
+def test_a_try_that_left_no_outcome_is_measured_again(ready_engine):
+    from tasks.steps import STEPS, execute
+
+    ctx = ready_engine
+    STEPS["short"].run(ctx, "sim")  # a try whose worker died before it recorded an outcome
+    first = {r["request_id"]: r["send_ts"] for r in _short_rows(ctx)}
+    assert ctx.run_dir.read_json("state/steps/sim-short.json") is None
+    execute(ctx, "short", "sim")
+    again = {r["request_id"]: r["send_ts"] for r in _short_rows(ctx)}
+    assert len(again) == 4 and all(again[k] > first[k] for k in first)  # measured anew, the partition replaced

@@ -340,16 +340,25 @@ def comparisons(engines: dict[str, EngineSummary], base: str, confidence: float)
                 level = next((lv for lv in e.levels(scenario) if lv.label == base_level.label), None)
                 mine = None if name == base or level is None else level.figures.get(figure)
                 if mine is not None:
-                    paired = name in engines[base].perf[scenario].interleaved_with and level.rounds == base_level.rounds
+                    base_rounds, my_rounds = _steady(base_level, base_figure), _steady(level, mine)
+                    paired = (name in engines[base].perf[scenario].interleaved_with
+                              and list(base_rounds) == list(my_rounds))
                     out.append(_comparison(scenario, base_level.label, figure, higher_is_better, base, name,
-                                           base_figure, mine, confidence, paired))
+                                           list(base_rounds.values()), list(my_rounds.values()), confidence, paired))
     return out
 
 
+def _steady(level: PerfLevel, figure: Figure) -> dict[int | None, float | None]:
+    """Round number -> value, without the first-encounter round (with warmup off, a server's first round
+    of a shape pays its compilation: shown beside the median, never an engine's steady figure)."""
+    return {r: v for r, v in zip(level.rounds, figure.rounds) if r not in level.first_encounter_rounds}
+
+
 def _comparison(scenario: str, level: str, figure: str, higher_is_better: bool, base: str, engine: str,
-                base_figure: Figure, figure_values: Figure, confidence: float, paired: bool) -> Comparison:
+                base_values: list[float | None], values: list[float | None], confidence: float,
+                paired: bool) -> Comparison:
     # Interleaved rounds pair by repetition (a drift moves both); engines run one after another do not.
-    e = effect(base_figure.rounds, figure_values.rounds, confidence, paired=paired)
+    e = effect(base_values, values, confidence, paired=paired)
     if e.verdict in ("higher", "lower"):
         verdict = "better" if (e.verdict == "higher") == higher_is_better else "worse"
     else:

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     conf = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
     parse_run_config(conf)  # bad input fails here, before anything starts
-    started = time.monotonic()
+    started, started_wall = time.monotonic(), time.time()
     subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True)
     s3 = SeaweedS3(STATE / "s3")
     s3.start()
@@ -83,8 +83,22 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {c.scenario} {c.level} {c.figure}, {c.engine} vs {c.base}: {c.verdict}, {c.interval()}")
         return 0 if str(run.state) in ("success", "DagRunState.SUCCESS") else 1
     finally:
+        _stop_local_engines(started_wall)  # an interrupted run never reached its teardown tasks
         if not args.keep_s3:
             s3.stop()
+
+
+def _stop_local_engines(since: float) -> None:
+    """Stop the local engines of the runs this demo started (a no-op after their teardown)."""
+    from tasks.staging import RunDir, default_root
+    from tasks.targets.local import LocalTarget
+
+    root = default_root()
+    for run in root.iterdir() if root.is_dir() else ():
+        if run.is_dir() and run.stat().st_mtime >= since:
+            run_dir = RunDir(run.name, root)
+            for doc in run_dir.names("deployments"):
+                LocalTarget().teardown(None, doc.removesuffix(".json"), run_dir)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,10 @@ FIX_HINTS: dict[str, str] = {
     "capacity.resolution": "give a fraction between 0 and 1 of the load, e.g. 0.1, or 0 for step alone",
     "capacity.extra_rounds": "give an integer >= 0",
     "capacity.confidence": "give a confidence between 0.5 and 1, e.g. 0.95",
+    "load.client_processes": "use auto (one process per streams_per_process streams, at most one per core this "
+                             "process may run on) or a whole number of processes >= 1",
+    "load.streams_per_process": "give the streams one client process times, an integer >= 1 (64 keeps a core's "
+                                "stamps within a millisecond or so)",
 }
 
 
@@ -379,6 +383,25 @@ class SLO(_Model):
     e2e_s: Annotated[float, Field(gt=0)] | None = Field(None, description="... and end-to-end latency at or below this (s).")
 
 
+class LoadSettings(_Model):
+    """The load client (tasks/load/shards.py): one event loop times about 64 streams well on a core; past
+    that, a round's requests are spread over several client processes that start together."""
+
+    client_processes: PositiveInt | Literal["auto"] = Field(
+        "auto", description="Client processes per round: auto (one per streams_per_process streams of the round, "
+                            "at most one per core this process may run on) or a fixed number.")
+    streams_per_process: PositiveInt = Field(
+        64, description="Streams one client process takes with auto: the concurrency of a closed-loop round, or "
+                        "the request count of an open-loop (rate) round, the most it can have in flight.")
+
+    @field_validator("client_processes", mode="before")
+    @classmethod
+    def _processes(cls, v: Any) -> Any:
+        if v == "auto" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            return v
+        raise ValueError(f"{v!r} is neither auto nor a whole number of processes >= 1")
+
+
 class KubernetesSettings(_Model):
     namespace: str = Field("dayone", description="Namespace of the engine pods and services.")
     conn_id: str = Field("kubernetes_default", description="Airflow connection of the cluster.")
@@ -462,6 +485,7 @@ class RunConfig(_Model):
     # finite: an infinite timeout would let a stalled stream hold its round forever
     request_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(600.0, description="Timeout of one request (s).")
     round_error_rate_max: float = Field(0.05, ge=0, le=1, description="A round above this error rate fails.")
+    load: LoadSettings = Field(LoadSettings(), description="The load client: how many processes share a round.")
     kubernetes: KubernetesSettings = Field(KubernetesSettings(), description="Cluster settings (target=kubernetes).")
     archive: ArchiveSettings = Field(ArchiveSettings(), description="Where the run is archived (S3).")
     thresholds: RegressionThresholds = Field(RegressionThresholds(), description="Nightly regression thresholds.")

@@ -254,6 +254,32 @@ ENGINE_ROUNDS = Table(
     key=("run_id", "engine", "scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round"),
 )
 
+CLIENT_SHARDS = Table(
+    "client_shards",
+    _common()
+    + (
+        Column("concurrency", "int", nullable=False, min_value=1),
+        Column("rate_rps", "float"),
+        Column("input_tokens", "int", min_value=1),
+        Column("output_tokens", "int", min_value=1),
+        Column("warmup", "bool"),
+        Column("shards", "int", nullable=False, min_value=1, description="Client processes that shared the round."),
+        Column("shard", "int", nullable=False, min_value=0, description="This process; 0 in a round of one."),
+        Column("requests", "int", min_value=0, description="Requests this process sent."),
+        Column("offset_s", "float", nullable=False,
+               description="Its clock (Unix time) minus the round's parent process's at the same moment; 0 for one "
+               "process."),
+        _secs("uncertainty_s", nullable=False, description="Half the round trip of the ping that measured the offset."),
+        _secs("wall_s", description="Its run: from the common start to its last completion."),
+        _secs("cpu_s", description="CPU its process used over the run (all its threads)."),
+        _secs("waited_s", description="Time its event loop was runnable but had no core, other processes having it "
+              "(Linux schedstat; null elsewhere)."),
+        Column("waited_share", "float", min_value=0.0, max_value=1.0,
+               description="waited_s / wall_s: above 0.05 the round was measured on a busy machine."),
+    ),
+    key=("run_id", "engine", "scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round", "shard"),
+)
+
 CAPACITY = Table(
     "capacity",
     _common()
@@ -315,7 +341,7 @@ KV_CAPACITY = Table(
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
-              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY)
+              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, CLIENT_SHARDS)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

@@ -8,6 +8,9 @@ loop only queues each row; a writer process encodes and appends them every 50 ms
 Around the sends, the engine's /metrics is scraped (before the first send, after the last
 completion) and its gauges sampled on a thread of their own: one `engine_rounds` row per round
 (tasks/evidence/engine_metrics.py), with the raw scrapes as `server_metrics` rows.
+
+Each round records what its client got: one `client_shards` row per client process (one for a round
+of one process) with its clock offset, wall time, CPU and the time it waited for a core.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ from tasks.evidence.engine_metrics import RoundWatch
 from tasks.load import client as load_client
 from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
 from tasks.load.progress import Progress
-from tasks.load.shards import ShardReport, run_sharded
-from tasks.load.stats import round_figures
+from tasks.load.shards import ShardReport, UsageMeter, client_rows, one_process, run_sharded
+from tasks.load.stats import WAIT_FLAG_SHARE, round_figures
 from tasks.staging import RowWriter
 
 log = logging.getLogger("dayone.load")
@@ -47,7 +50,7 @@ class RoundPlan:
 class RoundOutcome:
     row: dict[str, Any]  # the rounds-table row
     results: list[load_client.RequestResult]
-    shards: list[ShardReport] = field(default_factory=list)  # a sharded round's clocks and CPU
+    shards: list[ShardReport] = field(default_factory=list)  # each client process's clock and CPU (one: shard 0)
 
 
 async def run_round(
@@ -101,17 +104,21 @@ async def run_round(
                 )
                 log.info("%s: %d shards, clock offsets %s ms", tag, len(shards),
                          ", ".join(f"{1e3 * c.offset_s:+.3f}±{1e3 * c.uncertainty_s:.3f}" for c in shards))
-            elif arrivals is None:
-                results = await load_client.run_closed_loop(
-                    session, ep.base_url, specs, shape.concurrency, ep.adapter, ep.request_timeout_s, on_result
-                )
             else:
-                results = await load_client.run_open_loop(
-                    session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
-                )
+                meter = UsageMeter()
+                if arrivals is None:
+                    results = await load_client.run_closed_loop(
+                        session, ep.base_url, specs, shape.concurrency, ep.adapter, ep.request_timeout_s, on_result
+                    )
+                else:
+                    results = await load_client.run_open_loop(
+                        session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
+                    )
+                shards = [one_process(meter.stop(), len(specs))]
         finally:
             watch.stop_sampling()  # also when a send raised
         await asyncio.to_thread(watch.finish)  # after the last completion
+    await asyncio.to_thread(_write_client_shards, ctx, plan, tag, keys, shards)
     figures = round_figures(rows, ctx.config.slo, ctx.config.round_error_rate_max)
     row = {**keys, **level, "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens,
            "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
@@ -150,3 +157,20 @@ def _write_engine_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[
         with ctx.run_dir.rows("server_metrics", engine, partition) as out:
             for r in raw:
                 out.write(r)
+
+
+def _write_client_shards(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[str, Any],
+                         shards: list[ShardReport]) -> None:
+    """The round's client_shards partition (named after the round, so a retried step replaces it)."""
+    shape = plan.shape
+    round_keys = {**keys, "concurrency": shape.concurrency, "rate_rps": shape.rate_rps,
+                  "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens, "warmup": plan.warmup}
+    with ctx.run_dir.rows("client_shards", ctx.endpoint.engine, f"{plan.scenario}-{shape.key}-r{plan.round}") as out:
+        for row in client_rows(round_keys, shards):
+            out.write(row)
+    busy = [r for r in shards if (r.waited_share or 0.0) > WAIT_FLAG_SHARE]
+    if busy:
+        log.warning("%s: the load client waited for a core %s of the round (other processes had it): its stamps "
+                    "carry that wait", tag, ", ".join(f"{100 * (r.waited_share or 0):.0f}%"
+                                                      + (f" (shard {r.shard})" if len(shards) > 1 else "")
+                                                      for r in busy))

@@ -12,7 +12,13 @@ rows, and the round's percentiles, are over the merged results exactly as for on
 Clocks: a shard stamps Unix times anchored per request, like one process. Each shard's offset
 against the parent's clock is measured before the start (the shard's time.time() against the
 midpoint of the parent's ping and the answer) and reported with its uncertainty, beside the CPU
-the shard used and the time its event loop waited for a core (other processes had it).
+the shard used and the time its event loop waited for a core (other processes had it). A round
+of one process reports the same figures as shard 0 with offset 0, so the CPU the client got is
+on record for every round (the client_shards table).
+
+How many processes (`shards_for`, the run config's `load` section): `auto` gives one per
+`streams_per_process` (64) streams the round can have in flight, at most one per core this
+process may run on; a number is taken as given.
 """
 
 from __future__ import annotations
@@ -26,14 +32,19 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tasks.engines.base import EngineAdapter
 from tasks.load import client as load_client
 from tasks.load.client import OnResult, RequestResult, RequestSpec
 from tasks.staging import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
 
+if TYPE_CHECKING:
+    from tasks.config import LoadSettings
+    from tasks.load.plan import Shape
+
 START_MARGIN_S = 0.2  # from the jobs' hand-over to the common start: every shard is waiting by then
+PINGS = 5  # per shard; the offset is read from the one with the shortest round trip
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,33 @@ class ShardReport:
     wall_s: float | None = None  # the shard's run, from the common start
     cpu_s: float | None = None  # CPU the shard's process used over its run
     waited_s: float | None = None  # its event loop's time runnable but without a core (Linux)
+    requests: int | None = None  # requests the shard sent
+
+    @property
+    def waited_share(self) -> float | None:
+        """The share of its run the shard's event loop waited for a core."""
+        if self.waited_s is None or not self.wall_s:
+            return None
+        return min(1.0, self.waited_s / self.wall_s)
+
+
+def cores_available() -> int:
+    """Cores this process may run on (its affinity: taskset, a cgroup's cpuset), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity call (macOS)
+        return os.cpu_count() or 1
+
+
+def shards_for(settings: LoadSettings, shape: Shape) -> int:
+    """Client processes for a round of `shape`. The streams a round can have in flight: its
+    concurrency (closed loop), or, open loop, its request count (Shape.concurrency holds it): in-flight
+    there is rate x E2E, which is not known before the round, and the count bounds it."""
+    streams = max(1, shape.concurrency)
+    if settings.client_processes != "auto":
+        return max(1, min(int(settings.client_processes), streams))
+    wanted = -(-streams // settings.streams_per_process)  # ceiling
+    return max(1, min(wanted, cores_available()))
 
 
 def runqueue_wait_s() -> float | None:
@@ -53,6 +91,31 @@ def runqueue_wait_s() -> float | None:
             return int(f.read().split()[1]) / 1e9
     except (OSError, IndexError, ValueError):
         return None
+
+
+class UsageMeter:
+    """A client's run from creation to stop(), measured on the timing loop's thread: its wall time, its
+    process's CPU (every thread), and the time that thread was runnable but had no core."""
+
+    def __init__(self) -> None:
+        self._t0, self._cpu0, self._waited0 = time.monotonic(), time.process_time(), runqueue_wait_s()
+
+    def stop(self) -> dict[str, float | None]:
+        waited1 = runqueue_wait_s()
+        return {"wall_s": time.monotonic() - self._t0, "cpu_s": time.process_time() - self._cpu0,
+                "waited_s": None if self._waited0 is None or waited1 is None else waited1 - self._waited0}
+
+
+def one_process(usage: dict[str, float | None], requests: int) -> ShardReport:
+    """A round of one process, reported as shard 0 on the parent's own clock."""
+    return ShardReport(0, 0.0, 0.0, requests=requests, **usage)
+
+
+def client_rows(keys: dict[str, Any], reports: Sequence[ShardReport]) -> list[dict[str, Any]]:
+    """The round's client_shards rows: `keys` (the round's columns) and one row per shard."""
+    return [{**keys, "shards": len(reports), "shard": r.shard, "requests": r.requests, "offset_s": r.offset_s,
+             "uncertainty_s": r.uncertainty_s, "wall_s": r.wall_s, "cpu_s": r.cpu_s, "waited_s": r.waited_s,
+             "waited_share": r.waited_share} for r in reports]
 
 
 @dataclass(frozen=True)
@@ -138,7 +201,7 @@ async def run_sharded(
     failed = [k for k, code in enumerate(codes) if code != 0]
     if failed:
         raise RuntimeError(f"load shard(s) {failed} exited with {[codes[k] for k in failed]}")
-    reports = [replace(c, **usage.get(c.shard, {})) for c in clocks]
+    reports = [replace(c, requests=len(shares[c.shard]), **usage.get(c.shard, {})) for c in clocks]
     return [by_id[s.request_id] for s in specs if s.request_id in by_id], reports
 
 
@@ -150,28 +213,36 @@ def _send(pipe: IO[bytes] | None, obj: Any) -> None:
 
 
 def _ping(k: int, proc: subprocess.Popen) -> ShardReport:
+    """The shard's clock offset from the ping with the shortest round trip: the first one also waits for
+    the shard's start (Python and its imports, 0.1-1 s), the later ones only for the pipes."""
     assert proc.stdout is not None
     frames = read_frames(proc.stdout)
-    t1 = time.time()
-    _send(proc.stdin, "ping")
-    shard_t = next(frames)
-    t2 = time.time()
-    next(frames)  # the batch end
+    best: tuple[float, float, float] | None = None
+    for _ in range(PINGS):
+        t1 = time.time()
+        _send(proc.stdin, "ping")
+        shard_t = next(frames)
+        t2 = time.time()
+        next(frames)  # the batch end
+        if best is None or t2 - t1 < best[1] - best[0]:
+            best = (t1, t2, shard_t)
+    assert best is not None
+    t1, t2, shard_t = best
     return ShardReport(k, shard_t - (t1 + t2) / 2, (t2 - t1) / 2)
 
 
 def _shard_main() -> None:
-    """A shard: answers the ping with its clock, then runs its job and feeds back each result."""
+    """A shard: answers each ping with its clock, then runs its job and feeds back each result."""
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     sys.stdout = sys.stderr  # stray prints must not corrupt the frames
     frames = read_frames(sys.stdin.buffer)
-    if next(frames) != "ping":
-        raise SystemExit("load shard: expected a ping")
-    next(frames)
-    data = pickle.dumps(time.time(), pickle.HIGHEST_PROTOCOL)
-    out.write(FRAME.pack(len(data)) + data + FRAME.pack(0))
-    out.flush()
-    job = next(frames)
+    while (job := next(frames)) in ("ping", None):
+        if job == "ping":
+            data = pickle.dumps(time.time(), pickle.HIGHEST_PROTOCOL)
+            out.write(FRAME.pack(len(data)) + data + FRAME.pack(0))
+            out.flush()
+    if not isinstance(job, _Job):
+        raise SystemExit(f"load shard: expected a ping or a job, got {type(job).__name__}")
     feed = PickleFeed(out, FLUSH_EVERY_S, "dayone-shard-feed")
     try:
         feed.put(load_client.run_async(_run_job(job, feed.put)))
@@ -187,7 +258,7 @@ async def _run_job(job: _Job, on_result: OnResult) -> dict[str, float | None]:
         delay = job.start_mono - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        t0, cpu0, waited0 = time.monotonic(), time.process_time(), runqueue_wait_s()
+        meter = UsageMeter()
         if job.arrivals_s is None:
             assert job.concurrency is not None
             await load_client.run_closed_loop(session, job.base_url, job.specs, job.concurrency, job.adapter,
@@ -195,6 +266,4 @@ async def _run_job(job: _Job, on_result: OnResult) -> dict[str, float | None]:
         else:
             await load_client.run_open_loop(session, job.base_url, job.specs, job.arrivals_s, job.adapter,
                                             job.timeout_s, on_result)
-        waited1 = runqueue_wait_s()
-        return {"wall_s": time.monotonic() - t0, "cpu_s": time.process_time() - cpu0,
-                "waited_s": None if waited0 is None or waited1 is None else waited1 - waited0}
+        return meter.stop()

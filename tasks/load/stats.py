@@ -14,6 +14,9 @@ from typing import Any
 from tasks.tables import LATENCIES, PERCENTILES
 
 SPREAD_THRESHOLD = 0.25  # a spread (max - min) above 25% of the median is flagged
+# A load client that waited for a core longer than this share of its round (other processes had the core)
+# was measured on a busy machine: its stamps carry that wait, and the round is flagged.
+WAIT_FLAG_SHARE = 0.05
 _QUANTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0}
 
 
@@ -192,3 +195,37 @@ def first_encounter_tail(rounds: Sequence[Mapping[str, Any]],
     return {"round": r.get("round"), "warmup": warm,
             "source": f"warmup round {r.get('round')}" if warm else f"round {r.get('round')}",
             **{k: r.get(k) for k in FIRST_ENCOUNTER_FIGURES}}
+
+
+def client_load(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The CPU the client got per scenario, from client_shards rows (warmup rounds left out): its most
+    processes in a round, the CPU of its busiest round (in cores: CPU / the round's longest process run),
+    its worst round's wait for a core (the worst process), and each round that waited more than
+    WAIT_FLAG_SHARE, named by level and round with its share."""
+    by_round: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        if not r.get("warmup"):
+            key = (r.get("scenario") or "", float(r.get("rate_rps") or 0), r.get("concurrency") or 0,
+                   r.get("input_tokens") or 0, r.get("output_tokens") or 0, r.get("round") or 0)
+            by_round.setdefault(key, []).append(r)
+    out: dict[str, dict[str, Any]] = {}
+    for key in sorted(by_round):
+        procs = by_round[key]
+        first = procs[0]
+        wall = max((p.get("wall_s") or 0.0) for p in procs)
+        cpu = sum(p.get("cpu_s") or 0.0 for p in procs)
+        shares = [p.get("waited_share") for p in procs]
+        waited = None if any(x is None for x in shares) else max(shares)  # type: ignore[type-var]
+        s = out.setdefault(key[0], {"scenario": key[0], "rounds": 0, "processes": 0, "cpu_cores": None,
+                                    "waited_share": None, "busy_rounds": []})
+        s["rounds"] += 1
+        s["processes"] = max(s["processes"], len(procs))
+        if wall > 0:
+            s["cpu_cores"] = max(s["cpu_cores"] or 0.0, cpu / wall)
+        if waited is not None:
+            s["waited_share"] = max(s["waited_share"] or 0.0, waited)
+            if waited > WAIT_FLAG_SHARE:
+                rate = first.get("rate_rps")
+                level = f"{rate:g} req/s" if rate is not None else f"c={first.get('concurrency')}"
+                s["busy_rounds"].append(f"{level} round {first.get('round')}: {waited:.0%}")
+    return list(out.values())

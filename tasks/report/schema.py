@@ -236,6 +236,19 @@ class KvCapacity(_Doc):
     peaks: list[KvPeak]
 
 
+class ClientLoad(_Doc):
+    """The CPU the load client got in one scenario's measured rounds (client_shards table): a round whose
+    client waited for a core more than 5% of it (other processes had the core) was measured on a busy
+    machine, and is named in busy_rounds."""
+
+    scenario: str
+    rounds: int
+    processes: int  # the most client processes in one round
+    cpu_cores: float | None  # the busiest round's client CPU / its wall time
+    waited_share: float | None  # the worst round's (and process's) share waited for a core; None: not measured
+    busy_rounds: list[str]  # "c=64 round 2: 7%"
+
+
 class CapacityProbe(_Doc):
     """One load the capacity search probed (capacity table): its rounds' goodput share and interval."""
 
@@ -295,6 +308,7 @@ class EngineSummary(_Doc):
     restarts: EngineRestarts
     steps: dict[str, OutcomeSummary]
     engine_rounds: list[EngineRound] = Field(default_factory=list)  # what the engine spent, per round
+    client_load: list[ClientLoad] = Field(default_factory=list)  # the CPU the load client got, per scenario
     capacity: Capacity | None = None  # the capacity search's result, when it ran
     kv_capacity: KvCapacity | None = None  # memory and KV capacity from the engine's startup log
 

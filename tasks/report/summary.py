@@ -25,13 +25,14 @@ from tasks.evidence.effects import effect
 from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import restart_summary
-from tasks.load.stats import HEADLINE_FIGURES, first_encounter_tail, over_rounds
+from tasks.load.stats import HEADLINE_FIGURES, client_load, first_encounter_tail, over_rounds
 from tasks.report.decision import LEAD_FIGURES, decide
 from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison, EngineRestarts, EngineSummary,
                                  ExperimentSummary, Figure, FirstEncounter, Needle, NeedleCount, NotTested, PerfLevel, PerfScenario,
                                  PrefixCache, Regression, RunSummary, ScenarioSettings, Slo, StartupFinding,
                                  OutcomeSummary, TtftVerdict, Validation, Variant)
 from tasks.report.schema import EngineRound
+from tasks.report.schema import ClientLoad
 from tasks.report.schema import Capacity, CapacityProbe
 from tasks.report.schema import KvCapacity, KvPeak
 from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS, SCENARIO_SWITCHES
@@ -150,6 +151,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         restarts=engine_restarts,
         steps=steps,
         engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),
+        client_load=[ClientLoad.model_validate(c) for c in client_load(run_dir.read_rows("client_shards", engine))],
         capacity=_capacity(run_dir, engine, cfg, published, "capacity" in restarted),
         kv_capacity=_kv_capacity(run_dir, engine),
     )

@@ -33,6 +33,7 @@ from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
+from tasks.load.shards import shards_for
 from tasks.load.stats import meets_slo
 from tasks.scenarios import CAPACITY_SCENARIO as SCENARIO
 from tasks.scenarios.warmup import is_first_encounter, mark_seen, warmup_requests
@@ -201,7 +202,8 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
                         if warm_first and is_first_encounter(ctx.run_dir, engine, shape):
                             # A new shape's first round carries compile costs: it would judge the JIT, not the load.
                             plan = RoundPlan(scenario=SCENARIO, shape=shape, round=0, requests=warmup_requests(shape),
-                                             first_encounter=True, warmup=True, arrival_seed=f"{s.seed}/{shape.key}/r0")
+                                             first_encounter=True, warmup=True, arrival_seed=f"{s.seed}/{shape.key}/r0",
+                                             shards=shards_for(ctx.config.load, shape))
                             round_rows.write((await run_round(ctx, session, plan, req_rows, progress)).row)
                             mark_seen(ctx.run_dir, engine, shape)
                         counts: list[tuple[int, int]] = []
@@ -211,7 +213,8 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
                             n = len(counts) + 1
                             plan = RoundPlan(scenario=SCENARIO, shape=shape, round=n, requests=s.requests_for(load),
                                              first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
-                                             arrival_seed=f"{s.seed}/{shape.key}/r{n}")
+                                             arrival_seed=f"{s.seed}/{shape.key}/r{n}",
+                                             shards=shards_for(ctx.config.load, shape))
                             outcome = await run_round(ctx, session, plan, req_rows, progress)
                             round_rows.write(outcome.row)
                             mark_seen(ctx.run_dir, engine, shape)

@@ -16,6 +16,7 @@ from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
+from tasks.load.shards import shards_for
 from tasks.scenarios import PERF_SCENARIOS
 from tasks.staging import RunDir
 
@@ -98,6 +99,7 @@ def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None) -> dict[str,
                         requests=warmup_requests(shape),
                         first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
                         warmup=True,
+                        shards=shards_for(ctx.config.load, shape),
                     )
                     outcome = await run_round(ctx, session, plan, req_rows, progress)
                     round_rows.write(outcome.row)

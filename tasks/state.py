@@ -69,6 +69,11 @@ def cache_verdict_doc(engine: str) -> str:
     return f"verdicts/{engine}/prefix_cache.json"
 
 
+def hardware_doc(engine: str) -> str:
+    """Where the engine ran (tasks/evidence/hardware.py), written by its startup step."""
+    return f"hardware/{engine}.json"
+
+
 def outcome_doc(step: str, engine: str | None) -> str:
     return f"{OUTCOMES_DIR}/{engine}-{step}.json" if engine else f"{OUTCOMES_DIR}/{step}.json"
 
@@ -131,4 +136,11 @@ def pinned(run_dir: RunDir) -> dict[str, dict]:
 
 
 def manifest(run_dir: RunDir) -> dict | None:
-    return run_dir.read_json(MANIFEST)
+    """The plan's manifest, with each engine's hardware record once its startup step wrote one (a
+    document per engine: engines start in parallel, so none rewrites the shared manifest)."""
+    doc = run_dir.read_json(MANIFEST)
+    if doc is None:
+        return None
+    names = [e.get("name") for e in doc.get("engines") or [] if isinstance(e, dict)]
+    hardware = {n: h for n in names if (h := run_dir.read_json(hardware_doc(n))) is not None}
+    return {**doc, "hardware": hardware} if hardware else doc

@@ -338,10 +338,30 @@ KV_CAPACITY = Table(
     key=("run_id", "engine"),
 )
 
+HARDWARE = Table(
+    "hardware",
+    _common()
+    + (
+        Column("target", "str", nullable=False, values=("local", "kubernetes")),
+        Column("node", "str", description="The Kubernetes node, or a hash of this machine's host name."),
+        Column("gpu_product", "str", description="nvidia.com/gpu.product, or nvidia-smi's name."),
+        Column("gpu_memory_mib", "int", min_value=0, description="Memory per GPU (MiB)."),
+        Column("gpu_count", "int", min_value=0, description="GPUs the engine was given (0: none, a CPU engine)."),
+        Column("driver_version", "str"),
+        Column("cuda_version", "str", description="The CUDA version the driver supports."),
+        Column("gpu_uuids", "json", description="The GPUs the engine got, as seen from inside its pod or process."),
+        Column("cpu_model", "str", description="Local target: this machine's CPU."),
+        Column("cpu_cores", "int", min_value=1),
+        Column("sources", "json", nullable=False, description="Where each figure came from."),
+        Column("unknown", "json", description="Figures no source stated, with why."),
+    ),
+    key=("run_id", "engine"),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
-              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, CLIENT_SHARDS)
+              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

@@ -1,18 +1,29 @@
 """What an engine states about itself once it is up, recorded by the startup step beside its findings:
-its memory and KV capacity (tasks/evidence/kv_capacity.py), read from the startup log by its adapter."""
+its memory and KV capacity (tasks/evidence/kv_capacity.py), read from the startup log by its adapter,
+and where it runs (tasks/evidence/hardware.py): the platform's facts with what its container printed."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tasks.evidence.hardware import merge_pod_report, unknown
 from tasks.evidence.kv_capacity import kv_capacity_row
+from tasks.state import hardware_doc
 
 
 def record_startup_facts(ctx: Any, engine: str, startup_log: str) -> dict[str, Any]:
-    """Write the engine's kv_capacity row; returns the figures for the step's result."""
+    """Write the engine's kv_capacity and hardware rows (and the hardware document the manifest shows);
+    returns the figures for the step's result."""
     ectx = ctx.engine(engine)
     ep = ectx.endpoint
-    row = kv_capacity_row(ep.row_keys("startup"), ep.adapter, startup_log, ctx.config.model.context_limit_tokens)
+    keys = ep.row_keys("startup")
+    row = kv_capacity_row(keys, ep.adapter, startup_log, ctx.config.model.context_limit_tokens)
     with ctx.run_dir.rows("kv_capacity", engine, "startup") as out:
         out.write(row)
-    return {"kv_tokens": row["kv_tokens"], "fits_context": row["fits_context"]}
+    hardware = merge_pod_report(ctx.target.hardware(ctx.config, ctx.deployment(engine)), startup_log)
+    hardware_row = {**keys, "target": ctx.config.target, **hardware, "unknown": unknown(hardware) or None}
+    with ctx.run_dir.rows("hardware", engine, "startup") as out:
+        out.write(hardware_row)
+    ctx.run_dir.write_json(hardware_doc(engine), {k: v for k, v in hardware_row.items() if k not in keys})
+    return {"kv_tokens": row["kv_tokens"], "fits_context": row["fits_context"], "node": hardware["node"],
+            "gpus": hardware["gpu_count"]}

@@ -51,6 +51,16 @@ def list_pods(api_client: k8s.ApiClient, namespace: str, selector: str) -> list[
     return _plain(api_client, pods).get("items") or []
 
 
+def read_node(api_client: k8s.ApiClient, name: str) -> dict[str, Any] | None:
+    """A node (its labels carry the GPU feature-discovery facts); None when it is gone or not readable."""
+    try:
+        return _plain(api_client, k8s.CoreV1Api(api_client).read_node(name))
+    except ApiException as exc:
+        if exc.status in (403, 404):  # a runner without the node reader role still runs: the facts are unknown
+            return None
+        raise
+
+
 def pod_events(api_client: k8s.ApiClient, namespace: str, pod: str) -> list[dict[str, Any]]:
     events = k8s.CoreV1Api(api_client).list_namespaced_event(
         namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}"

@@ -22,6 +22,7 @@ from typing import Any
 
 from tasks.config import EngineSpec, RunConfig
 from tasks.engines import adapter_for
+from tasks.evidence.hardware import GPU_REPORT_SCRIPT
 
 MANAGED_BY = "dayone"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -198,9 +199,12 @@ def render_engine(
         mounts.append({"name": "model", "mountPath": k8s.model_mount_path, "readOnly": True})
 
     resources: dict[str, Any] = {}
+    launch: dict[str, Any] = {"command": command}
     if engine.gpus:
         gpus = {"nvidia.com/gpu": str(engine.gpus)}
         resources = {"limits": dict(gpus), "requests": dict(gpus)}
+        # The GPUs the pod was given are only visible from inside it: print them, then exec the engine.
+        launch = {"command": ["/bin/sh", "-c", GPU_REPORT_SCRIPT, "dayone-engine"], "args": command}
 
     node_selector = dict(engine.node_selector)
     if engine.node:
@@ -211,7 +215,7 @@ def render_engine(
         "name": CONTAINER,
         "image": image_by_digest(engine, pinned),
         "imagePullPolicy": "IfNotPresent",
-        "command": command,
+        **launch,
         "env": _env(env),
         "ports": [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         "resources": resources,
@@ -287,6 +291,11 @@ def runner_pod_template(image: str, namespace: str = "dayone", service_account: 
         },
         "spec": {**_pod_spec(service_account, pod_security, container, volumes), "restartPolicy": "Never"},
     }
+
+
+def engine_argv(container: dict[str, Any]) -> list[str]:
+    """The engine's own command line in a rendered engine container (after the GPU report wrapper)."""
+    return list(container.get("args") or container["command"])
 
 
 def service_url(obj_name: str, namespace: str, port: int) -> str:

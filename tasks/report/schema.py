@@ -236,6 +236,24 @@ class KvCapacity(_Doc):
     peaks: list[KvPeak]
 
 
+class Hardware(_Doc):
+    """Where the engine ran (hardware table): node, GPUs and the versions beside them, or the CPU;
+    `sources` names where each figure came from, `unknown` what no source stated."""
+
+    target: str
+    node: str | None
+    gpu_product: str | None
+    gpu_memory_mib: int | None
+    gpu_count: int | None
+    driver_version: str | None
+    cuda_version: str | None
+    gpu_uuids: list[str]
+    cpu_model: str | None
+    cpu_cores: int | None
+    sources: dict[str, str]
+    unknown: dict[str, str]
+
+
 class ClientLoad(_Doc):
     """The CPU the load client got in one scenario's measured rounds (client_shards table): a round whose
     client waited for a core more than 5% of it (other processes had the core) was measured on a busy
@@ -311,6 +329,7 @@ class EngineSummary(_Doc):
     client_load: list[ClientLoad] = Field(default_factory=list)  # the CPU the load client got, per scenario
     capacity: Capacity | None = None  # the capacity search's result, when it ran
     kv_capacity: KvCapacity | None = None  # memory and KV capacity from the engine's startup log
+    hardware: Hardware | None = None  # where the engine ran
 
     @property
     def ttft_published(self) -> bool:
@@ -451,6 +470,8 @@ class RunSummary(_Doc):
     measurement_design: str = "lanes"
     engine_order: list[list[str]] = Field(default_factory=list)  # the run's positions, as measured
     experiment: ExperimentSummary | None = None
+    # Engines whose GPU slices overlap or that ran on different GPU products (tasks/evidence/hardware.py).
+    slice_findings: list[str] = Field(default_factory=list)
 
 
 def read_summary(doc: Any) -> RunSummary:

@@ -34,7 +34,7 @@ from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison
 from tasks.report.schema import EngineRound
 from tasks.report.schema import ClientLoad
 from tasks.report.schema import Capacity, CapacityProbe
-from tasks.report.schema import KvCapacity, KvPeak
+from tasks.report.schema import Hardware, KvCapacity, KvPeak
 from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 
@@ -86,6 +86,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         comparisons=comparisons(engines, cfg.experiment.base if cfg.experiment else cfg.engines[0].name, CONFIDENCE),
         decision=[],
         **_design(run_dir),
+        slice_findings=_slice_findings(engines),
     )
     summary.decision = decide(summary)
     return RunSummary.model_validate(desensitize(summary.model_dump(mode="json")))
@@ -154,6 +155,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         client_load=[ClientLoad.model_validate(c) for c in client_load(run_dir.read_rows("client_shards", engine))],
         capacity=_capacity(run_dir, engine, cfg, published, "capacity" in restarted),
         kv_capacity=_kv_capacity(run_dir, engine),
+        hardware=_hardware(run_dir, engine),
     )
 
 
@@ -299,6 +301,25 @@ def _kv_capacity(run_dir: RunDir, engine: str) -> KvCapacity | None:
              for scenario, usage in sorted(peak_kv_by_scenario(run_dir.read_rows("engine_rounds", engine)).items())]
     return KvCapacity.model_validate({**{k: row.get(k) for k in KvCapacity.model_fields if k in row},
                                       "not_logged": sorted(not_logged or {}), "peaks": peaks})
+
+
+def _hardware(run_dir: RunDir, engine: str) -> Hardware | None:
+    rows = run_dir.read_rows("hardware", engine)
+    if not rows:
+        return None
+    row = dict(rows[-1])
+    for name in ("gpu_uuids", "sources", "unknown"):
+        if isinstance(row.get(name), str):
+            row[name] = json.loads(row[name])
+    return Hardware.model_validate({**{k: row.get(k) for k in Hardware.model_fields},
+                                    "gpu_uuids": row.get("gpu_uuids") or [], "sources": row.get("sources") or {},
+                                    "unknown": row.get("unknown") or {}})
+
+
+def _slice_findings(engines: dict[str, EngineSummary]) -> list[str]:
+    from tasks.evidence.hardware import slice_findings
+
+    return slice_findings({name: e.hardware.model_dump() for name, e in engines.items() if e.hardware})
 
 
 def _evidence(row: dict[str, Any]) -> CheckEvidence:

@@ -80,5 +80,8 @@ class Target(Protocol):
     def startup_log(self, deployment: Deployment) -> str:
         ...
 
+    def hardware(self, config: RunConfig, deployment: Deployment) -> dict[str, Any]:
+        """Where the engine runs, as the platform knows it (tasks/evidence/hardware.py record)."""
+
     def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> None:
         """Remove what deploy made; idempotent, and safe when deploy never ran."""

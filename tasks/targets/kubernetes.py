@@ -219,6 +219,21 @@ class KubernetesTarget:
             text = previous + "\n" + text
         return text
 
+    def hardware(self, config: RunConfig, deployment: Deployment) -> dict[str, Any]:
+        """The node the engine's pod runs on, its GPU feature-discovery labels, and the GPUs the pod
+        asked for; the UUIDs it got come from its container's log (tasks/evidence/hardware.py)."""
+        from tasks.evidence.hardware import kubernetes_node
+
+        h = deployment.handle
+        client = self.client(h["conn_id"])
+        pod = newest_pod(api.list_pods(client, h["namespace"], h["selector"]))
+        node_name = ((pod or {}).get("spec") or {}).get("nodeName")
+        node = api.read_node(client, node_name) if node_name else None
+        limits = [((c.get("resources") or {}).get("limits") or {}).get("nvidia.com/gpu")
+                  for c in ((pod or {}).get("spec") or {}).get("containers") or [] if c.get("name") == CONTAINER]
+        pod_gpus = int(limits[0]) if limits and limits[0] is not None else None
+        return kubernetes_node(node_name, node, pod_gpus)
+
     # ---- teardown ----------------------------------------------------------------------------
     def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> list[str]:
         """Delete everything labelled with this run and engine; safe when nothing is there."""

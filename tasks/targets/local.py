@@ -114,6 +114,16 @@ class LocalTarget:
             return ""
         return Path(path).read_text(encoding="utf-8", errors="replace")[-2_000_000:]
 
+    def hardware(self, config: RunConfig, deployment: Deployment) -> dict[str, Any]:
+        """What this machine reports for the engine's process: its GPUs (as the engine's
+        CUDA_VISIBLE_DEVICES narrows them), else its CPU model and cores."""
+        from tasks.evidence.hardware import empty_record, local_machine
+
+        if deployment.handle.get("launcher") in (None, "external"):
+            return empty_record()  # an external engine runs where DayOne cannot see
+        _on_this_node(deployment)
+        return local_machine(deployment.handle["node"], config.engine(deployment.engine).env)
+
     def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> None:
         dep = Deployment.load(run_dir, engine)
         if not dep or "pid" not in dep.handle:

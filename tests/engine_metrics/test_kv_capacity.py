@@ -12,6 +12,7 @@ import pytest
 from engine_rounds_helpers import context
 from tasks.config import parse_run_config
 from tasks.engines import adapter_for
+from tasks.evidence.hardware import empty_record
 from tasks.evidence.kv_capacity import fits_context, kv_capacity_row
 from tasks.evidence.startup_facts import record_startup_facts
 from tasks.report.html import render_html
@@ -94,11 +95,13 @@ def test_the_simulator_prints_its_profiles_kv_pool_and_the_step_records_it(sims,
                                                                           concurrency_source):
     sim = sims(dialect, {"cache_capacity_tokens": 50_000, "context_limit": 16_384})
     ctx = context(sim.url, dialect, tmp_path)
-    run_ctx = SimpleNamespace(engine=lambda name: ctx, run_dir=ctx.run_dir,
+    run_ctx = SimpleNamespace(engine=lambda name: ctx, run_dir=ctx.run_dir, deployment=lambda name: None,
+                              target=SimpleNamespace(hardware=lambda config, deployment: empty_record()),
                               config=parse_run_config({"engines": [{"name": "eng", "dialect": dialect}],
                                                        "model": {"context_limit_tokens": 16_384},
                                                        "scenarios": NO_LONG_CONTEXT}))
-    assert record_startup_facts(run_ctx, "eng", sim.log()) == {"kv_tokens": 50_000, "fits_context": True}
+    facts = record_startup_facts(run_ctx, "eng", sim.log())
+    assert (facts["kv_tokens"], facts["fits_context"]) == (50_000, True)
     [row] = ctx.run_dir.read_rows("kv_capacity", "eng")
     assert row["engine_context_tokens"] == 16_384 and row["max_concurrency_source"] == concurrency_source
     assert row["max_concurrency"] == pytest.approx(50_000 / 16_384, abs=0.005)

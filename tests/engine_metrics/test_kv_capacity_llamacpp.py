@@ -24,9 +24,12 @@ def test_llamacpp_kv_size_reaches_the_report(tmp_path, kv_unified, kv_tokens, co
                              context_limit=1024)
     with running_engine(tmp_path, config) as engine:
         log = engine.target.startup_log(engine.deployment)
-        run_ctx = SimpleNamespace(engine=lambda name: engine.ctx(), run_dir=engine.run_dir, config=config)
+        run_ctx = SimpleNamespace(engine=lambda name: engine.ctx(), run_dir=engine.run_dir, config=config,
+                                  target=engine.target, deployment=lambda name: engine.deployment)
         facts = record_startup_facts(run_ctx, "llamacpp", log)
-    assert facts == {"kv_tokens": kv_tokens, "fits_context": True}
+    assert (facts["kv_tokens"], facts["fits_context"]) == (kv_tokens, True)
+    [machine] = engine.run_dir.read_rows("hardware", "llamacpp")  # where it ran: this machine
+    assert machine["cpu_cores"] >= 1 and machine["gpu_count"] is not None
     [row] = engine.run_dir.read_rows("kv_capacity", "llamacpp")
     assert row["engine_context_tokens"] == 2048 // (1 if kv_unified else 2)
     assert row["max_concurrency"] == concurrency and row["max_concurrency_source"] == "KV tokens / context"

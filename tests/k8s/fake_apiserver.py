@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlparse
 TOKEN = "dayone-test-token"
 _CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
 _APPS = re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/(?P<res>deployments)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$")
+_NODES = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
 KINDS = {"pods": ("v1", "Pod"), "services": ("v1", "Service"), "events": ("v1", "Event"), "deployments": ("apps/v1", "Deployment")}
 
 
@@ -123,11 +124,14 @@ class FakeApiServer:
 
     def start_pod(self, namespace: str, deployment: str, *, waiting: tuple[str, str] | None = None,
                   running: bool = False, ready: bool = False, restart_count: int = 0,
-                  last_terminated: dict[str, Any] | None = None, unschedulable_since: dt.datetime | None = None) -> str:
-        """Create the pod the Deployment's ReplicaSet would make, in the given state."""
+                  last_terminated: dict[str, Any] | None = None, unschedulable_since: dt.datetime | None = None,
+                  node: str | None = None) -> str:
+        """Create the pod the Deployment's ReplicaSet would make, in the given state (scheduled on `node`)."""
         with self.lock:
             dep = self.objects[("deployments", namespace, deployment)]
             template = copy.deepcopy(dep["spec"]["template"])
+            if node is not None:
+                template["spec"]["nodeName"] = node
             name = f"{deployment}-{uuid.uuid4().hex[:10]}-{uuid.uuid4().hex[:5]}"
             container = template["spec"]["containers"][0]
             if unschedulable_since is not None:
@@ -168,6 +172,12 @@ class FakeApiServer:
             }
             self._store("pods", pod)
             return name
+
+    def add_node(self, name: str, labels: dict[str, str]) -> None:
+        """A cluster node with these labels (GPU feature discovery's, for instance)."""
+        with self.lock:
+            self.objects[("nodes", "", name)] = {"apiVersion": "v1", "kind": "Node",
+                                                  "metadata": {"name": name, "labels": dict(labels)}}
 
     def set_container_state(self, namespace: str, pod: str, **fields: Any) -> None:
         with self.lock:
@@ -233,6 +243,13 @@ class FakeApiServer:
                                         "body": copy.deepcopy(body)})
                 if self.headers.get("Authorization") != f"Bearer {TOKEN}":
                     return self._status(401, "Unauthorized", "Unauthorized")
+                node = _NODES.match(url.path)
+                if node and self.command == "GET":
+                    with server.lock:
+                        obj = server.objects.get(("nodes", "", node.group("name")))
+                    if obj is None:
+                        return self._status(404, "NotFound", f'nodes "{node.group("name")}" not found')
+                    return self._send(200, obj)
                 m = _CORE.match(url.path) or _APPS.match(url.path)
                 if not m:
                     return self._status(404, "NotFound", f"the server could not find the requested resource ({url.path})")

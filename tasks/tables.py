@@ -280,6 +280,41 @@ CLIENT_SHARDS = Table(
     key=("run_id", "engine", "scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round", "shard"),
 )
 
+TELEMETRY_ROUNDS = Table(
+    "telemetry_rounds",
+    _common()
+    + (
+        Column("concurrency", "int", nullable=False, min_value=1),
+        Column("rate_rps", "float"),
+        Column("input_tokens", "int", min_value=1),
+        Column("output_tokens", "int", min_value=1),
+        Column("warmup", "bool"),
+        Column("gpus", "int", min_value=1, description="GPUs of the engine the DCGM exporter reported."),
+        Column("gpu_uuids", "json", description="Their UUIDs."),
+        Column("started_ts", "float", description="Unix time of the reading before the first send."),
+        Column("ended_ts", "float", description="Unix time of the reading after the last completion."),
+        Column("samples", "int", nullable=False, min_value=0, description="Readings taken while the round ran."),
+        Column("gpu_util_mean_pct", "float", min_value=0.0, max_value=100.0,
+               description="DCGM_FI_DEV_GPU_UTIL, mean over the engine's GPUs, mean over the readings."),
+        Column("gpu_util_peak_pct", "float", min_value=0.0, max_value=100.0),
+        Column("memory_used_peak_mib", "float", min_value=0.0,
+               description="DCGM_FI_DEV_FB_USED summed over the engine's GPUs, highest reading."),
+        Column("power_mean_w", "float", min_value=0.0,
+               description="DCGM_FI_DEV_POWER_USAGE summed over the engine's GPUs, mean over the readings."),
+        Column("power_peak_w", "float", min_value=0.0),
+        Column("energy_j", "float", min_value=0.0, description="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION delta (mJ) "
+               "from the reading before the round to the one after, summed over the GPUs, in joules."),
+        Column("energy_unpublished", "str", description="Why energy_j is null: a counter fell (reset), a reading missed."),
+        Column("ok_output_tokens", "int", min_value=0, description="Output tokens of the round's ok requests."),
+        Column("joules_per_output_token", "float", min_value=0.0, description="energy_j / ok_output_tokens."),
+        Column("readings", "json", description="[seconds from the first reading, utilization %, power W, memory MiB] "
+               "per reading."),
+        Column("unavailable", "str", description="Why there are no figures: the exporter unreadable, none of the GPUs."),
+        Column("not_exposed", "json", description="Figures the exporter did not give, with why."),
+    ),
+    key=("run_id", "engine", "scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round"),
+)
+
 CAPACITY = Table(
     "capacity",
     _common()
@@ -361,7 +396,7 @@ HARDWARE = Table(
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
-              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS)
+              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

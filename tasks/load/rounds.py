@@ -9,6 +9,10 @@ Around the sends, the engine's /metrics is scraped (before the first send, after
 completion) and its gauges sampled on a thread of their own: one `engine_rounds` row per round
 (tasks/evidence/engine_metrics.py), with the raw scrapes as `server_metrics` rows.
 
+With GPU telemetry on (run config `telemetry`), the engine's GPUs are read from a DCGM exporter the
+same way, on a sampler thread of their own: one `telemetry_rounds` row per round with joules per
+output token (tasks/evidence/telemetry.py).
+
 Each round records what its client got: one `client_shards` row per client process (one for a round
 of one process) with its clock offset, wall time, CPU and the time it waited for a core.
 """
@@ -20,10 +24,13 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks import state
 from tasks.context import StepContext
 from tasks.desensitize import desensitize
 from tasks.evidence import metrics as server_metrics
 from tasks.evidence.engine_metrics import RoundWatch
+from tasks.evidence import telemetry
+from tasks.evidence.telemetry import TelemetryWatch
 from tasks.load import client as load_client
 from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
 from tasks.load.progress import Progress
@@ -95,6 +102,7 @@ async def run_round(
         shards: list[ShardReport] = []
         # Off the timed window: the scrape is done before the first send is written.
         watch = await asyncio.to_thread(RoundWatch(ep.base_url, ep.adapter).start)
+        gpu_watch = await asyncio.to_thread(_start_telemetry, ctx)
         try:
             if plan.shards > 1:
                 results, shards = await run_sharded(
@@ -117,13 +125,19 @@ async def run_round(
                 shards = [one_process(meter.stop(), len(specs))]
         finally:
             watch.stop_sampling()  # also when a send raised
+            if gpu_watch is not None:
+                gpu_watch.stop_sampling()
         await asyncio.to_thread(watch.finish)  # after the last completion
+        if gpu_watch is not None:
+            await asyncio.to_thread(gpu_watch.finish)
     await asyncio.to_thread(_write_client_shards, ctx, plan, tag, keys, shards)
     figures = round_figures(rows, ctx.config.slo, ctx.config.round_error_rate_max)
     row = {**keys, **level, "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens,
            "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
     # File I/O off the loop's thread, as for every row (another engine's round may follow at once).
     await asyncio.to_thread(_write_engine_round, ctx, plan, tag, keys, watch, row, engine_rows, metrics_rows)
+    if gpu_watch is not None:
+        await asyncio.to_thread(_write_telemetry_round, ctx, plan, tag, keys, gpu_watch, row, rows)
     if figures["status"] == "failed":
         errors = sorted({r.error or "" for r in results if r.status != "ok"})
         log.warning("%s: round failed, %d of %d requests failed: %s", tag, figures["requests_failed"], len(rows),
@@ -157,6 +171,25 @@ def _write_engine_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[
         with ctx.run_dir.rows("server_metrics", engine, partition) as out:
             for r in raw:
                 out.write(r)
+
+
+def _start_telemetry(ctx: StepContext) -> TelemetryWatch | None:
+    """The engine's GPUs read around and during the round, when the run config asks (telemetry)."""
+    engine = ctx.endpoint.engine
+    hardware = ctx.run_dir.read_json(state.hardware_doc(engine)) or {}
+    source = telemetry.source_for(ctx.config, engine, ctx.endpoint.base_url, hardware.get("gpu_uuids"))
+    return None if source is None else TelemetryWatch(source).start()
+
+
+def _write_telemetry_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[str, Any], watch: TelemetryWatch,
+                           client_row: dict[str, Any], request_rows: list[dict[str, Any]]) -> None:
+    """The round's telemetry_rounds partition (named after the round, so a retried step replaces it)."""
+    row = watch.row(keys, client_row, request_rows)
+    for reason in (row["unavailable"], row["energy_unpublished"]):
+        if reason:
+            log.warning("%s: GPU telemetry: %s", tag, reason)
+    with ctx.run_dir.rows("telemetry_rounds", ctx.endpoint.engine, f"{plan.scenario}-{plan.shape.key}-r{plan.round}") as out:
+        out.write(row)
 
 
 def _write_client_shards(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[str, Any],

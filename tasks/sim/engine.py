@@ -13,6 +13,7 @@ from typing import Any
 
 from tasks.sim.cache import PrefixCache
 from tasks.sim.dialects import Dialect
+from tasks.sim.gpus import SimGpus
 from tasks.sim.profile import Profile
 from tasks.sim.timer import PreciseTimer
 
@@ -115,6 +116,7 @@ class Engine:
         self.records: deque[Record] = deque(maxlen=MAX_RECORDS)
         self.crashing = False
         self.counter_base = profile.counter_base  # added to every counter in /metrics
+        self.gpus = SimGpus(profile)  # what /dcgm/metrics reports; told of every change of `running`
 
     def restart_in_place(self) -> None:
         """What a restart leaves: a new process start, counters and cache empty, one more restart."""
@@ -141,6 +143,7 @@ class Engine:
     async def acquire_slot(self) -> None:
         if self.running < self.profile.slots and not self.waiting:
             self.running += 1
+            self.gpus.set_running(self.running)
             return
         fut = self.loop.create_future()
         self.waiting.append(fut)
@@ -163,6 +166,7 @@ class Engine:
                 fut.set_result(None)
                 return
         self.running -= 1
+        self.gpus.set_running(self.running)
 
     # ---- prefill ---------------------------------------------------------------------------
     def admit(self, record: Record, cache_tokens: list[Any], admit_mono: float) -> float:
@@ -236,6 +240,8 @@ class Engine:
             self.restart_in_place()
         if faults.counter_base_drop_after_requests and self.finished == faults.counter_base_drop_after_requests:
             self.counter_base = 0.0
+        if self.profile.gpus.energy_reset_after_requests == self.finished:
+            self.gpus.reset_energy()
         crash_after = self.profile.faults.crash_after_requests
         if crash_after and self.finished >= crash_after and not self.crashing:
             self.crashing = True
@@ -262,6 +268,7 @@ class Engine:
             "cache_blocks": len(self.cache),
             "seen_shapes": sorted(list(s) for s in self.seen_shapes),
             "counters": dict(self.counters),
+            "gpus": self.gpus.state(),
             "precise_timer": self.timer.precise,
             "pid": os.getpid(),
             "profile": self.profile.model_dump(),

@@ -105,6 +105,30 @@ class Speculative(_Model):
         return 1.0 + self.acceptance_rate * self.draft_tokens
 
 
+class Gpus(_Model):
+    """The GPUs behind the simulator's DCGM-style exporter (GET /dcgm/metrics). They work in step
+    (tensor parallel): utilization = running / slots; power per GPU = idle_power_w + (busy_power_w -
+    idle_power_w) x utilization; the energy counter is that power integrated over time (mJ, from
+    energy_base_mj); framebuffer used = weights_mib + kv_cache_mib x KV usage."""
+
+    count: int = Field(1, ge=1, le=16)
+    product: str = Field("NVIDIA H100 80GB HBM3", min_length=1)
+    idle_power_w: float = Field(70.0, ge=0)
+    busy_power_w: float = Field(700.0, ge=0)
+    weights_mib: float = Field(16_000.0, ge=0)
+    kv_cache_mib: float = Field(48_000.0, ge=0)
+    energy_base_mj: float = Field(1e9, ge=0, description="The energy counter at start (it counts since boot).")
+    energy_reset_after_requests: int | None = Field(
+        None, ge=1, description="After this many finished requests the energy counter starts again from 0 (a "
+        "driver reload or GPU reset), with no engine restart.")
+
+    @model_validator(mode="after")
+    def _busy_above_idle(self) -> Gpus:
+        if self.busy_power_w < self.idle_power_w:
+            raise ValueError("gpus.busy_power_w: below idle_power_w. Fix: give busy_power_w >= idle_power_w")
+        return self
+
+
 class Profile(_Model):
     model: str = Field("dayone-sim-model", min_length=1)
     context_limit: int = Field(1_048_576, ge=16)
@@ -149,6 +173,7 @@ class Profile(_Model):
     # What the engine spends (tasks/evidence/engine_metrics.py reads it back from /metrics).
     preemption: Preemption | None = Field(None, description="Plant preemptions (retractions on SGLang).")
     speculative: Speculative | None = Field(None, description="Speculative decoding: its counters and faster TPOT.")
+    gpus: Gpus = Field(default_factory=Gpus, description="The simulated GPUs its DCGM-style exporter reports.")
 
 
 class ProfileError(ValueError):

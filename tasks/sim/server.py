@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from tasks.evidence.telemetry import SIMULATOR_PATH as SIMULATOR_DCGM_PATH
 from tasks.sim.dialects import DIALECTS, Dialect, startup_values
 from tasks.sim.engine import Engine, Record
 from tasks.sim.profile import Profile
@@ -191,6 +192,13 @@ def render_metrics(engine: Engine) -> str:
         out.append(f"{name}_sum{{{labels}}} {hist.total}")
         out.append(f"{name}_count{{{labels}}} {float(hist.n)}")
     return "\n".join(out) + "\n"
+
+
+async def dcgm_metrics(request: web.Request) -> web.Response:
+    """A DCGM exporter's /metrics for the simulated GPUs (a real one is a separate endpoint, usually :9400)."""
+    engine = request.app[ENGINE]
+    return web.Response(text=engine.gpus.render(engine.kv_usage(), "dayone-sim"), content_type="text/plain",
+                        charset="utf-8")
 
 
 async def model_info(request: web.Request) -> web.Response:
@@ -617,6 +625,7 @@ def build_app(engine: Engine) -> web.Application:
     r.add_get("/sim/state", sim_state)
     r.add_get("/sim/requests", sim_requests)
     r.add_delete("/sim/requests", clear_sim_requests)
+    r.add_get(SIMULATOR_DCGM_PATH, dcgm_metrics)
     if d.metrics:
         r.add_get("/metrics", metrics)
     if d.tokenize:

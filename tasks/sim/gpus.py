@@ -1,0 +1,67 @@
+"""The simulated GPUs: what the simulator's DCGM-style exporter (/dcgm/metrics) reports, following
+its load. Energy is exact: the engine reports every change of its running count, and the counter
+integrates power between changes (tests hold joules per token against it)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from tasks.evidence.telemetry import FB_USED, GPU_UTIL, POWER_USAGE, TOTAL_ENERGY
+from tasks.sim.profile import Profile
+
+mono = time.monotonic
+
+
+class SimGpus:
+    def __init__(self, profile: Profile):
+        self.profile = profile
+        self.spec = profile.gpus
+        self.uuids = [f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'dayone-sim/{profile.seed}/{i}')}"
+                      for i in range(self.spec.count)]
+        self.running = 0
+        self.busy_slot_s = 0.0  # running requests integrated over time (slot-seconds)
+        self.energy_mj = self.spec.energy_base_mj  # per GPU, up to self.since
+        self.since = mono()
+
+    def utilization(self, running: int | None = None) -> float:
+        return min(1.0, (self.running if running is None else running) / self.profile.slots)
+
+    def power_w(self) -> float:
+        """Per GPU."""
+        return self.spec.idle_power_w + (self.spec.busy_power_w - self.spec.idle_power_w) * self.utilization()
+
+    def _advance(self, now: float) -> None:
+        dt = now - self.since
+        self.energy_mj += self.power_w() * dt * 1000.0
+        self.busy_slot_s += self.running * dt
+        self.since = now
+
+    def set_running(self, running: int) -> None:
+        """Called on every change of the engine's running count."""
+        self._advance(mono())
+        self.running = running
+
+    def reset_energy(self) -> None:
+        self._advance(mono())
+        self.energy_mj = 0.0
+
+    def state(self) -> dict[str, float]:
+        self._advance(mono())
+        return {"busy_slot_s": self.busy_slot_s, "energy_mj": self.energy_mj, "power_w": self.power_w(),
+                "utilization": self.utilization()}
+
+    def render(self, kv_usage: float, host: str) -> str:
+        """DCGM exporter's exposition: one series per GPU, labelled as dcgm-exporter labels them."""
+        self._advance(mono())
+        memory = self.spec.weights_mib + self.spec.kv_cache_mib * kv_usage
+        values = ((GPU_UTIL, "gauge", 100.0 * self.utilization()), (FB_USED, "gauge", memory),
+                  (POWER_USAGE, "gauge", self.power_w()), (TOTAL_ENERGY, "counter", self.energy_mj))
+        out = []
+        for name, kind, value in values:
+            out += [f"# HELP {name} (DayOne simulator)", f"# TYPE {name} {kind}"]
+            for i, gpu in enumerate(self.uuids):
+                labels = (f'gpu="{i}",UUID="{gpu}",pci_bus_id="00000000:{i + 0x18:02X}:00.0",device="nvidia{i}",'
+                          f'modelName="{self.spec.product}",Hostname="{host}"')
+                out.append(f"{name}{{{labels}}} {value!r}")
+        return "\n".join(out) + "\n"

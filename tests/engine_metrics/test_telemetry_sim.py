@@ -1,0 +1,116 @@
+"""GPU telemetry per round against the simulator's DCGM-style exporter: its values follow the load,
+a round's telemetry_rounds row (energy and joules per output token held against the simulator's
+exact energy integral), a counter reset voids the energy, and a run config without a DCGM endpoint
+is refused."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from engine_rounds_helpers import one_round
+from tasks.config import ConfigError, parse_run_config
+from tasks.context import StepContext, endpoint_for
+from tasks.evidence import telemetry
+from tasks.load.plan import Shape
+from tasks.staging import RunDir
+
+SLOTS = 8
+SHAPE = Shape(input_tokens=64, output_tokens=40, concurrency=4)
+REQUESTS = 12
+IDLE_W, BUSY_W = 0.0, 800.0  # idle 0: the energy counter moves only while requests run
+
+
+def gpus(**extra):
+    return {"count": 2, "idle_power_w": IDLE_W, "busy_power_w": BUSY_W, "weights_mib": 1000.0,
+            "kv_cache_mib": 4000.0, **extra}
+
+
+def context(url: str, root, interval_s: float = 0.02) -> StepContext:
+    cfg = parse_run_config({"run_id": "telemetry", "engines": [{"name": "eng", "dialect": "vllm"}],
+                            "telemetry": {"enabled": True, "interval_s": interval_s}})
+    return StepContext(cfg, endpoint_for(cfg, "eng", url, "sha256:" + "0" * 64), RunDir("telemetry", root=root))
+
+
+def telemetry_row(ctx: StepContext, round_: int = 1) -> dict:
+    rows = [r for r in ctx.run_dir.read_rows("telemetry_rounds", "eng") if r["round"] == round_]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def reading(sim) -> telemetry.GpuReading:
+    return telemetry.parse_reading(httpx.get(sim.url + telemetry.SIMULATOR_PATH, timeout=5).text)
+
+
+def test_the_simulators_dcgm_exporter_follows_its_load(sims):
+    sim = sims("vllm", {"slots": SLOTS, "itl_s": 0.05, "gpus": gpus(idle_power_w=100.0)})
+    idle = reading(sim)
+    assert len(idle.gpus) == 2 and all(u.startswith("GPU-") for u in idle.gpus)
+    assert idle.mean(telemetry.GPU_UTIL) == 0 and idle.total(telemetry.POWER_USAGE) == 200.0
+    assert idle.total(telemetry.FB_USED) == 2000.0
+    with httpx.Client(timeout=30) as client:
+        import threading
+        body = {"model": "dayone-sim-model", "prompt": "x", "max_tokens": 40, "ignore_eos": True, "stream": False}
+        threads = [threading.Thread(target=client.post, args=(sim.url + "/v1/completions",), kwargs={"json": body})
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        busy = None
+        for _ in range(100):  # four of eight slots held: 50%
+            busy = reading(sim)
+            if busy.mean(telemetry.GPU_UTIL) == 50.0:
+                break
+        for t in threads:
+            t.join()
+    assert busy is not None and busy.mean(telemetry.GPU_UTIL) == 50.0
+    assert busy.total(telemetry.POWER_USAGE) == pytest.approx(2 * (100 + (BUSY_W - 100) * 0.5))
+    assert busy.total(telemetry.FB_USED) > 2000.0  # KV held by the running requests
+    after = reading(sim)
+    assert after.total(telemetry.TOTAL_ENERGY) > busy.total(telemetry.TOTAL_ENERGY) > idle.total(telemetry.TOTAL_ENERGY)
+
+
+def test_a_rounds_joules_per_token_are_the_simulators_energy_over_its_output_tokens(sims, tmp_path):
+    sim = sims("vllm", {"slots": SLOTS, "itl_s": 0.01, "gpus": gpus()})
+    ctx = context(sim.url, tmp_path)
+    busy_before = sim.state()["gpus"]["busy_slot_s"]
+    one_round(ctx, SHAPE, REQUESTS)
+    busy_after = sim.state()["gpus"]["busy_slot_s"]
+    row = telemetry_row(ctx)
+    # Idle power 0: the energy is (busy - idle) / slots per running request-second, on each of 2 GPUs.
+    expected_j = 2 * BUSY_W / SLOTS * (busy_after - busy_before)
+    tokens = sum(r["completion_tokens"] for r in sim.requests())
+    assert tokens == REQUESTS * SHAPE.output_tokens
+    assert row["energy_unpublished"] is None and row["unavailable"] is None
+    assert row["energy_j"] == pytest.approx(expected_j, rel=1e-9)
+    assert row["ok_output_tokens"] == tokens
+    assert row["joules_per_output_token"] == pytest.approx(expected_j / tokens, rel=1e-9)
+    assert row["gpus"] == 2 and len(row["gpu_uuids"]) == 2
+    assert row["samples"] >= 3
+    # Four streams on eight slots: utilization at most 50%, power at most 2 x 400 W.
+    assert 0 < row["gpu_util_mean_pct"] <= row["gpu_util_peak_pct"] == 50.0
+    assert 0 < row["power_mean_w"] <= row["power_peak_w"] == pytest.approx(2 * BUSY_W * 0.5)
+    assert row["memory_used_peak_mib"] > 2000.0
+    assert row["readings"][0][0] == 0 and len(row["readings"]) == row["samples"] + 2
+    assert row["not_exposed"] is None
+
+
+def test_an_energy_counter_reset_voids_the_rounds_energy_with_its_reason(sims, tmp_path):
+    sim = sims("vllm", {"slots": SLOTS, "itl_s": 0.01, "gpus": gpus(energy_reset_after_requests=5)})
+    ctx = context(sim.url, tmp_path)
+    one_round(ctx, SHAPE, REQUESTS)
+    row = telemetry_row(ctx)
+    assert row["energy_j"] is None and row["joules_per_output_token"] is None
+    assert telemetry.TOTAL_ENERGY in row["energy_unpublished"] and "reset" in row["energy_unpublished"]
+    assert row["power_mean_w"] > 0  # the gauges stand
+
+
+def test_an_engine_without_a_dcgm_endpoint_is_refused_when_telemetry_is_on():
+    with pytest.raises(ConfigError, match="telemetry.dcgm_url"):
+        parse_run_config({"engines": [{"name": "ext", "dialect": "vllm", "launcher": "external",
+                                       "endpoint": "http://127.0.0.1:1"}], "telemetry": {"enabled": True}})
+    cfg = parse_run_config({"engines": [{"name": "ext", "dialect": "vllm", "launcher": "external",
+                                         "endpoint": "http://127.0.0.1:1"}],
+                            "telemetry": {"enabled": True, "engines": {"ext": {"dcgm_url": "http://127.0.0.1:9400/metrics"}}}})
+    source = telemetry.source_for(cfg, "ext", "http://127.0.0.1:1", ["GPU-a"])
+    assert source.url == "http://127.0.0.1:9400/metrics" and source.gpu_uuids == ("GPU-a",)
+    assert parse_run_config({}).telemetry.enabled is False

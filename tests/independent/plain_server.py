@@ -199,6 +199,18 @@ class PlainServer:
         self.stop()
 
 
+class TokenGap4ms(PlainServer):
+    """4 ms between tokens: the base of the effect tests."""
+
+    token_delay_s = 0.004
+
+
+class TokenGap2ms(PlainServer):
+    """2 ms between tokens: the one behaviour that differs from TokenGap4ms."""
+
+    token_delay_s = 0.002
+
+
 def _delta_fields(events: list[tuple[float, dict]]) -> dict[str, str]:
     """The text fields of a stream's deltas besides content (e.g. reasoning), joined: the same
     answer unstreamed carries them in its message."""

@@ -9,55 +9,25 @@ in the decision summary and in report.html: the paths that publish a comparison.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from pathlib import Path
-
 import pytest
-from plain_server import MODEL, PlainServer
+from plain_pipeline import external, run_pipeline, scenarios
+from plain_server import MODEL, TokenGap2ms, TokenGap4ms
 
 OUTPUT_TOKENS = 24
 
 
-class BaseServer(PlainServer):
-    token_delay_s = 0.004
-
-
-class FasterServer(PlainServer):
-    token_delay_s = 0.002  # the one behaviour that differs: half the gap between tokens
-
-
 @pytest.fixture(scope="module")
 def two_engine_run(airflow_db, s3_server, tmp_path_factory):
-    from airflow.dag_processing.dagbag import DagBag
-
-    from dayone_airflow.glue import dayone_run_id
-    from tasks.staging import RunDir
-
-    repo = Path(__file__).resolve().parents[2]
-    dag = DagBag(dag_folder=str(repo / "dags")).get_dag("dayone_eval")
-    root = tmp_path_factory.mktemp("effect-runs")
-    when = datetime(2026, 11, 30, 11, 0, tzinfo=timezone.utc)
-    with BaseServer() as base, FasterServer() as faster, pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DAYONE_WORKDIR", str(root))
-        mp.setenv("AIRFLOW_CONN_DAYONE_S3", s3_server.connection_uri())
-        conf = {
+    with TokenGap4ms() as base, TokenGap2ms() as faster:
+        run_dir = run_pipeline({
             "model": {"name": MODEL, "context_limit_tokens": 4096},
-            "engines": [  # the first engine is the base every other one is compared with
-                {"name": "base", "dialect": "openai", "launcher": "external", "endpoint": base.url},
-                {"name": "faster", "dialect": "openai", "launcher": "external", "endpoint": faster.url},
-            ],
-            "scenarios": {
-                "functional": {"enabled": False},
-                "short": {"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [2], "rounds": 4,
-                          "requests_per_round": 8},
-                "prefill": {"enabled": False}, "decode": {"enabled": False}, "rate": {"enabled": False},
-                "long_context": {"enabled": False}, "boundary": {"enabled": False},
-                "prefix_cache": {"enabled": False},
-            },
+            # the first engine is the base every other one is compared with
+            "engines": [external("base", base.url), external("faster", faster.url)],
+            "scenarios": scenarios(short={"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [2],
+                                          "rounds": 4, "requests_per_round": 8}),
             "archive": {"bucket": "effects"},
             "request_timeout_s": 30,
-        }
-        run = dag.test(run_conf=conf, logical_date=when, run_after=when)
-    run_dir = RunDir(dayone_run_id(run.run_id), root)
+        }, s3_server, tmp_path_factory.mktemp("effect-runs"), datetime(2026, 11, 30, 11, 0, tzinfo=timezone.utc))
     summary = run_dir.read_json("summary.json")
     assert summary is not None, f"no summary.json; step outcomes in {run_dir.path / 'state' / 'steps'}"
     return summary, (run_dir.path / "report.html").read_text(encoding="utf-8")

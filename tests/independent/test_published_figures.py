@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from plain_pipeline import external, run_pipeline, scenarios
 from plain_server import MODEL, PlainServer
 
 OUTPUT_TOKENS = 16
@@ -116,37 +117,17 @@ def test_bench_shows_the_first_encounter_the_warmup_took(tmp_path):
 
 @pytest.fixture(scope="module")
 def pipeline_run(airflow_db, s3_server, tmp_path_factory):
-    from airflow.dag_processing.dagbag import DagBag
-
-    from dayone_airflow.glue import dayone_run_id
-    from tasks.staging import RunDir
-
-    repo = Path(__file__).resolve().parents[2]
-    dag = DagBag(dag_folder=str(repo / "dags")).get_dag("dayone_eval")
-    root = tmp_path_factory.mktemp("independent-runs")
-    when = datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc)
-    with UnstreamedCompletions() as unstreamed, FirstEncounterTail() as jit, pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DAYONE_WORKDIR", str(root))
-        mp.setenv("AIRFLOW_CONN_DAYONE_S3", s3_server.connection_uri())
-        conf = {
+    with UnstreamedCompletions() as unstreamed, FirstEncounterTail() as jit:
+        run_dir = run_pipeline({
             "model": {"name": MODEL, "context_limit_tokens": 4096},
-            "engines": [
-                {"name": "unstreamed", "dialect": "openai", "launcher": "external", "endpoint": unstreamed.url},
-                {"name": "jit", "dialect": "openai", "launcher": "external", "endpoint": jit.url},
-            ],
-            "scenarios": {
-                "functional": {"skip": ["image_input", "tool_call", "tool_call_streaming", "openai_sdk"]},
-                "short": {"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [2], "rounds": 2,
-                          "requests_per_round": 4},
-                "prefill": {"enabled": False}, "decode": {"enabled": False}, "rate": {"enabled": False},
-                "long_context": {"enabled": False}, "boundary": {"enabled": False},
-                "prefix_cache": {"enabled": False},
-            },
+            "engines": [external("unstreamed", unstreamed.url), external("jit", jit.url)],
+            "scenarios": scenarios(
+                functional={"skip": ["image_input", "tool_call", "tool_call_streaming", "openai_sdk"]},
+                short={"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [2], "rounds": 2,
+                       "requests_per_round": 4}),
             "archive": {"bucket": "independent"},
             "request_timeout_s": 30,
-        }
-        run = dag.test(run_conf=conf, logical_date=when, run_after=when)
-    run_dir = RunDir(dayone_run_id(run.run_id), root)
+        }, s3_server, tmp_path_factory.mktemp("independent-runs"), datetime(2026, 11, 30, 9, 0, tzinfo=timezone.utc))
     summary = run_dir.read_json("summary.json")
     assert summary is not None, f"no summary.json; step outcomes in {run_dir.path / 'state' / 'steps'}"
     return summary, (run_dir.path / "report.html").read_text(encoding="utf-8")

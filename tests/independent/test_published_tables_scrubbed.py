@@ -12,10 +12,10 @@ import io
 import subprocess
 import sys
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from plain_pipeline import external, run_pipeline, scenarios
 from plain_server import MODEL, PlainServer
 
 OUTPUT_TOKENS = 8
@@ -73,34 +73,15 @@ def test_bench_writes_error_text_scrubbed_to_csv_and_parquet(tmp_path):
 
 @pytest.fixture(scope="module")
 def archived_requests(airflow_db, s3_server, tmp_path_factory):
-    from airflow.dag_processing.dagbag import DagBag
-
-    from dayone_airflow.glue import dayone_run_id
-    from tasks.staging import RunDir
-
-    repo = Path(__file__).resolve().parents[2]
-    dag = DagBag(dag_folder=str(repo / "dags")).get_dag("dayone_eval")
-    root = tmp_path_factory.mktemp("leaky-runs")
-    when = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
-    with LeakyUpstream() as server, pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DAYONE_WORKDIR", str(root))
-        mp.setenv("AIRFLOW_CONN_DAYONE_S3", s3_server.connection_uri())
-        conf = {
+    with LeakyUpstream() as server:
+        run_dir = run_pipeline({
             "model": {"name": MODEL, "context_limit_tokens": 4096},
-            "engines": [{"name": "leaky", "dialect": "openai", "launcher": "external", "endpoint": server.url}],
-            "scenarios": {
-                "functional": {"enabled": False}, "warmup": False,
-                "short": {"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [2], "rounds": 1,
-                          "requests_per_round": 4},
-                "prefill": {"enabled": False}, "decode": {"enabled": False}, "rate": {"enabled": False},
-                "long_context": {"enabled": False}, "boundary": {"enabled": False},
-                "prefix_cache": {"enabled": False},
-            },
+            "engines": [external("leaky", server.url)],
+            "scenarios": scenarios(warmup=False, short={"input_tokens": 16, "output_tokens": OUTPUT_TOKENS,
+                                                        "concurrency": [2], "rounds": 1, "requests_per_round": 4}),
             "archive": {"bucket": "leaky-tables"},
             "request_timeout_s": 30,
-        }
-        run = dag.test(run_conf=conf, logical_date=when, run_after=when)
-    run_dir = RunDir(dayone_run_id(run.run_id), root)
+        }, s3_server, tmp_path_factory.mktemp("leaky-runs"), datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc))
     archived = run_dir.read_json("archive.json")
     assert archived, f"not archived; step outcomes in {run_dir.path / 'state' / 'steps'}"
     s3 = s3_server.client()

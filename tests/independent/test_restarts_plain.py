@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from aiohttp import web
+from plain_pipeline import external, run_pipeline, scenarios
 from plain_server import MODEL, PlainServer, messages_token_count, prompt_token_count
 
 QUERIES, HITS = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
@@ -208,39 +209,18 @@ def test_bench_cli_sees_no_restart_on_a_steady_server(tmp_path):
 
 @pytest.fixture(scope="module")
 def pipeline_run(airflow_db, s3_server, tmp_path_factory):
-    from airflow.dag_processing.dagbag import DagBag
-
-    from dayone_airflow.glue import dayone_run_id
-    from tasks.staging import RunDir
-
-    repo = Path(__file__).resolve().parents[2]
-    dag = DagBag(dag_folder=str(repo / "dags")).get_dag("dayone_eval")
-    root = tmp_path_factory.mktemp("restart-runs")
-    when = datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc)
-    with (PrefixCacheServer(restart_after=3) as resetcache, RestartsMidBench(restart_after=5) as midbench,
-          pytest.MonkeyPatch.context() as mp):
-        mp.setenv("DAYONE_WORKDIR", str(root))
-        mp.setenv("AIRFLOW_CONN_DAYONE_S3", s3_server.connection_uri())
-        conf = {
+    with PrefixCacheServer(restart_after=3) as resetcache, RestartsMidBench(restart_after=5) as midbench:
+        run_dir = run_pipeline({
             "model": {"name": MODEL, "context_limit_tokens": 4096},
-            "engines": [
-                {"name": "resetcache", "dialect": "vllm", "launcher": "external", "endpoint": resetcache.url},
-                {"name": "midbench", "dialect": "vllm", "launcher": "external", "endpoint": midbench.url},
-            ],
-            "scenarios": {
-                "functional": {"enabled": False},
-                "warmup": False,
-                "short": {"input_tokens": 16, "output_tokens": BENCH_OUTPUT_TOKENS, "concurrency": [2], "rounds": 2,
-                          "requests_per_round": 4},
-                "prefill": {"enabled": False}, "decode": {"enabled": False}, "rate": {"enabled": False},
-                "long_context": {"enabled": False}, "boundary": {"enabled": False},
-                "prefix_cache": {"prompt_tokens": CACHE_PROMPT_TOKENS, "repeats": REPEATS, "output_tokens": 4},
-            },
+            "engines": [external("resetcache", resetcache.url, "vllm"), external("midbench", midbench.url, "vllm")],
+            "scenarios": scenarios(
+                warmup=False,
+                short={"input_tokens": 16, "output_tokens": BENCH_OUTPUT_TOKENS, "concurrency": [2], "rounds": 2,
+                       "requests_per_round": 4},
+                prefix_cache={"prompt_tokens": CACHE_PROMPT_TOKENS, "repeats": REPEATS, "output_tokens": 4}),
             "archive": {"bucket": "restarts"},
             "request_timeout_s": 30,
-        }
-        run = dag.test(run_conf=conf, logical_date=when, run_after=when)
-    run_dir = RunDir(dayone_run_id(run.run_id), root)
+        }, s3_server, tmp_path_factory.mktemp("restart-runs"), datetime(2026, 11, 30, 10, 0, tzinfo=timezone.utc))
     summary = run_dir.read_json("summary.json")
     assert summary is not None, f"no summary.json; step outcomes in {run_dir.path / 'state' / 'steps'}"
     assert summary["validation_success"], summary["validation"]  # null deltas are valid rows, never negative ones

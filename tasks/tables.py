@@ -306,7 +306,7 @@ TELEMETRY_ROUNDS = Table(
                "from the reading before the round to the one after, summed over the GPUs, in joules."),
         Column("energy_unpublished", "str", description="Why energy_j is null: a counter fell (reset), a reading missed."),
         Column("ok_output_tokens", "int", min_value=0, description="Output tokens of the round's ok requests."),
-        Column("joules_per_output_token", "float", min_value=0.0, description="energy_j / ok_output_tokens."),
+        Column("energy_per_output_token_j", "float", min_value=0.0, description="Joules per output token: energy_j / ok_output_tokens."),
         Column("readings", "json", description="[seconds from the first reading, utilization %, power W, memory MiB] "
                "per reading."),
         Column("unavailable", "str", description="Why there are no figures: the exporter unreadable, none of the GPUs."),

@@ -166,7 +166,7 @@ def telemetry_round_row(
         "samples": len(during),
         "gpu_util_mean_pct": None, "gpu_util_peak_pct": None, "memory_used_peak_mib": None,
         "power_mean_w": None, "power_peak_w": None, "energy_j": None, "energy_unpublished": None,
-        "ok_output_tokens": None, "joules_per_output_token": None, "readings": None, "unavailable": None,
+        "ok_output_tokens": None, "energy_per_output_token_j": None, "readings": None, "unavailable": None,
     }
     tokens, unknown = ok_output_tokens(request_rows)
     row["ok_output_tokens"] = tokens
@@ -210,9 +210,9 @@ def telemetry_round_row(
             row["energy_j"] = mj / 1000.0
     if row["energy_j"] is not None:
         if unknown:
-            not_exposed["joules_per_output_token"] = f"{unknown} ok requests carried no usage (their tokens unknown)"
+            not_exposed["energy_per_output_token_j"] = f"{unknown} ok requests carried no usage (their tokens unknown)"
         elif tokens > 0:
-            row["joules_per_output_token"] = row["energy_j"] / tokens
+            row["energy_per_output_token_j"] = row["energy_j"] / tokens
     t0 = read[0].ts
     row["readings"] = [[round(r.ts - t0, 4), r.mean(GPU_UTIL), r.total(POWER_USAGE), r.total(FB_USED)] for r in read]
     row["not_exposed"] = not_exposed or None

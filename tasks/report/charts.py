@@ -39,6 +39,7 @@ def render_charts(summary: RunSummary) -> dict[str, bytes]:
         "long_context": long_context_chart,
         "prefix_cache": prefix_cache_chart,
         "capacity": capacity_chart,
+        "telemetry": telemetry_chart,
     }
     out = {}
     for name, make in makers.items():
@@ -398,6 +399,35 @@ def capacity_chart(summary: RunSummary) -> bytes | None:
     return _png(fig)
 
 
+def telemetry_chart(summary: RunSummary) -> bytes | None:
+    """GPU power and utilization over the run per engine, from the DCGM readings of every measured
+    round (gaps between rounds are left open), with each round's mean power as a short bar."""
+    engines = {n: e.telemetry_rounds for n, e in summary.engines.items() if any(r.readings for r in e.telemetry_rounds)}
+    if not engines:
+        return None
+    colors = _colors(summary)
+    fig, axes = _figure(11, 5.2, nrows=2)
+    power_ax, util_ax = axes[0][0], axes[1][0]
+    for name, rounds in engines.items():
+        color = colors[name]
+        for k, r in enumerate(rounds):
+            pts = [p for p in r.readings if p[0] is not None]
+            label = name if k == 0 else None
+            power_ax.plot([p[0] for p in pts if p[2] is not None], [p[2] for p in pts if p[2] is not None], "-",
+                          color=color, linewidth=1.1, label=label)
+            util_ax.plot([p[0] for p in pts if p[1] is not None], [p[1] for p in pts if p[1] is not None], "-",
+                         color=color, linewidth=1.1, label=label)
+            if r.power_mean_w is not None and pts:
+                power_ax.plot([pts[0][0], pts[-1][0]], [r.power_mean_w] * 2, "-", color=color, linewidth=4, alpha=0.25)
+    power_ax.plot([], [], "-", color="gray", linewidth=4, alpha=0.25, label="round mean")
+    _style(power_ax, "GPU power over the run (DCGM_FI_DEV_POWER_USAGE, summed over each engine's GPUs)", "W")
+    _style(util_ax, "GPU utilization (DCGM_FI_DEV_GPU_UTIL, mean over each engine's GPUs)", "%")
+    util_ax.set_ylim(-2, 102)
+    util_ax.set_xlabel("seconds since the engine's first measured round", fontsize=9)
+    _legend(power_ax, loc="upper right")
+    return _png(fig)
+
+
 def forest_chart(summary: RunSummary, scenario: str) -> bytes:
     """One row per (level, figure, engine vs base): the ratio with its interval, the line at 1."""
     rows = [c for c in summary.comparisons if c.scenario == scenario]
@@ -467,4 +497,4 @@ def _short(text: Any, limit: int = 70) -> str:
 
 
 __all__ = ["render_charts", "throughput_chart", "ttft_chart", "decode_prefill_chart", "long_context_chart",
-           "prefix_cache_chart", "capacity_chart", "forest_chart"]
+           "prefix_cache_chart", "capacity_chart", "telemetry_chart", "forest_chart"]

@@ -211,6 +211,25 @@ class EngineRound(_Doc):
     not_exposed: list[str]
 
 
+class TelemetryRound(_Doc):
+    """What the engine's GPUs spent in one round, from a DCGM exporter (telemetry_rounds table):
+    utilization and power means, peak memory, energy and joules per output token; `readings` are
+    [seconds since the engine's first reading, utilization %, power W] for the chart."""
+
+    scenario: str
+    level: str
+    round: int
+    gpus: int | None
+    gpu_util_mean_pct: float | None
+    memory_used_peak_mib: float | None
+    power_mean_w: float | None
+    energy_j: float | None
+    ok_output_tokens: int | None
+    energy_per_output_token_j: float | None
+    why_missing: str | None  # the exporter unreadable, or a counter reset voided the energy
+    readings: list[list[float | None]] = Field(default_factory=list)
+
+
 class KvPeak(_Doc):
     """The highest KV usage the engine's gauge read in one scenario's rounds."""
 
@@ -330,6 +349,7 @@ class EngineSummary(_Doc):
     capacity: Capacity | None = None  # the capacity search's result, when it ran
     kv_capacity: KvCapacity | None = None  # memory and KV capacity from the engine's startup log
     hardware: Hardware | None = None  # where the engine ran
+    telemetry_rounds: list[TelemetryRound] = Field(default_factory=list)  # what its GPUs spent, per round
 
     @property
     def ttft_published(self) -> bool:

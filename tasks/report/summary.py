@@ -35,6 +35,7 @@ from tasks.report.schema import EngineRound
 from tasks.report.schema import ClientLoad
 from tasks.report.schema import Capacity, CapacityProbe
 from tasks.report.schema import Hardware, KvCapacity, KvPeak
+from tasks.report.schema import TelemetryRound
 from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 
@@ -156,6 +157,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         capacity=_capacity(run_dir, engine, cfg, published, "capacity" in restarted),
         kv_capacity=_kv_capacity(run_dir, engine),
         hardware=_hardware(run_dir, engine),
+        telemetry_rounds=_telemetry_rounds(run_dir.read_rows("telemetry_rounds", engine)),
     )
 
 
@@ -282,6 +284,29 @@ def _engine_rounds(rows: list[dict[str, Any]], ttft_published: bool) -> list[Eng
         if not ttft_published:
             e.update(client_ttft_mean_s=None, ttft_gap_finding=None)
         out.append(EngineRound.model_validate(e))
+    return out
+
+
+def _telemetry_rounds(rows: list[dict[str, Any]]) -> list[TelemetryRound]:
+    """Every measured round's GPU figures (warmup rounds left out) in time order, each reading's
+    time counted from the engine's first reading."""
+    rows = sorted((r for r in rows if not r.get("warmup")), key=lambda r: r.get("started_ts") or 0.0)
+    t0 = next((r["started_ts"] for r in rows if r.get("started_ts") is not None), None)
+    out = []
+    for r in rows:
+        readings = r.get("readings")
+        if isinstance(readings, str):
+            readings = json.loads(readings)
+        shift = (r["started_ts"] - t0) if t0 is not None and r.get("started_ts") is not None else None
+        rate = r.get("rate_rps")
+        out.append(TelemetryRound(
+            scenario=r["scenario"], level=f"{rate:g} req/s" if rate is not None else f"c={r.get('concurrency')}",
+            round=r["round"], gpus=r.get("gpus"), gpu_util_mean_pct=r.get("gpu_util_mean_pct"),
+            memory_used_peak_mib=r.get("memory_used_peak_mib"), power_mean_w=r.get("power_mean_w"),
+            energy_j=r.get("energy_j"), ok_output_tokens=r.get("ok_output_tokens"),
+            energy_per_output_token_j=r.get("energy_per_output_token_j"),
+            why_missing=r.get("unavailable") or r.get("energy_unpublished"),
+            readings=[] if shift is None or not readings else [[t + shift, u, w] for t, u, w, *_ in readings]))
     return out
 
 

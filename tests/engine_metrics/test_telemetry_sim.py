@@ -83,7 +83,7 @@ def test_a_rounds_joules_per_token_are_the_simulators_energy_over_its_output_tok
     assert row["energy_unpublished"] is None and row["unavailable"] is None
     assert row["energy_j"] == pytest.approx(expected_j, rel=1e-9)
     assert row["ok_output_tokens"] == tokens
-    assert row["joules_per_output_token"] == pytest.approx(expected_j / tokens, rel=1e-9)
+    assert row["energy_per_output_token_j"] == pytest.approx(expected_j / tokens, rel=1e-9)
     assert row["gpus"] == 2 and len(row["gpu_uuids"]) == 2
     assert row["samples"] >= 3
     # Four streams on eight slots: utilization at most 50%, power at most 2 x 400 W.
@@ -99,7 +99,7 @@ def test_an_energy_counter_reset_voids_the_rounds_energy_with_its_reason(sims, t
     ctx = context(sim.url, tmp_path)
     one_round(ctx, SHAPE, REQUESTS)
     row = telemetry_row(ctx)
-    assert row["energy_j"] is None and row["joules_per_output_token"] is None
+    assert row["energy_j"] is None and row["energy_per_output_token_j"] is None
     assert telemetry.TOTAL_ENERGY in row["energy_unpublished"] and "reset" in row["energy_unpublished"]
     assert row["power_mean_w"] > 0  # the gauges stand
 

@@ -195,9 +195,15 @@ def record(run_dir: RunDir, name: str, engine: str | None, call: Callable[[], di
 def verdict(run_dir: RunDir, required: tuple[str, ...]) -> list[str]:
     """Why the run failed, one line each; empty when it succeeded. A run fails when any step failed,
     when a required run-level step did not complete (an archive that never wrote is a failed run,
-    whatever the engines did), or when validation failed."""
+    whatever the engines did), when a planned engine step left no outcome (its task never finished:
+    a worker killed past its last retry leaves partial rows and no word), or when validation failed."""
     recorded = outcomes(run_dir)
     problems = [f"{o.where}: {o.detail}" for o in recorded if o.status == "failed"]
+    done = {(o.engine, o.step) for o in recorded}
+    for planned in (manifest(run_dir) or {}).get("matrix") or []:
+        if (planned["engine"], planned["scenario"]) not in done:
+            problems.append(f"{planned['engine']}/{planned['scenario']}: planned, but no outcome was recorded "
+                            "(its task never finished; its rows, if any, are partial)")
     run_level = {o.step: o for o in recorded if not o.engine}
     for name in required:
         outcome = run_level.get(name)

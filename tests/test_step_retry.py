@@ -61,3 +61,17 @@ def test_a_try_that_left_no_outcome_is_measured_again(ready_engine):
     execute(ctx, "short", "sim")
     again = {r["request_id"]: r["send_ts"] for r in _short_rows(ctx)}
     assert len(again) == 4 and all(again[k] > first[k] for k in first)  # measured anew, the partition replaced
+
+
+def test_a_planned_step_that_left_no_outcome_fails_the_run(ready_engine):
+    """A killed try with no retry left records nothing: the run must not pass on partial rows."""
+    from tasks.steps import STEPS, execute, verdict
+
+    ctx = ready_engine
+    execute(ctx, "startup_findings", "sim")
+    STEPS["short"].run(ctx, "sim")  # measured, but the try never recorded how it ended
+    problems = verdict(ctx.run_dir, ("plan", "pin"))
+    assert any(p.startswith("sim/short: planned, but no outcome was recorded") for p in problems), problems
+    assert not any(p.startswith("sim/startup_findings") for p in problems)
+    execute(ctx, "short", "sim")
+    assert not any(p.startswith("sim/short") for p in verdict(ctx.run_dir, ("plan", "pin")))

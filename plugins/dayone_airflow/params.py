@@ -23,10 +23,10 @@ from tasks.presets import PRESET_FIELD, PRESETS, PROTOCOL
 SECTIONS = {
     PRESET_FIELD: "Preset",
     "model": "Model",
-    "engines": "Engines",
-    "scenarios": "Scenarios",
+    "engines": "Engines", "experiment": "Engines",
+    "scenarios": "Scenarios", "load": "Scenarios",
     "slo": "SLOs and limits", "request_timeout_s": "SLOs and limits", "round_error_rate_max": "SLOs and limits",
-    "target": "Where", "dry_run": "Where", "kubernetes": "Where",
+    "target": "Where", "dry_run": "Where", "kubernetes": "Where", "telemetry": "Where",
     "archive": "Results", "thresholds": "Results",
 }
 ORDER = tuple(SECTIONS)

@@ -95,3 +95,17 @@ def test_serialized_dags_stay_small_with_the_params_on_the_dag_alone():
         task = dag.get_task("engines_0_short")
         params = process_params(dag, task, {"target": "local"}, suppress_exception=False)
         assert params["target"] == "local" and "engines" in params and "scenarios" in params
+
+
+def test_an_empty_position_costs_one_measuring_task_and_a_failed_scenario_stops_no_other():
+    """The first performance task of a position runs whatever came before (all_done) and skips when the
+    position has no engine; the later ones follow it unless it skipped (none_skipped), so a failed
+    scenario still lets the next one measure, and an empty position schedules one task, not four."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from dayone_airflow.pipeline import MEASURING, task_id
+
+    dag = DagBag(dag_folder=str(REPO / "dags")).dags["dayone_eval"]
+    for p in range(2):
+        rules = [str(dag.get_task(task_id(s, p)).trigger_rule).rsplit(".", 1)[-1].lower() for s in MEASURING]
+        assert rules == ["all_done", *["none_skipped"] * (len(MEASURING) - 1)], rules

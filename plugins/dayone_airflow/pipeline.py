@@ -85,9 +85,12 @@ def _engines_up(position: int, handles: dict[str, Any]) -> Any:
 def _measured_together(position: int, scenario: str) -> Any:
     """A performance scenario over every engine of the position at once: rounds interleaved (ABBA)."""
 
-    # all_done: an engine whose warmup failed must not stop the others' measurement. The engines are
-    # pulled, not passed: a position never reached (its due task did not run) has none, and skips.
-    @task(task_id=f"engines_{position}_{scenario}", trigger_rule="all_done", **retries(scenario))
+    # The first: all_done, so an engine whose warmup failed does not stop the others' measurement; the
+    # engines are pulled, not passed, and a position with none (or none ready) skips. The later ones:
+    # none_skipped, so they follow a failed scenario but an empty position costs one task, not four.
+    first = scenario == MEASURING[0]
+    @task(task_id=f"engines_{position}_{scenario}", trigger_rule="all_done" if first else "none_skipped",
+          **retries(scenario))
     def measure(params=None, run_id=None, ti=None):
         names = ti.xcom_pull(task_ids=f"engines_{position}_due")
         if not names:

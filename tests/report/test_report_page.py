@@ -6,13 +6,14 @@ import base64
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-CHART_NAMES = ("throughput", "ttft", "decode_prefill", "long_context", "prefix_cache")
+CHART_NAMES = ("throughput", "ttft", "decode_prefill", "long_context", "prefix_cache", "telemetry")
 # A forest plot per scenario compared: each engine against the base, ratio and interval
 FOREST_NAMES = ("effects_short", "effects_prefill", "effects_decode")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -88,6 +89,10 @@ def test_chromium_renders_every_chart_and_table(report, chromium, tmp_path):
     assert non_white > 0.05, f"the screenshot is {non_white:.1%} ink: mostly blank"
     if os.environ.get("DAYONE_REPORT_SCREENSHOT"):  # docs/report-screenshot.png is made this way
         shutil.copyfile(shot, os.environ["DAYONE_REPORT_SCREENSHOT"])
+        # and its telemetry section, below the page's first 3000 pixels (docs/report-telemetry.png)
+        section = Path(os.environ["DAYONE_REPORT_SCREENSHOT"]).with_name("report-telemetry.png")
+        subprocess.run([sys.executable, "-c", SECTION_SHOT, chromium, page.as_uri(), "telemetry", str(section)],
+                       check=True, timeout=120)
 
     dom_run = _chromium(chromium, "--dump-dom", page.as_uri())
     dom = _Dom()
@@ -142,8 +147,27 @@ def test_forest_plot_is_drawn_from_the_summary_alone(report):
     assert not [n for n in render_charts(summary.model_copy(update={"comparisons": []})) if n.startswith("effects_")]
 
 
-def test_screenshot_in_docs_is_small_and_a_png():
-    shot = Path(__file__).resolve().parents[2] / "docs" / "report-screenshot.png"
-    assert shot.exists(), "docs/report-screenshot.png: run this file with DAYONE_REPORT_SCREENSHOT set to it"
+@pytest.mark.parametrize("name", ["report-screenshot.png", "report-telemetry.png"])
+def test_screenshot_in_docs_is_small_and_a_png(name):
+    shot = Path(__file__).resolve().parents[2] / "docs" / name
+    assert shot.exists(), f"docs/{name}: run this file with DAYONE_REPORT_SCREENSHOT set to docs/report-screenshot.png"
     assert shot.read_bytes().startswith(PNG_MAGIC)
     assert shot.stat().st_size < 1_000_000
+
+
+# One section of the page, from its heading to the end of its figure, through Playwright (in a process of
+# its own: Playwright's sync loop must not outlive it in the test's worker).
+SECTION_SHOT = """
+import sys
+from playwright.sync_api import sync_playwright
+chromium, uri, section, out = sys.argv[1:]
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+    page = browser.new_page(viewport={"width": 1400, "height": 1200})
+    page.goto(uri)
+    top = page.locator("#" + section).bounding_box()
+    end = page.locator("#" + section + " ~ figure").first.bounding_box()
+    page.screenshot(path=out, full_page=True, clip={"x": 0, "y": top["y"] - 10, "width": 1400,
+                                                     "height": end["y"] + end["height"] - top["y"] + 20})
+    browser.close()
+"""

@@ -127,7 +127,7 @@ EXPECTED_FIELDS = {
     "preset": "dropdown", "model": "JSON editor", "engines": "JSON array editor", "scenarios": "JSON editor",
     "slo": "JSON editor", "request_timeout_s": "number", "round_error_rate_max": "number", "target": "dropdown",
     "dry_run": "switch", "kubernetes": "JSON editor", "archive": "JSON editor", "thresholds": "JSON editor",
-    "experiment": "JSON editor", "load": "JSON editor",
+    "experiment": "JSON editor", "telemetry": "JSON editor", "load": "JSON editor",
 }
 
 

@@ -209,15 +209,22 @@ REGRESSIONS = Table(
     ),
 )
 
-ENGINE_ROUNDS = Table(
-    "engine_rounds",
-    _common()
-    + (
+def _round_level() -> tuple[Column, ...]:
+    """The level and shape of the round a per-round row belongs to (engine, client, GPU rows)."""
+    return (
         Column("concurrency", "int", nullable=False, min_value=1),
         Column("rate_rps", "float"),
         Column("input_tokens", "int", min_value=1),
         Column("output_tokens", "int", min_value=1),
         Column("warmup", "bool"),
+    )
+
+
+ENGINE_ROUNDS = Table(
+    "engine_rounds",
+    _common()
+    + (
+        *_round_level(),
         Column("scrape_before_ts", "float", description="Unix time of the /metrics scrape before the first send."),
         Column("scrape_after_ts", "float", description="Unix time of the /metrics scrape after the last completion."),
         Column("deltas_unpublished", "str",
@@ -258,11 +265,7 @@ CLIENT_SHARDS = Table(
     "client_shards",
     _common()
     + (
-        Column("concurrency", "int", nullable=False, min_value=1),
-        Column("rate_rps", "float"),
-        Column("input_tokens", "int", min_value=1),
-        Column("output_tokens", "int", min_value=1),
-        Column("warmup", "bool"),
+        *_round_level(),
         Column("shards", "int", nullable=False, min_value=1, description="Client processes that shared the round."),
         Column("shard", "int", nullable=False, min_value=0, description="This process; 0 in a round of one."),
         Column("requests", "int", min_value=0, description="Requests this process sent."),
@@ -284,11 +287,7 @@ TELEMETRY_ROUNDS = Table(
     "telemetry_rounds",
     _common()
     + (
-        Column("concurrency", "int", nullable=False, min_value=1),
-        Column("rate_rps", "float"),
-        Column("input_tokens", "int", min_value=1),
-        Column("output_tokens", "int", min_value=1),
-        Column("warmup", "bool"),
+        *_round_level(),
         Column("gpus", "int", min_value=1, description="GPUs of the engine the DCGM exporter reported."),
         Column("gpu_uuids", "json", description="Their UUIDs."),
         Column("started_ts", "float", description="Unix time of the reading before the first send."),

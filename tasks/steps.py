@@ -139,12 +139,7 @@ def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
             with contextlib.suppress(Exception):
                 record(ctx.run_dir, name, e, lambda exc=exc: _raise(exc))
         raise
-    data = {}
-    for e in names:
-        summary = summaries[e]
-        ctx.run_dir.write_json(perf_summary_doc(e, name), summary)
-        data[e] = record(ctx.run_dir, name, e, lambda summary=summary, e=e: {
-            "engine": e, "scenario": name, "ok": True, "engine_restarted": summary["engine_restarted"]}).data
+    data = {e: record(ctx.run_dir, name, e, lambda e=e: _kept(ctx, e, name, summaries[e])).data for e in names}
     return StepResult(step=name, data={"engines": data, "design": summaries[names[0]]["design"]})
 
 
@@ -452,12 +447,16 @@ def _perf(scenario: str) -> StepFn:
         from tasks.scenarios.perf import run_perf
 
         ectx = ctx.engine(engine)
-        summary = _watched(ctx, ectx, scenario, lambda: run_perf(ectx, scenario))
-        ctx.run_dir.write_json(perf_summary_doc(engine, scenario), summary)
-        return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
+        return _kept(ctx, engine, scenario, _watched(ctx, ectx, scenario, lambda: run_perf(ectx, scenario)))
 
     perf.__name__ = scenario
     return perf
+
+
+def _kept(ctx: RunContext, engine: str, scenario: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """Keep a performance scenario's summary for the report; the step's result."""
+    ctx.run_dir.write_json(perf_summary_doc(engine, scenario), summary)
+    return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
 
 
 def _watched_all(ctx: RunContext, ectxs: list[StepContext], step: str,

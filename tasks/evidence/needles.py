@@ -130,7 +130,13 @@ def needle_request(
     except (CalibrationError, httpx.HTTPError, ValueError, KeyError) as exc:
         return {**row, "error": f"prompt not built, nothing sent: {type(exc).__name__}: {exc}"[:500]}
     # max_tokens alone: forcing the full output (ignore_eos) would run text into the code.
-    body: dict[str, Any] = {"model": ep.model, "max_tokens": output_tokens, "stream_options": {"include_usage": True}}
+    # Greedy: at an engine's default temperature (llama.cpp's is 0.8) a pass would be a draw.
+    body: dict[str, Any] = {
+        "model": ep.model,
+        "max_tokens": output_tokens,
+        "temperature": 0.0,
+        "stream_options": {"include_usage": True},
+    }
     if prompt_style == "chat":
         path = "/v1/chat/completions"
         body["messages"] = [{"role": "user", "content": prompt.text}]

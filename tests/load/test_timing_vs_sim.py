@@ -10,9 +10,10 @@ from tasks.scenarios.warmup import reset_shapes
 from tasks.sim import start_sim
 from tasks.tables import REQUESTS, ROUNDS, to_frame
 
-# This machine is shared and busy: a client timestamp may trail the server's by a few ms,
-# but it may never precede it, and the typical error stays near a millisecond.
-SLACK_S = 0.015
+# A client timestamp may never precede the server's, and the typical (median) error stays near a
+# millisecond. One request may trail by tens of ms when the suite's other worker holds the core
+# (74 ms against 51 once): the per-request bound allows that, the medians below do not.
+SLACK_S = 0.05
 
 
 @pytest.fixture(scope="module")

@@ -61,12 +61,13 @@ class Probe:
         return JsonResult(r.status_code, body, error=None if r.status_code == 200 else f"HTTP {r.status_code}",
                           body_excerpt=excerpt(r.text))
 
+    # Greedy unless a check says otherwise: a check's verdict must not be a draw of the sampler.
     def post(self, path: str, payload: dict[str, Any]) -> JsonResult:
-        return post_json(self.client, self.url(path), {"model": self.endpoint.model, **payload})
+        return post_json(self.client, self.url(path), {"model": self.endpoint.model, "temperature": 0.0, **payload})
 
     def stream(self, path: str, payload: dict[str, Any]) -> StreamResult:
-        return stream_post(self.client, self.url(path), {"model": self.endpoint.model, **payload},
-                           self.endpoint.adapter)
+        return stream_post(self.client, self.url(path),
+                           {"model": self.endpoint.model, "temperature": 0.0, **payload}, self.endpoint.adapter)
 
     def chat(self, content: str | list[dict[str, Any]], **extra: Any) -> JsonResult:
         return self.post(CHAT_PATH, {"messages": [{"role": "user", "content": content}],

@@ -29,13 +29,13 @@ def _steps(probe: Probe) -> tuple[str | None, dict[str, Any]]:
         if ep.model not in ids:
             return f"models.list() does not name {ep.model!r}", seen
         messages = [{"role": "user", "content": PROMPT}]
-        reply = client.chat.completions.create(model=ep.model, messages=messages, max_tokens=256)
+        reply = client.chat.completions.create(model=ep.model, messages=messages, max_tokens=256, temperature=0)
         content = reply.choices[0].message.content or ""
         seen["chat"] = content[:80]
         if not content.strip():
             return "chat.completions.create() returned empty content", seen
         parts = []
-        stream = client.chat.completions.create(model=ep.model, messages=messages, max_tokens=256, stream=True)
+        stream = client.chat.completions.create(model=ep.model, messages=messages, max_tokens=256, temperature=0, stream=True)
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta and chunk.choices[0].delta.content:
                 parts.append(chunk.choices[0].delta.content)

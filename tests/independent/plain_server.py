@@ -54,7 +54,7 @@ class PlainServer:
 
     def __init__(self) -> None:
         self.url = ""
-        self.requests: list[dict[str, Any]] = []  # kind, prompt_tokens, arrived (time.time())
+        self.requests: list[dict[str, Any]] = []  # kind, prompt_tokens, arrived (time.time()), stream, temperature
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
@@ -112,7 +112,7 @@ class PlainServer:
             prompt_tokens = prompt_token_count(body.get("prompt", ""))
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         self.requests.append({"kind": kind, "prompt_tokens": prompt_tokens, "arrived": time.time(),
-                              "stream": bool(body.get("stream"))})
+                              "stream": bool(body.get("stream")), "temperature": body.get("temperature")})
         error = self.error_for(kind, body)
         if error is not None:
             status, message = error

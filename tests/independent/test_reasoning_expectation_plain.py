@@ -54,10 +54,12 @@ def test_no_reasoning_is_not_applicable_unless_the_user_says_the_model_reasons(t
     with PlainServer() as server:
         unknown, _ = _reasoning_split(server.url, tmp_path / "unknown")
         reasons, proc = _reasoning_split(server.url, tmp_path / "reasons", "--model-reasons", "yes")
+        temperatures = {r["temperature"] for r in server.requests}
     assert unknown["outcome"] == "not_applicable", unknown
     assert reasons["outcome"] == "fail", reasons
     assert "model.reasoning: true" in reasons["reason"]
     assert proc.returncode == 1  # a failed check fails the command
+    assert temperatures == {0.0}  # checks decode greedily: a verdict is not the sampler's draw
 
 
 def test_the_evidence_names_each_field_that_carried_the_reasoning(tmp_path):

@@ -3,7 +3,7 @@
 Method: bench/ref_server.py (no code shared with DayOne or its simulator; one precise timer, its
 own log) streams one token every 5 ms after a 100 ms TTFT, 256 out, and records when each
 request's last byte reached the kernel and when it handed each token event to the kernel (GET
-/log, keyed by X-Request-Id). The client (tasks/load/client.py: aiohttp on uvloop) runs closed
+/log, keyed by X-Request-Id). The client (tasks/load/client.py: own connections on uvloop) runs closed
 loop at each stream count, pinned to its core(s), the server pinned to another; each level runs
 with all streams started at once (burst) and with the starts ramped over one request's duration.
 Every client timestamp is compared with the server's actual times, not with the nominal ones:
@@ -122,7 +122,7 @@ def environment() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    import aiohttp
+    import httptools
     import uvloop
 
     return {
@@ -130,7 +130,7 @@ def environment() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "loadavg_before": os.getloadavg(),
         "python": platform.python_version(),
-        "aiohttp": aiohttp.__version__,
+        "httptools": httptools.__version__,
         "uvloop": uvloop.__version__,
         "kernel": platform.release(),
     }
@@ -412,7 +412,7 @@ def run_levels(args: argparse.Namespace, env: dict[str, Any], client_cores: str 
     try:
         for start in starts:
             ramp = start == "ramped"
-            print(f"\nDayOne client (aiohttp + uvloop), {args.shards} process(es), start: {start}")
+            print(f"\nDayOne client (uvloop + httptools), {args.shards} process(es), start: {start}")
             print(f"  {'streams':>7} {'procs':>5} {'tok/s':>8} {'cpu':>5} {'waited':>6} {'worst':>5} | "
                   f"{'TTFT err p50':>12} {'p99':>6} | "
                   f"{'ITL err p50':>11} {'p99':>6} | {'lag p50':>7} {'p99':>6} | {'send->arrival p50':>17} "

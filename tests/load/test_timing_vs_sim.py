@@ -96,23 +96,26 @@ def test_a_ramp_starts_the_streams_apart(sim):
     assert all(0.07 <= g <= 0.2 for g in gaps), gaps
 
 
-def test_reads_are_stamped_by_the_connection_not_on_wake_up(sim):
-    """The client's sessions use the stamping protocol: if aiohttp drops the hook, this fails
-    instead of the client silently falling back to coroutine wake-up times."""
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_the_pool_reuses_a_connection_per_stream_or_closes_each(sim, keep_alive):
+    """Three requests in turn: one kept-alive connection serves them all; without keep-alive
+    each request had its own and none is left open."""
     from tasks.engines import adapter_for
-    from tasks.load.client import _StampedHandler, new_session, run_async, send_request
+    from tasks.load.client import new_session, run_async, send_request
     from tasks.load.plan import Shape, plan_requests
 
     adapter = adapter_for("vllm")
-    spec = plan_requests(model="dayone-sim-model", adapter=adapter, shape=Shape(8, 4, 1), count=1,
-                         id_prefix="stamp", seed="s")[0]
+    specs = plan_requests(model="dayone-sim-model", adapter=adapter, shape=Shape(8, 4, 1), count=3,
+                          id_prefix="pool", seed="s")
 
     async def go():
-        async with new_session() as session:
-            result = await send_request(session, sim.url, spec, adapter, 30)
-            protocols = [p for conns in session.connector._conns.values() for p, _ in conns]
-            return result, protocols
+        async with new_session(keep_alive) as session:
+            results, open_after = [], []
+            for spec in specs:
+                results.append(await send_request(session, sim.url, spec, adapter, 30))
+                open_after.append(len(session.connections()))
+            return results, open_after
 
-    result, protocols = run_async(go())
-    assert result.status == "ok"
-    assert protocols and all(isinstance(p, _StampedHandler) and p.rx_t > 0 for p in protocols)
+    results, open_after = run_async(go())
+    assert [r.status for r in results] == ["ok"] * 3, [r.error for r in results]
+    assert open_after == ([1, 1, 1] if keep_alive else [0, 0, 0])

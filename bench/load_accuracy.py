@@ -10,10 +10,12 @@ Every client timestamp is compared with the server's actual times, not with the 
 - send->arrival = server's kernel arrival - client's send stamp (the stamp is the kernel hand-over);
 - TTFT error = |client TTFT - server TTFT| (its first token sent - the request's arrival);
 - inter-token error = |client gap - server gap| for each pair of consecutive output events;
+- the client runs as a round does: each completed request's row goes to the writer process;
 - delivery lag = client read time - server send time of each output event (same host clock);
 - tokens/s = output events the server sent to the client's requests while all streams ran
   (first arrival + ramp to last arrival), counted the same way for both clients;
-- cpu = the CPU the client got, in cores (its processes' CPU / the run's wall time);
+- cpu = the CPU the client got, in cores (its processes' CPU / the run's wall time); server = the
+  reference server's CPU over the level, in cores (it needs a core of its own to send on time);
 - waited = the share of the run the client's event loop(s) were runnable but had no core (other
   processes had it), over all its processes, and worst = the most any one process waited: a figure
   taken on a busy machine says so here (a level above 5% is named at the end). Not known for AIPerf.
@@ -40,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +87,15 @@ def start_server(core: str | None) -> tuple[subprocess.Popen, str]:
         proc.kill()
         raise SystemExit(f"the reference server did not start: {line!r}")
     return proc, f"http://127.0.0.1:{int(line.split()[1])}"
+
+
+def cpu_s(pid: int) -> float | None:
+    """A process's CPU time so far (user + system), from /proc; None where there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def ground_truth(base: str, ids: set[str] | None = None) -> dict[str, dict[str, Any]]:
@@ -143,11 +155,13 @@ REQUEST_S = TTFT_S + OUTPUT * ITL_S  # one request's nominal duration: the ramp 
 
 
 def worker(url: str, streams: int, waves: int, out: str, ramp: bool, processes: str) -> None:
+    """One level's DayOne client run (a subprocess pinned to the client cores); its records to `out`."""
     from tasks.config import LoadSettings
     from tasks.engines import adapter_for
     from tasks.load.client import new_session, run_async, run_closed_loop
     from tasks.load.plan import Shape, plan_requests
     from tasks.load.shards import UsageMeter, one_process, run_sharded, shards_for
+    from tasks.staging import RunDir
 
     adapter = adapter_for("sglang")
     shape = Shape(INPUT, OUTPUT, streams)
@@ -157,16 +171,21 @@ def worker(url: str, streams: int, waves: int, out: str, ramp: bool, processes: 
     warm = plan_requests(model=MODEL, adapter=adapter, shape=shape, count=streams, id_prefix=f"{tag}-warm", seed="w")
     specs = plan_requests(model=MODEL, adapter=adapter, shape=shape, count=streams * waves, id_prefix=tag, seed="m")
 
-    async def main() -> dict[str, Any]:
+    async def main(queued: Any) -> dict[str, Any]:
         ramp_s = REQUEST_S if ramp else 0.0
+
+        def on_result(r: Any) -> None:  # as a round does: the row queued for the writer process
+            queued.write(r.row_fields())
+
         async with new_session() as session:
             await run_closed_loop(session, url, warm, streams, adapter, 60, ramp_s=ramp_s)  # connections open
             if shards == 1:
                 meter = UsageMeter()  # what a round of one process records (tasks/load/rounds.py)
-                results = await run_closed_loop(session, url, specs, streams, adapter, 60, ramp_s=ramp_s)
+                results = await run_closed_loop(session, url, specs, streams, adapter, 60, on_result, ramp_s)
                 reports = [one_process(meter.stop(), len(specs))]
         if shards > 1:  # the shards open connections of their own, as in a run; the warm ones are closed
-            results, reports = await run_sharded(url, specs, adapter, 60, shards, concurrency=streams, ramp_s=ramp_s)
+            results, reports = await run_sharded(url, specs, adapter, 60, shards, on_result=on_result,
+                                                 concurrency=streams, ramp_s=ramp_s)
         shares = [r.waited_share for r in reports]
         return {
             "wall_s": max(r.wall_s or 0.0 for r in reports),
@@ -185,14 +204,18 @@ def worker(url: str, streams: int, waves: int, out: str, ramp: bool, processes: 
             ],
         }
 
-    Path(out).write_text(json.dumps(run_async(main())))
+    with tempfile.TemporaryDirectory() as tmp, RunDir("bench", root=Path(tmp)).rows("requests", "ref", "bench") as rows:
+        with rows.off_loop() as queued:  # the writer process a round's rows go through
+            doc = run_async(main(queued))
+    Path(out).write_text(json.dumps(doc))
 
 
 def run_dayone(base: str, streams: int, waves: int, cores: str | None, ramp: bool, shards: str) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = f.name
     cmd = [*taskset(cores), sys.executable, __file__, "--worker", "--url", base, "--streams", str(streams),
-           "--waves", str(waves), "--out", out, "--shards", shards] + (["--ramp"] if ramp else [])
+           "--waves", str(waves), "--out", out, "--shards", shards, "--itl-ms", f"{ITL_S * 1e3:g}"]
+    cmd += ["--ramp"] if ramp else []
     subprocess.run(cmd, check=True, cwd=ROOT)
     doc = json.loads(Path(out).read_text())
     os.unlink(out)
@@ -341,11 +364,16 @@ def _processes(text: str) -> str:
     return text
 
 
+def _cores(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
 def _share(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def main() -> None:
+    global ITL_S, REQUEST_S, NICE
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--streams", default="32,64,128")
     ap.add_argument("--waves", type=int, default=5, help="requests per stream in the measured phase")
@@ -360,17 +388,21 @@ def main() -> None:
     ap.add_argument("--no-spinners", action="store_true")
     ap.add_argument("--nice", type=int, default=0,
                     help="niceness of the server and both clients, e.g. -10 on a shared machine (needs root)")
+    ap.add_argument("--itl-ms", type=float, default=ITL_S * 1e3,
+                    help="the server's gap between token events (ms); wider gaps carry more streams at the "
+                         "same events/s, which is what a client core's work scales with")
     ap.add_argument("--json", help="also write the figures here")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--ramp", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    ITL_S = args.itl_ms / 1e3
+    REQUEST_S = TTFT_S + OUTPUT * ITL_S
     if args.worker:
         worker(args.url, int(args.streams), args.waves, args.out, args.ramp, args.shards)
         return
 
-    global NICE
     NICE = args.nice
     if NICE:
         # With autogroup scheduling, nice only ranks processes inside their session's group and
@@ -413,15 +445,19 @@ def run_levels(args: argparse.Namespace, env: dict[str, Any], client_cores: str 
         for start in starts:
             ramp = start == "ramped"
             print(f"\nDayOne client (uvloop + httptools), {args.shards} process(es), start: {start}")
-            print(f"  {'streams':>7} {'procs':>5} {'tok/s':>8} {'cpu':>5} {'waited':>6} {'worst':>5} | "
+            print(f"  {'streams':>7} {'procs':>5} {'tok/s':>8} {'cpu':>5} {'waited':>6} {'worst':>5} {'server':>6} | "
                   f"{'TTFT err p50':>12} {'p99':>6} | "
                   f"{'ITL err p50':>11} {'p99':>6} | {'lag p50':>7} {'p99':>6} | {'send->arrival p50':>17} "
                   f"{'p99':>6} | failed")
             for c in sorted(set(levels + peer_levels)):
+                cpu0, t0 = cpu_s(server.pid), time.monotonic()
                 f = run_dayone(base, c, args.waves, client_cores, ramp, args.shards)
+                cpu1 = cpu_s(server.pid)
+                f["server_cpu_cores"] = None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / (time.monotonic() - t0)
                 figures["dayone"][f"{start}/{c}"] = f
                 print(f"  {c:>7} {f['processes']:>5} {f['tokens_per_s']:>8.0f} {f['cpu_cores']:>5.2f} "
-                      f"{_share(f['waited_share']):>6} {_share(f['waited_share_worst']):>5} | "
+                      f"{_share(f['waited_share']):>6} {_share(f['waited_share_worst']):>5} "
+                      f"{_cores(f['server_cpu_cores']):>6} | "
                       f"{_ms(f['ttft_err_ms'], 'p50'):>12} {_ms(f['ttft_err_ms'], 'p99'):>6} | "
                       f"{_ms(f['itl_err_ms'], 'p50'):>11} {_ms(f['itl_err_ms'], 'p99'):>6} | "
                       f"{_ms(f['lag_ms'], 'p50'):>7} {_ms(f['lag_ms'], 'p99'):>6} | "

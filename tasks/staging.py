@@ -243,7 +243,7 @@ class PickleFeed:
 
     put() is a deque append: the queueing thread (an event loop timing streams) does no encoding
     and no I/O. Every `every_s` the feed's thread pickles what has queued, one object at a time
-    (about 10 us for a request row; the GIL is free between objects and during the write), and
+    (about 10 us for a request row; the thread lets go of the GIL between objects and during the write), and
     writes it as length-prefixed frames closed by an empty frame, in one write. A failure (the
     reader died) is raised by the next put() or by close().
     """
@@ -286,6 +286,7 @@ class PickleFeed:
         while self._queue:
             data = pickle.dumps(self._queue.popleft(), pickle.HIGHEST_PROTOCOL)
             frames += (FRAME.pack(len(data)), data)
+            time.sleep(0)  # the GIL to the timing loop, if it waits: one object's pickling at a time
         if frames:
             self._pipe.write(b"".join(frames) + FRAME.pack(0))
             self._pipe.flush()

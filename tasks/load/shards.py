@@ -256,7 +256,7 @@ def _shard_main() -> None:
 async def _run_job(job: _Job, on_result: OnResult) -> dict[str, float | None]:
     """Run the job from the common start; the shard's wall time, CPU and wait for a core."""
     async with load_client.new_session(job.keep_alive) as session:
-        # The client's opening collection (client.gc_paused) would run after the common start and delay this
+        # The client's opening collection (client.timing_window) would run after the common start and delay this
         # shard's first sends (8-14 ms here): collected now, and what exists now frozen out of later ones.
         gc.collect()
         gc.freeze()

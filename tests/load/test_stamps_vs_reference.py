@@ -7,10 +7,11 @@ when it handed each token event to the kernel, all as Unix times; the client's t
 times too (perf_counter anchored to time.time() per request), on the same host.
 
 Bounds, generous for a busy two-core machine yet failing the old behaviour:
-- send: the client stamped aiohttp's headers-sent hook, before the task that writes the request
-  ran; in a burst of 64 streams that was 1-32 ms early (median 3-12 ms). Now the median error is
-  5-20 us: the median |error| must stay under 0.5 ms and 90% of them under 3 ms (on the loaded
-  machine a group of requests once reached the server's socket 1.6 ms after their write).
+- send: the client once stamped aiohttp's headers-sent hook, before the task that wrote the request
+  ran; in a burst of 64 streams that was 1-32 ms early (median 3-12 ms). The stamp is now the return
+  of the request's one write (median error 5-20 us): the median |error| must stay under 0.5 ms and
+  90% of them under 3 ms (on the loaded machine a group of requests once reached the server's
+  socket 1.6 ms after their write).
 - events: a stamp may not precede the server's send (5% may, by up to 1 ms: the server can be
   descheduled between its send and its stamp); the median delay to the client's read stays under
   25 ms and the 99th percentile under 150 ms even when other processes take the cores (measured

@@ -184,11 +184,12 @@ def _median(values: list[float]) -> float | None:
 
 
 def current_side(run_dir: RunDir, engine: str) -> Side:
+    from tasks.evidence.cache import published_verdict
     from tasks.evidence.reliability import ttft_verdict
 
-    verdict = run_dir.read_json(f"verdicts/{engine}/prefix_cache.json") or {}
     measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
     stream = ttft_verdict(run_dir.read_rows("checks", engine), measured)
+    verdict = published_verdict(run_dir.read_json(f"verdicts/{engine}/prefix_cache.json") or {}, stream)
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
                 run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.checks.base import CHAT_PATH, COMPLETIONS_PATH, FAIL, PASS, CheckResult, Probe, evidence, request_failed
-from tasks.evidence.reliability import stream_defect
+from tasks.evidence.reliability import judge_stream
 from tasks.evidence.stream import StreamResult
 from tasks.load.plan import completion_body, random_token_ids
 
@@ -23,18 +23,6 @@ STREAMS = 4  # per API
 OUTPUT_TOKENS = 32
 COMPLETIONS_PROMPT_TOKENS = 32
 PROMPT = "Count from one to forty in words, separated by commas."
-
-
-def judge_stream(s: StreamResult) -> str | None:
-    """Why this stream does not really stream, or None when it does."""
-    text = s.content + s.reasoning
-    tokens = s.completion_tokens
-    size = tokens if tokens is not None else len(text.split())  # words stand in when usage is missing
-    last_share = None
-    if s.output_events and text:
-        last = s.output_events[-1]
-        last_share = (len(last.content) + len(last.reasoning)) / len(text)
-    return stream_defect(len(s.output_events), size, last_share)
 
 
 def _summary(api: str, s: StreamResult) -> dict[str, Any]:

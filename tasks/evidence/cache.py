@@ -11,7 +11,7 @@ every delta of the trial, and the hit rate, unpublished, with the counter and it
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from tasks.context import StepContext
 from tasks.evidence import metrics
 from tasks.evidence.needles import template_tokens_for
 from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, plain_text, tokenize_counter
+from tasks.evidence.reliability import WITHHELD, judge_stream
 from tasks.evidence.stream import excerpt, stream_post
 from tasks.evidence.window import Window, hit_rate_over
 from tasks.staging import RowWriter
@@ -101,6 +102,24 @@ def cache_verdict(
     return CacheVerdict("effective", reason, hit_rate, decrease, cold_ttft_s, hot_median)
 
 
+def published_verdict(doc: dict[str, Any], ttft: Mapping[str, Any]) -> dict[str, Any]:
+    """The verdict as every path publishes it (summary, report, regression, `dayone cache`).
+
+    `ttft` is `reliability.ttft_verdict`'s {reliable, reason}. Where TTFT may not be published,
+    the verdict's TTFT half is withheld, and an "effective" verdict, which rested on it, is
+    "unconfirmed": one half of the rule cannot be checked. E2E and the server's hit rate stay.
+    """
+    if ttft.get("reliable", True) or doc.get("withheld"):
+        return doc
+    why = str(ttft.get("reason") or "TTFT is unreliable").removeprefix(WITHHELD)
+    out = {k: (None if "ttft" in k else v) for k, v in doc.items()}
+    out["withheld"] = why
+    out["verdict"] = "unconfirmed" if doc.get("verdict") == "effective" else doc.get("verdict")
+    out["reason"] = (f"the TTFT half of the rule cannot be checked, TTFT is not published: {why}; shown instead: "
+                     "E2E cold vs repeats and the server's hit rate")
+    return out
+
+
 # ---- the trial ---------------------------------------------------------------------------------
 
 
@@ -169,9 +188,13 @@ def run_prefix_cache(ctx: StepContext, restart_count: Callable[[], int | None] |
         cleared, clear_detail = adapter.clear_cache_when_idle(client, ep.base_url)
         restarts_before = _read_restarts(restart_count)
         scrapes: list[dict[str, float] | None] = []
+        defects: list[str] = []  # trials whose stream did not deliver output as generated
         for trial in range(spec.repeats + 1):
             before = _scrape(client, ctx, f"before_trial_{trial}", metrics_out)
             result = stream_post(client, url, payload, adapter)
+            why = judge_stream(result) if result.ok else None
+            if why:
+                defects.append(f"trial {trial}: {why}")
             after = _scrape(client, ctx, f"after_trial_{trial}", metrics_out)
             scrapes += [before, after]
             delta = hit_rate_over(adapter, Window((before, after), f"during trial {trial}"))
@@ -221,6 +244,11 @@ def run_prefix_cache(ctx: StepContext, restart_count: Callable[[], int | None] |
             "cache_clear_detail": excerpt(clear_detail),
         }
     )
+    doc["withheld"] = None
+    if defects:  # the trial's own streams: the rule for TTFT that every measured stream obeys
+        doc = published_verdict(doc, {"reliable": False, "reason": (
+            f"{len(defects)} of the trial's {spec.repeats + 1} streams did not deliver output as generated "
+            f"(e.g. {'; '.join(defects[:2])})")})
     if not cleared:
         doc["reason"] += f"; note: the cache was not cleared before the cold request ({clear_detail})"
     ctx.run_dir.write_json(cache_verdict_doc(ep.engine), doc)

@@ -186,10 +186,14 @@ def run_cache(args: argparse.Namespace) -> int:
     counts = write_tables(ctx, out, ("cache_trials", "server_metrics"))
     (out / "prefix_cache.json").write_text(json.dumps(verdict, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     for r in ctx.run_dir.read_rows("cache_trials", ctx.endpoint.engine):
-        ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s'] * 1000:.1f} ms"
+        if verdict.get("withheld"):
+            ttft = "not published"
+        else:
+            ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s'] * 1000:.1f} ms"
         server = ("server deltas not published" if r.get("deltas_unpublished") else
                   f"server queries +{r['server_queries_delta']}, hits +{r['server_hits_delta']}")
-        print(f"  trial {r['trial']}{' (cold)' if r['trial'] == 0 else ''}: TTFT {ttft}, {server}")
+        e2e = "-" if r["e2e_s"] is None else f"{r['e2e_s'] * 1000:.1f} ms"
+        print(f"  trial {r['trial']}{' (cold)' if r['trial'] == 0 else ''}: TTFT {ttft}, E2E {e2e}, {server}")
     print(f"{ctx.endpoint.engine} prefix cache: {verdict['verdict']} ({verdict['reason']})")
     print(f"rows written to {out}: {json.dumps(counts)}")
     return 0

@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tasks.evidence.stream import StreamResult
 
 STREAMING_CHECK = "output_streams"
 ECHO_CHECK = "completions_echo_false"
@@ -46,6 +49,18 @@ def stream_defect(output_events: int, output_tokens: int | None, last_event_shar
             and last_event_share is not None and last_event_share > 0.5):
         return f"the last event carried {last_event_share:.0%} of the output ({output_events} events)"
     return None
+
+
+def judge_stream(s: StreamResult) -> str | None:
+    """`stream_defect` of one stream read by `stream_post` (a check's, a cache trial's), or None."""
+    text = s.content + s.reasoning
+    tokens = s.completion_tokens
+    size = tokens if tokens is not None else len(text.split())  # words stand in when usage is missing
+    last_share = None
+    if s.output_events and text:
+        last = s.output_events[-1]
+        last_share = (len(last.content) + len(last.reasoning)) / len(text)
+    return stream_defect(len(s.output_events), size, last_share)
 
 
 def _as_list(value: Any) -> list[Any] | None:

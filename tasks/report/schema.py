@@ -143,6 +143,7 @@ class PrefixCache(_Doc):
     repeats: int | None = None
     cache_cleared: bool | None = None
     cache_clear_detail: str | None = None
+    withheld: str | None = None  # why the TTFT half is not published (the engine's or the trial's streams)
     engine_restarted: bool = False
 
 

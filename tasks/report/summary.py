@@ -21,6 +21,7 @@ from typing import Any
 from tasks import state
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
+from tasks.evidence.cache import published_verdict
 from tasks.evidence.effects import effect
 from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
@@ -126,7 +127,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
     perf = _perf(run_dir, engine, cfg, published)
     for scenario, block in perf.items():
         block.engine_restarted = scenario in restarted  # the figures of a step the engine restarted in
-    prefix_cache = _prefix_cache(run_dir, engine, published)
+    prefix_cache = _prefix_cache(run_dir, engine, ttft.model_dump())
     if prefix_cache is not None:
         prefix_cache.engine_restarted = "prefix_cache" in restarted
     return EngineSummary(
@@ -145,7 +146,8 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
                           restarts=None if restarts is None else _evidence(restarts)),
         needles=NeedleCount(passed=sum(1 for n in long_context if n.passed), total=len(long_context)),
         prefix_cache=prefix_cache,
-        cache_trials=_cache_trials(run_dir.read_rows("cache_trials", engine), published),
+        cache_trials=_cache_trials(run_dir.read_rows("cache_trials", engine),
+                                   published and (prefix_cache is None or prefix_cache.withheld is None)),
         startup_findings=[
             StartupFinding(finding=f.get("finding"), severity=f.get("severity"), line=f.get("line"))
             for f in run_dir.read_rows("startup_findings", engine)
@@ -244,18 +246,9 @@ def _needle_rows(rows: list[dict[str, Any]], ttft_published: bool) -> list[Needl
     return out
 
 
-def _prefix_cache(run_dir: RunDir, engine: str, ttft_published: bool) -> PrefixCache | None:
+def _prefix_cache(run_dir: RunDir, engine: str, ttft: dict[str, Any]) -> PrefixCache | None:
     doc = run_dir.read_json(f"verdicts/{engine}/prefix_cache.json")
-    if doc is None:
-        return None
-    verdict = PrefixCache.model_validate(doc)
-    if ttft_published:
-        return verdict
-    return verdict.model_copy(update={
-        **{name: None for name in PrefixCache.model_fields if "ttft" in name},
-        "reason": "the verdict's TTFT half is not published because this engine's TTFT is unreliable; "
-                  "shown instead: E2E cold vs repeats and the server's hit rate over the trial",
-    })
+    return None if doc is None else PrefixCache.model_validate(published_verdict(doc, ttft))
 
 
 def _cache_trials(rows: list[dict[str, Any]], ttft_published: bool) -> list[CacheTrial]:

@@ -7,7 +7,6 @@ stacks can run side by side; nothing listens beyond 127.0.0.1.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -15,21 +14,8 @@ from pathlib import Path
 import httpx
 
 from tasks.polling import TimedOut, poll
+from tasks.ports import free_ports
 from tasks.processes import start_group, stop_group
-
-
-def _free_ports(n: int) -> list[int]:
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
 
 
 def weed_binary() -> str:
@@ -57,7 +43,7 @@ class SeaweedS3:
     def start(self, timeout_s: float = 60.0) -> SeaweedS3:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         if not self._ports:  # keep the same ports across stop/start (an outage, not a move)
-            self._ports = _free_ports(10)
+            self._ports = free_ports(10)
         s3, s3g, master, masterg, volume, volumeg, filer, filerg, admin, admin_g = self._ports
         self.port = s3
         argv = [

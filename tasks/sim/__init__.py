@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -16,15 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.polling import TimedOut, poll
+from tasks.ports import free_port
 from tasks.processes import start_group, stop_group
 
 _ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SimError(RuntimeError):
@@ -146,7 +140,7 @@ def start_sim(
     cpus pins the process to those CPU cores (benchmarks). The process's stdout and stderr go to
     log_path (a temporary file by default), readable with SimProcess.log().
     """
-    port = port or _free_port()
+    port = port or free_port()
     if log_path is None:
         fd, name = tempfile.mkstemp(prefix=f"dayone-sim-{dialect}-", suffix=".log")
         os.close(fd)

@@ -20,18 +20,13 @@ from typing import Any
 
 from tasks.config import EngineSpec, RunConfig
 from tasks.engines import Readiness, adapter_for
+from tasks.ports import free_port
 from tasks.processes import alive, start_group, stop_group
 from tasks.readiness import UP, Platform, wait_until_serving
 from tasks.staging import RunDir
 from tasks.targets.base import Deployment, DeployError, Launcher, identity_digest
 from tasks.targets.llamacpp import LlamaCppLauncher
 from tasks.targets.sim import SimLauncher
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def this_node() -> str:

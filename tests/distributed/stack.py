@@ -36,7 +36,8 @@ from typing import Any
 
 import httpx
 
-from tasks.devstack import SeaweedS3, _free_ports
+from tasks.devstack import SeaweedS3
+from tasks.ports import free_ports
 from tasks.polling import TimedOut, poll
 from tasks.processes import alive, start_group, stop_group
 
@@ -176,7 +177,7 @@ class PostgresServer:
                               capture_output=True, text=True, timeout=120)
         if init.returncode:
             raise StackError(f"initdb failed ({init.returncode}): {init.stderr[-2000:]}")
-        (self.port,) = _free_ports(1)
+        (self.port,) = free_ports(1)
         argv = [str(self.bindir / "postgres"), "-D", str(data), "-p", str(self.port), "-k", str(self.root),
                 "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "fsync=off",
                 "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
@@ -228,7 +229,7 @@ class RedisServer:
 
     def start(self, timeout_s: float = 30) -> RedisServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.port,) = _free_ports(1)
+        (self.port,) = free_ports(1)
         argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", str(self.data_dir), "--daemonize", "no", "--protected-mode", "yes"]
         self.component = Component("redis", start_group(argv, self.log), self.log)
@@ -361,7 +362,7 @@ class DistributedAirflow:
         self.postgres = PostgresServer(pg_bin, logs / "postgres.log").start()
         self.redis = RedisServer(redis_bin, self.state / "redis", logs / "redis.log").start()
         self.s3 = SeaweedS3(self.state / "s3").start()
-        (self.api_port,) = _free_ports(1)
+        (self.api_port,) = free_ports(1)
         (self.state / "passwords.json").write_text(json.dumps({ADMIN: self.password}))
         airflow = str(Path(sys.executable).with_name("airflow"))
 

@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -31,16 +30,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from tasks.ports import free_port
+
 REGISTRY_BIN = "/usr/bin/docker-registry"
 SERVICE = "dayone-test-registry"
 ISSUER = "dayone-test-issuer"
 USERS = {"pusher": "s3cret"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ensure_registry_binary() -> str:
@@ -245,7 +240,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory):
     workdir = tmp_path_factory.mktemp("registry")
     issuer = TokenIssuer(workdir)
     token_server, token_host = _serve(_token_handler(issuer))
-    port = _free_port()
+    port = free_port()
     config = workdir / "config.yml"
     config.write_text(
         json.dumps(  # YAML is a superset of JSON

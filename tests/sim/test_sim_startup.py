@@ -67,11 +67,12 @@ def test_cli_merges_profile_file_json_and_overrides(tmp_path):
     import subprocess
     import sys
 
-    from tasks.sim import SimProcess, _free_port
+    from tasks.sim import SimProcess
+    from tasks.ports import free_port
 
     profile = tmp_path / "profile.yaml"
     profile.write_text("slots: 2\nseed: 5\nquirks:\n  metrics: renamed\n")
-    port = _free_port()
+    port = free_port()
     log = tmp_path / "sim.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "tasks.cli", "sim", "--dialect", "vllm", "--port", str(port),

@@ -12,7 +12,6 @@ import importlib.util
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tasks.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "dayone_eval"
@@ -62,12 +63,6 @@ class UiStack:
             return f"(no standalone log: {exc})"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _wait(what: str, check, stack: UiStack, timeout_s: float, interval_s: float = 2.0):
     """check() until it returns something truthy; fails with the standalone log tail."""
     deadline = time.monotonic() + timeout_s
@@ -104,7 +99,7 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     """`python -m dayone_airflow.ui` (what `make ui` runs) on a free port, once the API answers for
     the admin and dayone_eval is parsed."""
     state = tmp_path_factory.mktemp("ui-stack")
-    port = _free_port()
+    port = free_port()
     # The session's own Airflow settings (tests/conftest.py) and any dayone_s3 stay out: a fresh user's stack.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     env["PYTHONPATH"] = str(REPO / "plugins")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.report.schema import Comparison, DecisionLine, EngineSummary, Regression, RunSummary
+from tasks.report.schema import Capacity, Comparison, DecisionLine, EngineSummary, Regression, RunSummary
 from tasks.evidence.effects import ratio_interval
 
 # The figures engines are compared on: (scenario, figure, higher is better, words)
@@ -46,7 +46,7 @@ def decide(summary: RunSummary) -> list[DecisionLine]:
 def _leads(summary: RunSummary) -> list[str]:
     engines = summary.engines
     if len(engines) < 2:
-        return [_single_engine(engines)] if engines else []
+        return ([_single_engine(engines)] if engines else []) + _capacity_leads(summary)
     lines = []
     for scenario, figure, _, words in LEAD_FIGURES:
         mine = [c for c in summary.comparisons if (c.scenario, c.figure) == (scenario, figure)]
@@ -54,7 +54,50 @@ def _leads(summary: RunSummary) -> list[str]:
             parts = [comparison_words(c) for c in mine if c.engine == engine]
             lines.append(f"{scenario} {words}, {engine} vs {mine[0].base}: " + "; ".join(parts) + ".")
     lines += _evidence_leads(engines)
+    lines += _capacity_leads(summary)
     return lines
+
+
+def _capacity_leads(summary: RunSummary) -> list[str]:
+    """Each engine's capacity under the SLO and, against the base, an order only where one engine
+    passed a load the other failed: a search brackets a capacity between two probed loads, so
+    overlapping brackets cannot be told apart."""
+    searched = {n: e.capacity for n, e in summary.engines.items() if e.capacity is not None}
+    if not searched:
+        return []
+    parts = [f"{n} {'not published: ' + c.withheld if c.withheld else c.text}" for n, c in searched.items()]
+    first = next(iter(searched.values()))
+    lines = [f"Capacity under the SLO (goodput share >= {first.target_goodput_share:.0%}): " + "; ".join(parts) + "."]
+    base_name = summary.experiment.base if summary.experiment else next(iter(summary.engines))
+    base = searched.get(base_name)
+    if base is None or base.withheld:
+        return lines
+    for name, c in searched.items():
+        if name != base_name and not c.withheld:
+            lines.append(f"capacity, {name} vs {base_name}: {capacity_order(c, base)}.")
+    return lines
+
+
+def capacity_order(mine: Capacity, base: Capacity) -> str:
+    """Whether `mine` holds more load than `base`, from the probes each passed and failed."""
+    unit = "concurrent requests" if mine.mode == "concurrency" else "req/s"
+    my_pass, my_fail = mine.bracket
+    base_pass, base_fail = base.bracket
+    if my_pass is not None and base_fail is not None and my_pass >= base_fail:
+        return f"more: it passed {_load(my_pass)} {unit}; the base failed at {_load(base_fail)}"
+    if base_pass is not None and my_fail is not None and base_pass >= my_fail:
+        return f"less: it failed at {_load(my_fail)} {unit}; the base passed {_load(base_pass)}"
+    return (f"no detectable difference: their brackets overlap ({_bracket(mine.bracket, mine.start)} and "
+            f"{_bracket(base.bracket, base.start)} {unit}); a finer step might tell them apart")
+
+
+def _bracket(bracket: list[float | None], start: float) -> str:
+    passed, failed = bracket
+    return f"[{'<' + _load(start) if passed is None else _load(passed)}, {'-' if failed is None else _load(failed)})"
+
+
+def _load(v: float) -> str:
+    return f"{v:g}"
 
 
 def comparison_words(c: Comparison) -> str:

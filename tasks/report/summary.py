@@ -227,11 +227,9 @@ def _capacity(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool
     stream_timed = [name for name in ("ttft_s", "tpot_s") if getattr(cfg.slo, name) is not None]
     if ttft_published or not stream_timed:
         return result
-    return result.model_copy(update={
-        "capacity": None,
-        "withheld": f"judged on {' and '.join(stream_timed)}, and this engine's TTFT is unreliable "
-                    "(stream timing not published); the probes are shown as measured",
-    })
+    withheld = (f"judged on {' and '.join(stream_timed)}, and this engine's TTFT is unreliable "
+                "(stream timing not published); the probes are shown as measured")
+    return result.model_copy(update={"capacity": None, "withheld": withheld, "text": "not published: " + withheld})
 
 
 def _needle_rows(rows: list[dict[str, Any]], ttft_published: bool) -> list[Needle]:

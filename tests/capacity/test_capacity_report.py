@@ -74,3 +74,30 @@ def test_a_capacity_judged_on_ttft_is_withheld_where_ttft_is_unreliable(tmp_path
     assert len(c.probes) > 3  # the measurements stay
     page = render_html(summary)
     assert "not published" in page and "<b>12 concurrent</b>" not in page
+
+
+def test_the_decision_orders_capacities_only_where_one_passed_a_load_the_other_failed(summary):
+    from tasks.report.decision import capacity_order
+
+    leads = [d.text for d in summary.decision if d.topic == "leads"]
+    assert ("Capacity under the SLO (goodput share >= 90%): fast 12 concurrent requests (13 failed); "
+            "slow 5 concurrent requests (6 failed).") in leads, leads
+    assert "capacity, slow vs fast: less: it failed at 6 concurrent requests; the base passed 12." in leads
+    fast, slow = summary.engines["fast"].capacity, summary.engines["slow"].capacity
+    assert capacity_order(fast, slow).startswith("more: it passed 12 concurrent requests; the base failed at 6")
+    # a search brackets a capacity: brackets that overlap are not an order
+    near = fast.model_copy(update={"bracket": [12, 16]})
+    assert capacity_order(near, fast).startswith("no detectable difference: their brackets overlap ([12, 16) and [12, 13)")
+    ceiling = fast.model_copy(update={"bracket": [13, None], "outcome": "at_least_max"})
+    assert capacity_order(ceiling, fast).startswith("more: it passed 13")
+    below = slow.model_copy(update={"bracket": [None, 3], "outcome": "below_start"})
+    assert capacity_order(below, slow).startswith("less: it failed at 3")
+
+
+def test_a_withheld_capacity_is_named_and_never_ordered(tmp_path, rounds_of_shares):
+    summary = _search(tmp_path, rounds_of_shares, {"ttft_s": 0.5})
+    leads = [d.text for d in summary.decision if d.topic == "leads"]
+    line = next(t for t in leads if t.startswith("Capacity under the SLO"))
+    assert "fast not published: judged on ttft_s" in line and "12 concurrent" not in line
+    assert not [t for t in leads if t.startswith("capacity, ")]
+    assert summary.engines["fast"].capacity.text.startswith("not published")

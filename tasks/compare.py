@@ -18,7 +18,10 @@ regression:
   publishable on both sides (tasks/evidence/reliability.py);
 - fewer than 2 good rounds on a side: not regressed, verdict "not enough rounds";
 - every functional check, needle (length x depth) and prefix-cache verdict that passed in the
-  baseline and now fails.
+  baseline and now fails;
+- the capacity under the SLO: regressed when this run failed a load the baseline passed (a search
+  knows a capacity to its bracket; overlapping brackets are no detectable difference), where
+  neither side's capacity is withheld.
 
 Every comparison is a row of the `regressions` table (regressed true or false; the medians and
 their change for the reader, the ratio, its interval and the verdict for the decision); any
@@ -36,11 +39,14 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from tasks import state
 from tasks.archive import model_slug
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.effects import Effect, effect
-from tasks.scenarios import PERF_SCENARIOS
+from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
+from tasks.scenarios.capacity import order as capacity_order
+from tasks.scenarios.capacity import published as published_capacity
 from tasks.staging import RunDir
 
 if TYPE_CHECKING:
@@ -59,6 +65,7 @@ SCENARIO_SETTINGS: dict[str, tuple[str, ...]] = {
     "rate": ("input_tokens", "output_tokens", "rates"),
     "long_context": ("output_tokens", "prompt_style"),
     "prefix_cache": ("prompt_tokens", "output_tokens"),
+    "capacity": ("mode", "input_tokens", "output_tokens", "target_goodput_share", "start", "max", "step"),
 }
 
 Shape = tuple[str, int, float | None]  # (scenario, concurrency, rate)
@@ -121,8 +128,10 @@ class Side:
     """One engine's figures in one run: headline per shape, check/needle outcomes, cache verdict."""
 
     def __init__(self, run_id: str, rounds: pd.DataFrame, checks: pd.DataFrame, needles: pd.DataFrame,
-                 cache_verdict: str | None, ttft_published: bool | None = None):
+                 cache_verdict: str | None, ttft_published: bool | None = None,
+                 capacity: dict[str, Any] | None = None):
         self.run_id = run_id
+        self.capacity = capacity  # the capacity search's published result (capacity.published), where it ran
         # The run's own verdict on its stream timing, where known (tasks/evidence/reliability.py)
         self.ttft_published = ttft_published
         self.rounds = rounds
@@ -138,6 +147,8 @@ class Side:
             found.add("long_context")
         if self.cache_verdict:
             found.add("prefix_cache")
+        if self.capacity is not None:
+            found.add("capacity")
         return {str(s) for s in found}
 
     def shape_rounds(self) -> dict[Shape, dict[str, list[float]]]:
@@ -183,15 +194,17 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def current_side(run_dir: RunDir, engine: str) -> Side:
+def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
     from tasks.evidence.cache import published_verdict
     from tasks.evidence.reliability import ttft_verdict
 
     measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
     stream = ttft_verdict(run_dir.read_rows("checks", engine), measured)
     verdict = published_verdict(run_dir.read_json(f"verdicts/{engine}/prefix_cache.json") or {}, stream)
+    searched = run_dir.read_json(state.perf_summary_doc(engine, CAPACITY_SCENARIO))
+    capacity = None if searched is None else published_capacity(searched, bool(stream["reliable"]), cfg.slo)
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
-                run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]))
+                run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]), capacity)
 
 
 def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
@@ -200,8 +213,9 @@ def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -
     mine = None if summary is None else summary.engines.get(engine)
     cache = None if mine is None or mine.prefix_cache is None else mine.prefix_cache.verdict
     published = None if mine is None else mine.ttft.reliable
+    capacity = None if mine is None or mine.capacity is None else mine.capacity.model_dump(mode="json")
     return Side(index["run_id"], _read_table(s3, bucket, prefix, "rounds"), _read_table(s3, bucket, prefix, "checks"),
-                _read_table(s3, bucket, prefix, "needles"), cache, published)
+                _read_table(s3, bucket, prefix, "needles"), cache, published, capacity)
 
 
 def archived_config(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:
@@ -249,7 +263,10 @@ def engine_lineage(config: dict[str, Any], engine: str) -> dict[str, Any]:
 
 def scenario_settings(config: dict[str, Any], scenario: str) -> dict[str, Any]:
     settings = (config.get("scenarios") or {}).get(scenario) or {}
-    return {k: settings.get(k) for k in SCENARIO_SETTINGS.get(scenario, ())}
+    out = {k: settings.get(k) for k in SCENARIO_SETTINGS.get(scenario, ())}
+    if scenario == "capacity":  # a capacity is the load that met the SLO: another SLO, another figure
+        out["slo"] = config.get("slo")
+    return out
 
 
 def _differences(now: dict[str, Any], then: dict[str, Any]) -> str:
@@ -357,6 +374,16 @@ def compare_engine(cfg: RunConfig, engine: str, digest: str | None, current: Sid
             now_ok = current.cache_verdict == "effective"
             row("prefix_cache", "cache_verdict", base, 1.0, 1.0 if now_ok else 0.0, None, None, not now_ok,
                 f"effective -> {current.cache_verdict}")
+    if "capacity" in bases and current.capacity is not None:
+        base = bases["capacity"]
+        was, now = base.capacity or {}, current.capacity
+        if not was.get("withheld") and not now.get("withheld"):
+            found = capacity_order(now["bracket"], was["bracket"])
+            words = {"more": "higher: it passed a load the baseline failed",
+                     "less": "lower: it failed a load the baseline passed",
+                     "overlap": "no detectable difference: the brackets overlap"}[found]
+            row("capacity", "capacity", base, was.get("capacity"), now.get("capacity"), None, None, found == "less",
+                f"{words} (baseline {was.get('text')}; now {now.get('text')})")
     return rows
 
 
@@ -390,7 +417,7 @@ def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
     regressed: list[str] = []
     result: dict[str, Any] = {"engines": {}}
     for e in cfg.engines:
-        current = current_side(run_dir, e.name)
+        current = current_side(run_dir, e.name, cfg)
         bases = baselines(s3, cfg, e.name, current.scenarios(), created, runs)
         rows = compare_engine(cfg, e.name, pinned.get(e.name, {}).get("image_digest"), current, bases)
         with run_dir.rows("regressions", e.name, "compare") as out:

@@ -13,6 +13,7 @@ from typing import Any
 
 from tasks.report.schema import Capacity, Comparison, DecisionLine, EngineSummary, Regression, RunSummary
 from tasks.evidence.effects import ratio_interval
+from tasks.scenarios.capacity import order
 
 # The figures engines are compared on: (scenario, figure, higher is better, words)
 LEAD_FIGURES = (
@@ -81,11 +82,11 @@ def _capacity_leads(summary: RunSummary) -> list[str]:
 def capacity_order(mine: Capacity, base: Capacity) -> str:
     """Whether `mine` holds more load than `base`, from the probes each passed and failed."""
     unit = "concurrent requests" if mine.mode == "concurrency" else "req/s"
-    my_pass, my_fail = mine.bracket
-    base_pass, base_fail = base.bracket
-    if my_pass is not None and base_fail is not None and my_pass >= base_fail:
+    (my_pass, my_fail), (base_pass, base_fail) = mine.bracket, base.bracket
+    found = order(mine.bracket, base.bracket)
+    if found == "more":
         return f"more: it passed {_load(my_pass)} {unit}; the base failed at {_load(base_fail)}"
-    if base_pass is not None and my_fail is not None and base_pass >= my_fail:
+    if found == "less":
         return f"less: it failed at {_load(my_fail)} {unit}; the base passed {_load(base_pass)}"
     return (f"no detectable difference: their brackets overlap ({_bracket(mine.bracket, mine.start)} and "
             f"{_bracket(base.bracket, base.start)} {unit}); a finer step might tell them apart")

@@ -38,6 +38,7 @@ from tasks.report.schema import Capacity, CapacityProbe
 from tasks.report.schema import Hardware, KvCapacity, KvPeak
 from tasks.report.schema import TelemetryRound
 from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS, SCENARIO_SWITCHES
+from tasks.scenarios.capacity import published as published_capacity
 from tasks.staging import RunDir
 
 FIGURES = HEADLINE_FIGURES
@@ -221,15 +222,10 @@ def _capacity(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool
     doc = run_dir.read_json(state.perf_summary_doc(engine, "capacity"))
     if doc is None:
         return None
+    doc = published_capacity(doc, ttft_published, cfg.slo)
     probes = [CapacityProbe.model_validate({k: p.get(k) for k in CapacityProbe.model_fields}) for p in doc["probes"]]
-    result = Capacity.model_validate({**{k: doc.get(k) for k in Capacity.model_fields if k in doc},
-                                      "probes": probes, "engine_restarted": restarted})
-    stream_timed = [name for name in ("ttft_s", "tpot_s") if getattr(cfg.slo, name) is not None]
-    if ttft_published or not stream_timed:
-        return result
-    withheld = (f"judged on {' and '.join(stream_timed)}, and this engine's TTFT is unreliable "
-                "(stream timing not published); the probes are shown as measured")
-    return result.model_copy(update={"capacity": None, "withheld": withheld, "text": "not published: " + withheld})
+    return Capacity.model_validate({**{k: doc.get(k) for k in Capacity.model_fields if k in doc},
+                                    "probes": probes, "engine_restarted": restarted})
 
 
 def _needle_rows(rows: list[dict[str, Any]], ttft_published: bool) -> list[Needle]:

@@ -150,6 +150,30 @@ def outcome_of(s: CapacityScenario, probes: Sequence[tuple[float, bool]]) -> tup
     return ("at_least_max" if high is None else "found"), low
 
 
+def order(mine: Sequence[float | None], base: Sequence[float | None]) -> Literal["more", "less", "overlap"]:
+    """Two searches' brackets [highest load that passed, lowest that failed] compared: "more" when mine
+    passed a load the base failed, "less" when it failed one the base passed; otherwise the brackets
+    overlap and the searches cannot tell the two capacities apart."""
+    my_pass, my_fail = mine
+    base_pass, base_fail = base
+    if my_pass is not None and base_fail is not None and my_pass >= base_fail:
+        return "more"
+    if base_pass is not None and my_fail is not None and base_pass >= my_fail:
+        return "less"
+    return "overlap"
+
+
+def published(result: dict[str, Any], ttft_reliable: bool, slo: Any) -> dict[str, Any]:
+    """The result as every path publishes it (summary, report, regression check): a capacity judged
+    on TTFT or TPOT is withheld where the engine's stream timing is unreliable; the probes stay."""
+    stream_timed = [name for name in ("ttft_s", "tpot_s") if getattr(slo, name, None) is not None]
+    if ttft_reliable or not stream_timed:
+        return result
+    withheld = (f"judged on {' and '.join(stream_timed)}, and this engine's TTFT is unreliable "
+                "(stream timing not published); the probes are shown as measured")
+    return {**result, "capacity": None, "withheld": withheld, "text": "not published: " + withheld}
+
+
 def describe(result: dict[str, Any]) -> str:
     """One line for logs and the report, e.g. `capacity 12 concurrent requests (13 failed)`."""
     unit = "concurrent requests" if result["mode"] == "concurrency" else "req/s"
@@ -293,4 +317,5 @@ def probe_row(ctx: StepContext, s: CapacityScenario, probe: dict[str, Any]) -> d
             "target_goodput_share": s.target_goodput_share, "confidence": s.confidence}
 
 
-__all__ = ["EngineGone", "Judgement", "bracket", "describe", "judge", "next_load", "outcome_of", "run_capacity", "wilson"]
+__all__ = ["EngineGone", "Judgement", "bracket", "describe", "judge", "next_load", "order", "outcome_of", "published",
+           "run_capacity", "wilson"]

@@ -274,3 +274,45 @@ def test_fewer_than_two_rounds_a_side_is_not_enough_to_regress():
     assert {r["verdict"] for r in rows} == {"not enough rounds"}
     assert all(r["ratio"] is None and r["ci_low"] is None for r in rows)
     assert rows[0]["change"] == pytest.approx(50 / 101 - 1)  # the medians are still shown
+
+
+def _capacity(bracket: list[float | None], withheld: str | None = None) -> dict[str, Any]:
+    outcome = "below_start" if bracket[0] is None else "at_least_max" if bracket[1] is None else "found"
+    return {"bracket": bracket, "capacity": bracket[0], "outcome": outcome, "withheld": withheld,
+            "text": f"capacity {bracket[0]} ({bracket[1]} failed)"}
+
+
+@pytest.mark.parametrize(("was", "now", "regressed", "verdict"), [
+    ([12, 13], [12, 13], False, "no detectable difference"),
+    ([12, 16], [13, 14], False, "no detectable difference"),  # the brackets overlap: no order
+    ([12, 13], [6, 7], True, "lower: it failed a load the baseline passed"),
+    ([6, 7], [12, 13], False, "higher: it passed a load the baseline failed"),
+    ([32, None], [None, 3], True, "lower"),  # at least max then, below start now
+])
+def test_capacity_regresses_only_when_this_run_failed_a_load_the_baseline_passed(was, now, regressed, verdict):
+    cfg = parse_run_config({**small_config("unused"), "run_id": "now"})
+    empty = to_frame("rounds", [])
+    checks, needles = to_frame("checks", []), to_frame("needles", [])
+    base = Side("base", empty, checks, needles, None, True, _capacity(was))
+    current = Side("now", empty, checks, needles, None, True, _capacity(now))
+    assert "capacity" in base.scenarios()
+    (row,) = compare_engine(cfg, ENGINE, None, current, {"capacity": base})
+    assert (row["scenario"], row["metric"], row["regressed"]) == ("capacity", "capacity", regressed)
+    assert row["verdict"].startswith(verdict) and row["baseline_value"] == was[0] and row["value"] == now[0]
+
+
+def test_a_withheld_capacity_is_never_compared():
+    cfg = parse_run_config({**small_config("unused"), "run_id": "now"})
+    empty, checks, needles = to_frame("rounds", []), to_frame("checks", []), to_frame("needles", [])
+    base = Side("base", empty, checks, needles, None, True, _capacity([12, 13]))
+    current = Side("now", empty, checks, needles, None, False, _capacity([None, 3], withheld="judged on ttft_s"))
+    assert compare_engine(cfg, ENGINE, None, current, {"capacity": base}) == []
+
+
+def test_a_capacity_baseline_must_share_the_slo():
+    from tasks.compare import scenario_settings
+
+    config = {"slo": {"e2e_s": 1.0}, "scenarios": {"capacity": {"mode": "concurrency", "input_tokens": 64}}}
+    other = {**config, "slo": {"e2e_s": 2.0}}
+    assert scenario_settings(config, "capacity") != scenario_settings(other, "capacity")
+    assert scenario_settings(config, "capacity")["input_tokens"] == 64

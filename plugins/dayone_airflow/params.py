@@ -89,9 +89,9 @@ def _without_object_defaults(node: Any) -> Any:
     return node
 
 
-def _preset_param() -> Param:
+def _preset_param(default: str = PROTOCOL) -> Param:
     return Param(
-        PROTOCOL, title="Preset", section=SECTIONS[PRESET_FIELD], type="string", enum=list(PRESETS),
+        default, title="Preset", section=SECTIONS[PRESET_FIELD], type="string", enum=list(PRESETS),
         values_display={name: f"{name}: {p.title}" for name, p in PRESETS.items()},
         description="A named starting point for the run (tasks/presets/): protocol is the full method, for GPU "
                     "servers; local-sim and local-llamacpp-ab run on a laptop (tasks/presets/*.yaml). Every field below "
@@ -103,7 +103,7 @@ def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
     defs = schema.get("$defs", {})
     values = RunConfig().model_dump(mode="json")
     values.update(defaults or {})
-    params: dict[str, Param] = {PRESET_FIELD: _preset_param()}
+    params: dict[str, Param] = {PRESET_FIELD: _preset_param(values.get(PRESET_FIELD, PROTOCOL))}
     ordered = sorted(schema["properties"].items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER))
     for name, prop in ordered:
         if name == "run_id":

@@ -33,6 +33,7 @@ AFTER_MEASURING = SCENARIO_STEPS[SCENARIO_STEPS.index(MEASURING[-1]) + 1:]
 assert SCENARIO_STEPS == (*BEFORE_MEASURING, *MEASURING, *AFTER_MEASURING), "performance steps must be consecutive"
 
 NIGHTLY_SCHEDULE_VARIABLE = "dayone_nightly_schedule"
+NIGHTLY_CONFIG_VARIABLE = "dayone_nightly_config"
 
 
 def task_id(step: str, position: int = 0) -> str:
@@ -215,6 +216,39 @@ def _params_on_the_dag_only(dag: Any) -> None:
 
     for operator in dag.tasks:
         operator.params = ParamsDict()
+
+
+def nightly_config() -> dict[str, Any] | None:
+    """The run config a scheduled nightly run evaluates: the Airflow Variable `dayone_nightly_config`
+    (YAML or JSON, may name a `preset`), read at parse as the nightly's param defaults; None while it is
+    unset (the params' own defaults: the protocol preset). A scheduled run has no conf, so this is the
+    only way to choose what it measures. A value that is not a valid run config fails the DAG's import
+    with the field and the fix: a nightly must not quietly measure some other config.
+    """
+    import yaml
+    from airflow.sdk import Variable
+
+    from tasks.config import ConfigError, parse_run_config
+
+    try:
+        text = Variable.get(NIGHTLY_CONFIG_VARIABLE, default=None)
+    except Exception as exc:  # noqa: BLE001  (no metadata DB or API at parse time: the params' defaults)
+        log.warning("Variable %s unreadable (%s); the nightly's params keep their defaults", NIGHTLY_CONFIG_VARIABLE, exc)
+        return None
+    if not text:
+        return None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"Variable {NIGHTLY_CONFIG_VARIABLE} is not YAML or JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f"Variable {NIGHTLY_CONFIG_VARIABLE}: a run config (a YAML or JSON mapping) is needed, "
+                         f"got {type(doc).__name__}")
+    try:
+        parse_run_config(doc)
+    except ConfigError as exc:
+        raise ValueError(f"Variable {NIGHTLY_CONFIG_VARIABLE}: {exc}") from None
+    return doc
 
 
 def nightly_schedule() -> str | None:

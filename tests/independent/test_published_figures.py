@@ -1,11 +1,13 @@
 """Published figures against servers written for the test (not DayOne's simulator).
 
-Two behaviours, each held on every path that publishes the figure (`dayone bench`, `dayone check`,
+The behaviours, each held on every path that publishes the figure (`dayone bench`, `dayone check`,
 the pipeline's summary.json and report.html):
 - a server whose completions stream opens with an empty event and then sends all of its output in
   one final event (chat streams normally): TTFT, TPOT and ITL are withheld, E2E stands;
 - a server with a first-encounter (JIT) tail on each new request shape, with warmup on: the
-  warmup round's tail is shown beside the steady median and the decision names it.
+  warmup round's tail is shown beside the steady median and the decision names it;
+- a server whose second round is three times slower: the throughput's round spread is flagged
+  (`dayone bench`), and a steady server's is not.
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ class FirstEncounterTail(PlainServer):
         return 0.01 + (JIT_DELAY_S if self.seen[key] <= 2 else 0.0)
 
 
+class SlowSecondRound(PlainServer):
+    """Requests 5-8 (the second round of 4 when nothing warms up) get a token gap 3x as long."""
+
+    def completion_events(self, kind, prompt_tokens, max_tokens):
+        slow = 4 < len(self.requests) <= 8  # this request is already recorded
+        events = super().completion_events(kind, prompt_tokens, max_tokens)
+        return [(d * 3 if slow and i else d, c) for i, (d, c) in enumerate(events)]
+
+
 def _bench(url: str, out: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "tasks.cli", "bench", "--endpoint", url, "--dialect", "openai", "--model", MODEL,
@@ -86,6 +97,18 @@ def test_bench_publishes_stream_timing_for_a_plain_streaming_server(tmp_path):
     assert summary["scenarios"]["short"]["levels"][0]["figures"]["ttft_p50_s"]["median"] > 0
     requests = pd.read_csv(tmp_path / "requests.csv")
     assert set(requests[requests["scenario"] == "short"]["output_events"]) == {OUTPUT_TOKENS}
+
+
+@pytest.mark.parametrize("server_class", [PlainServer, SlowSecondRound])
+def test_bench_flags_a_figure_whose_rounds_spread_over_a_quarter_of_their_median(server_class, tmp_path):
+    with server_class() as server:
+        proc = _bench(server.url, tmp_path, "--no-warmup", "--rounds", "3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    tps = json.loads((tmp_path / "summary.json").read_text())["scenarios"]["short"]["levels"][0]["figures"]["output_tps"]
+    spread = (max(tps["rounds"]) - min(tps["rounds"])) / tps["median"]
+    slow = server_class is SlowSecondRound
+    assert tps["spread"] is slow and (spread > 0.25) is slow, tps
+    assert ("SPREAD>25%" in proc.stdout) is slow, proc.stdout[-2000:]
 
 
 def test_check_cli_fails_output_streams_on_the_completions_api(tmp_path):

@@ -96,8 +96,8 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.rx_t = time.perf_counter()
-        if self._exchange is None or self._http is None:
-            self.close()  # bytes nobody asked for: the connection is not in a known state
+        if self._exchange is None or self._http is None or self._exchange.done.done():
+            self.close()  # bytes nobody asked for (none, or after the response): not in a known state
             return
         try:
             self._http.feed_data(data)

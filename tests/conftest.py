@@ -147,6 +147,16 @@ def airflow_db() -> Path:
     return home
 
 
+@pytest.fixture(scope="module")
+def eval_dag(airflow_db):
+    """dayone_eval as the DAG processor parses it from dags/."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parents[1] / "dags"))
+    assert not bag.import_errors, bag.import_errors
+    return bag.get_dag("dayone_eval")
+
+
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory):
     """A real S3-compatible server (SeaweedFS `weed mini`) on free loopback ports."""

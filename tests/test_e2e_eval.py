@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
 
 SMALL_RUN = {
     "model": {"name": "dayone-sim-model", "context_limit_tokens": 32768},
@@ -21,15 +20,6 @@ SMALL_RUN = {
     "archive": {"bucket": "dayone-e2e"},
     "request_timeout_s": 30,
 }
-
-
-@pytest.fixture()
-def eval_dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert not bag.import_errors, bag.import_errors
-    return bag.get_dag("dayone_eval")
 
 
 def _read_table(s3, bucket, key):

@@ -25,15 +25,6 @@ def planted_s3(tmp_path_factory: pytest.TempPathFactory):
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def eval_dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO / "dags"))
-    assert not bag.import_errors, bag.import_errors
-    return bag.get_dag("dayone_eval")
-
-
 @pytest.fixture
 def isolated_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     root = tmp_path / "runs"

@@ -4,14 +4,11 @@ local engine's log. The report link reads a run's report from there when the arc
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from storage_helpers import files_under
 
 from tasks.staging import RunDir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 RUN = {
     "model": {"name": "dayone-sim-model", "context_limit_tokens": 32768},
     "engines": [{"name": "sim-a", "dialect": "sglang", "launcher": "sim"}],
@@ -23,15 +20,6 @@ RUN = {
     "archive": {"bucket": "dayone-airflow-staging"},
     "request_timeout_s": 30,
 }
-
-
-@pytest.fixture()
-def eval_dag(airflow_db):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(dag_folder=str(REPO_ROOT / "dags"))
-    assert not bag.import_errors, bag.import_errors
-    return bag.get_dag("dayone_eval")
 
 
 @pytest.fixture()

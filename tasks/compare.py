@@ -44,7 +44,7 @@ from tasks.archive import model_slug
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.effects import Effect, effect
-from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
+from tasks.scenarios import CAPACITY_SCENARIO
 from tasks.scenarios.capacity import order as capacity_order
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.staging import RunDir
@@ -196,10 +196,9 @@ def _median(values: list[float]) -> float | None:
 
 def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
     from tasks.evidence.cache import published_verdict
-    from tasks.evidence.reliability import ttft_verdict
+    from tasks.evidence.reliability import engine_ttft_verdict
 
-    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
-    stream = ttft_verdict(run_dir.read_rows("checks", engine), measured)
+    stream = engine_ttft_verdict(run_dir, engine)
     verdict = published_verdict(run_dir.read_json(f"verdicts/{engine}/prefix_cache.json") or {}, stream)
     searched = run_dir.read_json(state.perf_summary_doc(engine, CAPACITY_SCENARIO))
     capacity = None if searched is None else published_capacity(searched, bool(stream["reliable"]), cfg.slo)

@@ -142,6 +142,9 @@ NEEDLES = Table(
         Column("status", "str", nullable=False, values=("ok", "error", "timeout")),
         Column("error", "str"),
         Column("cache_cleared", "bool", description="The prefix cache was emptied just before this request."),
+        Column("stream_defect", "str",
+               description="Why this stream did not deliver its output as generated (tasks/evidence/reliability.py); "
+                           "any such stream makes the engine's TTFT unreliable."),
     ),
     key=("run_id", "engine", "scenario", "target_tokens", "depth", "attempt"),
 )

@@ -15,6 +15,7 @@ from typing import Any
 
 from tasks.config import DIALECTS, ConfigError, RunConfig, parse_run_config
 from tasks.context import StepContext, endpoint_for
+from tasks.evidence.reliability import WITHHELD
 from tasks.scenarios import SCENARIO_SWITCHES
 from tasks.staging import RunDir
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
@@ -154,12 +155,19 @@ def run_longctx(args: argparse.Namespace) -> int:
         boundary_rows = watch_step(ctx, "boundary", restart_count, lambda: {
             "rows": run_boundary(ctx, restart_count, settle_s=args.settle_s)})["rows"]
     counts = write_tables(ctx, out, ("needles", "checks"))
+    needles = rows + [r for r in boundary_rows if "depth" in r]
+    # The TTFT rule (tasks/evidence/reliability.py): one stream that held its output back withholds them all.
+    defects = [f"{r['target_tokens']} tokens at {r['depth']:.0%}: {r['stream_defect']}" for r in needles
+               if r.get("stream_defect")]
     print(f"{ctx.endpoint.engine} needles: target tokens | prompt tokens | depth | attempt | TTFT s | passed | answer")
-    for r in rows + [r for r in boundary_rows if "depth" in r]:
-        ttft = "-" if r["ttft_s"] is None else f"{r['ttft_s']:.3f}"
+    for r in needles:
+        ttft = "not published" if defects else "-" if r["ttft_s"] is None else f"{r['ttft_s']:.3f}"
         print(f"  {r['scenario']:>12} {r['target_tokens']:>8} | {r['prompt_tokens']} | {r['depth']:.2f} | "
               f"{r['attempt']}{' (first)' if r['first_encounter'] else ''} | {ttft} | "
               f"{'PASS' if r['passed'] else 'FAIL'} | {(r['answer'] or r['error'] or '')[:60]!r}")
+    if defects:
+        print(f"  {WITHHELD}{len(defects)} of {len(needles)} needle streams did not deliver output as generated "
+              f"(e.g. {'; '.join(defects[:2])})")
     checks = ctx.run_dir.read_rows("checks", ctx.endpoint.engine)
     for r in checks:
         print(f"  {r['check']} ({r['scenario']}): {r['outcome']} ({r['evidence']['reason']})")

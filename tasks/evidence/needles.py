@@ -27,6 +27,7 @@ from tasks.evidence.prompts import (
     needle_text,
     tokenize_counter,
 )
+from tasks.evidence.reliability import judge_stream
 from tasks.evidence.stream import StreamResult, excerpt, stream_post
 
 SCENARIO = "long_context"
@@ -119,6 +120,7 @@ def needle_request(
         "status": "error",
         "error": None,
         "cache_cleared": None,
+        "stream_defect": None,
     }
     try:
         prompt = calibrate(
@@ -158,6 +160,7 @@ def needle_request(
         "status": _status(result),
         "error": error,
         "cache_cleared": cleared,
+        "stream_defect": judge_stream(result) if result.ok else None,
     }
 
 

@@ -8,8 +8,9 @@ it is generated. A stream is defective when no event carried output, when one ev
 of a multi-token output, or when the last event carried more than half of it (a role-only or
 empty first event is normal). TTFT is unreliable, and TPOT and ITL with it, when:
 - the `output_streams` check failed (it streams both the chat and the completions API), or
-- any measured stream was defective (the quirk can hit only some streams, and the benchmarks
-  measure completions streams that a chat-only check would never see), or
+- any measured stream was defective: the benchmarks', the capacity search's or a needle's (the
+  quirk can hit only some streams, and the benchmarks measure completions streams that a chat-only
+  check would never see), or
 - the completions API ignored echo=false (the prompt coming back changes what TTFT times), or
 - streaming was never shown: no `output_streams` pass and no measured multi-token stream.
 Then E2E alone is published, with the reason.
@@ -85,9 +86,12 @@ def row_output_events(row: Mapping[str, Any]) -> int | None:
 
 
 def row_defect(row: Mapping[str, Any]) -> str | None:
-    """`stream_defect` of one completed requests-table row; None for failed rows."""
+    """`stream_defect` of one completed requests-table row (or a needles row, which records its own);
+    None for failed rows."""
     if row.get("status") != "ok":
         return None
+    if "stream_defect" in row:
+        return row["stream_defect"] or None
     events = row_output_events(row)
     if events is None:
         return None
@@ -165,3 +169,13 @@ def withhold_stream_timed(figures: Mapping[str, Any] | None) -> dict[str, Any] |
     if figures is None:
         return None
     return {k: v for k, v in figures.items() if not k.startswith(STREAM_TIMED_PREFIXES)}
+
+
+def engine_ttft_verdict(run_dir: Any, engine: str) -> dict[str, Any]:
+    """`ttft_verdict` of one engine of a run, from everything it measured: its checks, the streams of
+    the benchmarks and the capacity search, and the needles' streams. The summary and the nightly
+    comparison both read it."""
+    from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
+
+    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in (*PERF_SCENARIOS, CAPACITY_SCENARIO)]
+    return ttft_verdict(run_dir.read_rows("checks", engine), measured + run_dir.read_rows("needles", engine))

@@ -23,7 +23,7 @@ from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.cache import published_verdict
 from tasks.evidence.effects import effect
-from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
+from tasks.evidence.reliability import engine_ttft_verdict, withhold_stream_timed
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import restart_summary
 from tasks.load.stats import HEADLINE_FIGURES, client_load, first_encounter_tail, over_rounds
@@ -37,7 +37,7 @@ from tasks.report.schema import ClientLoad
 from tasks.report.schema import Capacity, CapacityProbe
 from tasks.report.schema import Hardware, KvCapacity, KvPeak
 from tasks.report.schema import TelemetryRound
-from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS, SCENARIO_SWITCHES
+from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.staging import RunDir
 
@@ -115,9 +115,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
     pinned = state.pinned(run_dir).get(engine, {})
     ready = state.readiness(run_dir, engine)
     checks = run_dir.read_rows("checks", engine)
-    perf_requests = [r for r in run_dir.read_rows("requests", engine)
-                     if r.get("scenario") in (*PERF_SCENARIOS, CAPACITY_SCENARIO)]  # the benchmarks' streams
-    ttft = TtftVerdict.model_validate(ttft_verdict(checks, perf_requests))
+    ttft = TtftVerdict.model_validate(engine_ttft_verdict(run_dir, engine))
     published = ttft.reliable
     needles = _needle_rows(run_dir.read_rows("needles", engine), published)
     long_context = [n for n in needles if n.scenario == "long_context"]

@@ -8,14 +8,19 @@ for temperature 0.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from typing import Any
 
+import pandas as pd
+import pytest
 from aiohttp import web
 from plain_server import MODEL, PlainServer, prompt_token_count
 
 from tasks.config import parse_run_config
 from tasks.context import StepContext, endpoint_for
 from tasks.evidence.needles import run_long_context
+from tasks.evidence.reliability import engine_ttft_verdict
 from tasks.staging import RunDir
 
 CODE = re.compile(r"The secret code is ([A-Z0-9]{4}-[A-Z0-9]{4})\.")
@@ -73,3 +78,45 @@ def test_every_needle_request_decodes_greedily_and_passes(tmp_path):
         temperatures = server.temperatures
     assert len(rows) == 4 and temperatures == [0.0] * 4, temperatures
     assert all(r["passed"] and r["expected"] in r["answer"] for r in rows), rows
+
+
+class StreamsTheAnswer(AnswersWhenGreedy):
+    """The answer word by word, as a real engine streams it."""
+
+    def completion_events(self, kind: str, prompt_tokens: int, max_tokens: int) -> list[tuple[float, dict]]:
+        return [(0.01, self.text_chunk(kind, w)) for w in (" The", " secret", " code", " is", f" {self._answer}.")]
+
+
+class HoldsBackTheAnswer(AnswersWhenGreedy):
+    """One word, then the rest of the answer in the last event: the stream does not time a first token."""
+
+    def completion_events(self, kind: str, prompt_tokens: int, max_tokens: int) -> list[tuple[float, dict]]:
+        return [(0.01, self.text_chunk(kind, " The")),
+                (0.03, self.text_chunk(kind, f" secret code is {self._answer}."))]
+
+
+def _longctx(url: str, out) -> tuple[subprocess.CompletedProcess, pd.DataFrame]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "longctx", "--endpoint", url, "--dialect", "vllm", "--model", MODEL,
+         "--lengths", "600", "--depths", "0.1,0.9", "--no-model-limit", "--output-tokens", "8", "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )
+    return proc, pd.read_csv(out / "needles.csv")
+
+
+@pytest.mark.parametrize("server_class", [StreamsTheAnswer, HoldsBackTheAnswer])
+def test_needle_ttft_obeys_the_ttft_rule_on_every_path(server_class, tmp_path):
+    held = server_class is HoldsBackTheAnswer
+    with server_class() as server:
+        proc, needles = _longctx(server.url, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert needles["passed"].all()  # the answers are right either way: only the timing is in doubt
+    assert bool(needles["stream_defect"].notna().all()) is held, needles["stream_defect"].tolist()
+    assert ("not published" in proc.stdout) is held, proc.stdout
+    # the engine-level verdict (summary.json, the nightly comparison) reads the needle rows too
+    run_dir = RunDir("needles", root=tmp_path / "engine")
+    with run_dir.rows("needles", "plain-vllm", "long_context") as out:
+        for row in needles.to_dict("records"):
+            out.write({k: (None if isinstance(v, float) and pd.isna(v) else v) for k, v in row.items()})
+    verdict = engine_ttft_verdict(run_dir, "plain-vllm")
+    assert ("did not deliver output as generated" in verdict["reason"]) is held, verdict

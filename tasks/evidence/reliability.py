@@ -177,5 +177,6 @@ def engine_ttft_verdict(run_dir: Any, engine: str) -> dict[str, Any]:
     comparison both read it."""
     from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
 
-    measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in (*PERF_SCENARIOS, CAPACITY_SCENARIO)]
+    measured = [r for r in run_dir.read_rows("requests", engine)
+                if r.get("scenario") in (*PERF_SCENARIOS, CAPACITY_SCENARIO)]
     return ttft_verdict(run_dir.read_rows("checks", engine), measured + run_dir.read_rows("needles", engine))

@@ -32,7 +32,8 @@ def _run(root: Path) -> tuple[RunDir, object]:
 
 
 def test_preempted_rounds_are_flagged_and_the_ttft_gap_is_stated_with_both_numbers(tmp_path, monkeypatch):
-    monkeypatch.setattr(summary_module, "ttft_verdict", lambda checks, requests: {"reliable": True, "reason": "ok"})
+    monkeypatch.setattr(summary_module, "engine_ttft_verdict",
+                        lambda run_dir, engine: {"reliable": True, "reason": "ok"})
     summary = build_summary(*_run(tmp_path))
     rounds = summary.engines["eng"].engine_rounds
     assert [(r.scenario, r.round, r.preempted) for r in rounds] == [("short", 1, True), ("short", 2, False)]

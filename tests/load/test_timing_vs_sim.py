@@ -74,7 +74,9 @@ def test_closed_loop_keeps_exactly_c_requests_in_flight(sim, make_ctx, short):
     in_flight = [sum(1 for s, e in spans if s <= t < e) for t, _ in spans]
     assert max(in_flight) == 3
     truth = [sim.requests(r["request_id"])[0] for r in rows]
-    assert max(t["queue_wait_s"] for t in truth) < 0.01  # the simulator has 8 slots: nothing queued
+    # The simulator has 8 slots: nothing queued. Its wait is its own loop's delay, a few ms at most
+    # (12.6 ms once on a busy suite); a request that waited for a slot would wait a whole request, 0.13 s.
+    assert max(t["queue_wait_s"] for t in truth) < 0.05
 
 
 def test_a_ramp_starts_the_streams_apart(sim):

@@ -1,10 +1,15 @@
-"""dayone_eval: evaluate one model on one or more serving engines, end to end.
+"""
+### dayone_eval: evaluate one model on its serving engines, end to end
 
-plan -> pin images -> per engine [deploy -> wait ready -> startup findings -> functional checks ->
-short, prefill, decode, rate -> long context, boundary -> prefix cache -> teardown (always)]
--> validate -> archive (Asset dayone_archived_run) -> report -> conclude. Engines on one node run one
-after another (task groups engines_0, engines_1, ...); engines on separate nodes run side by side.
-Wiring only: the graph is plugins/dayone_airflow/pipeline.py, every step lives in tasks/.
+Trigger it for a one-off evaluation: the form's **Preset** picks a starting point (`local-sim` and
+`local-llamacpp-ab` run in minutes on a laptop; `protocol` is the full method for GPU servers).
+
+**What runs**, per engine: deploy, wait until ready, startup findings, functional checks, the
+performance scenarios, long context, the prefix cache, teardown (always). Then the run validates its
+tables (Great Expectations), archives them to S3 and writes its report (the **DayOne report** tab).
+
+**Where to read more**: docs/PROTOCOL.md (the method), docs/ARCHITECTURE.md (the graph and the step
+registry). Wiring only: the graph is `plugins/dayone_airflow/pipeline.py`, every step lives in `tasks/`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from dayone_airflow.pipeline import evaluation
 
 @dag(
     dag_id="dayone_eval",
+    description="Evaluate a model on its serving engines: deploy, check, measure, validate, archive, report",
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,

@@ -1,13 +1,18 @@
-"""dayone_nightly: the scheduled regression run, and the DAG that backfills older digests.
+"""
+### dayone_nightly: the scheduled regression run, and backfills of older digests
 
-Schedule: the Airflow Variable `dayone_nightly_schedule` (cron or preset), read at parse; none while it
-is unset, so unpausing the DAG (the Trigger dialog does) starts no run by itself: a scheduled run has no
-conf and evaluates the params' defaults: the Variable `dayone_nightly_config` (a run config, YAML or JSON,
-may name a preset) sets them, else they are the protocol preset's. Backfills need the schedule too.
-pin images for the logical date (the digest catalog's entry for that date if it has one, else the
-current digests, then recorded) -> the same evaluation as dayone_eval -> compare with the last good
-run (a regression fails `compare`) -> validate -> archive -> report -> conclude.
-Backfill: `airflow backfill create --dag-id dayone_nightly --from-date ... --to-date ...` (docs/backfill.md).
+**No schedule until you set one.** The schedule is the Airflow Variable `dayone_nightly_schedule`
+(cron or preset), read at parse: while it is unset, unpausing the DAG creates no run by itself.
+
+**What it measures.** A scheduled run has no conf: it evaluates the Variable `dayone_nightly_config`
+(a run config in YAML or JSON, may name a preset), else the protocol preset.
+
+**What it does.** Pins the images for the logical date (the digest catalog's entry if it has one,
+else today's digests, then records them), runs the same evaluation as `dayone_eval`, then compares
+with the last good run: a regression fails `compare`, so Airflow's alerting applies.
+
+**Backfill.** `airflow backfill create --dag-id dayone_nightly --from-date ... --to-date ...`
+(docs/backfill.md).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from dayone_airflow.pipeline import evaluation, nightly_config, nightly_schedule
 
 @dag(
     dag_id="dayone_nightly",
+    description="Nightly regression against the last good run; no schedule until the Variable "
+                "dayone_nightly_schedule is set",
     schedule=nightly_schedule(),
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,

@@ -21,6 +21,7 @@ print(json.dumps({
     "heavy": sorted(m for m in ("great_expectations", "matplotlib", "boto3", "aiohttp", "kubernetes")
                     if m in sys.modules),
     "tasks": {d: sorted(bag.dags[d].task_ids) for d in bag.dag_ids},
+    "descriptions": {d: bag.dags[d].description for d in bag.dag_ids},
 }))
 """
 
@@ -37,6 +38,15 @@ def test_dags_import_without_errors_or_heavy_imports():
     assert "dayone_eval" in bag["dags"]
     assert "great_expectations" not in bag["heavy"], "great_expectations must not be imported at DAG parse time"
     assert "matplotlib" not in bag["heavy"]
+
+
+def test_each_dag_says_what_it_is_in_the_dag_list():
+    """The DAG list shows a description; the nightly's says it waits for its schedule Variable."""
+    described = _dagbag()["descriptions"]
+    assert set(described) >= {"dayone_eval", "dayone_nightly"}
+    for dag_id, text in described.items():
+        assert text and len(text) <= 120, (dag_id, text)
+    assert "dayone_nightly_schedule" in described["dayone_nightly"]
 
 
 def test_eval_dag_has_every_stage_in_order():

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from scipy import stats
@@ -33,6 +33,10 @@ POWER = 0.8  # for `detectable` and `rounds_needed`
 DEFAULT_CONFIDENCE = 0.95
 
 Verdict = Literal["higher", "lower", "no detectable difference", "not enough rounds"]
+
+# What an interval from one run's rounds covers: its rounds share one launch of each engine, so the
+# launch-to-launch (run-to-run) variation is not in it. A noun phrase: "the interval covers ...".
+COVERS_ROUNDS = "round-to-round noise within one deployment of each engine"
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,10 @@ class Effect:
     rounds_b: int
     paired: bool
     log_sd: float | None  # pooled standard deviation of one round's log value
+    covers: str = COVERS_ROUNDS  # what variation the interval covers (a noun phrase)
+    log_se: float | None = None  # standard error of the log ratio (widened: the between-run part included)
+    df: float | None = None  # its degrees of freedom
+    between_log_sd: float | None = None  # between-run sd of one run's log value that `widen` added
 
     @property
     def decided(self) -> bool:
@@ -72,9 +80,31 @@ def _logs(values: Sequence[float | None]) -> list[float]:
 
 
 def effect(a: Sequence[float | None], b: Sequence[float | None], confidence: float = DEFAULT_CONFIDENCE,
-           paired: bool = False) -> Effect:
+           paired: bool = False, covers: str = COVERS_ROUNDS) -> Effect:
     """The effect B/A of one figure from its round values (None or non-positive rounds are left out;
-    with `paired`, rounds are matched by position and a pair missing either side is left out)."""
+    with `paired`, rounds are matched by position and a pair missing either side is left out).
+    `covers` names the variation the values carry: per-launch means cover launch-to-launch variation."""
+    return replace(_effect(a, b, confidence, paired), covers=covers)
+
+
+def widen(e: Effect, between_log_sd: float | None, covers: str | None = None,
+          between_df: float | None = None) -> Effect:
+    """`e` with its interval widened by a between-run component: each run's log value carries its own
+    launch effect of sd `between_log_sd`, so the log ratio of two runs gains a variance 2*between_log_sd**2.
+    The degrees of freedom combine by Welch-Satterthwaite (`between_df`: those of the between-run
+    estimate, None for a known sd). `covers` replaces the text of what the interval covers (default: e's
+    and "run-to-run variation"). None or 0, or an effect without an interval, returns `e` unchanged."""
+    if not between_log_sd or e.ratio is None or e.log_se is None or e.df is None:
+        return e
+    within, between = e.log_se ** 2, 2 * between_log_sd ** 2
+    se = math.sqrt(within + between)
+    df = se ** 4 / (within ** 2 / e.df + (between ** 2 / between_df if between_df else 0.0))
+    widened = _decide(math.log(e.ratio), se, df, e.confidence, e.rounds_a, e.rounds_b, e.paired, e.log_sd)
+    return replace(widened, covers=covers or f"{e.covers} and run-to-run variation",
+                   between_log_sd=math.hypot(e.between_log_sd or 0.0, between_log_sd))
+
+
+def _effect(a: Sequence[float | None], b: Sequence[float | None], confidence: float, paired: bool) -> Effect:
     if paired:
         pairs = [(x, y) for x, y in zip(a, b) if x and y and x > 0 and y > 0]
         diffs = [math.log(y) - math.log(x) for x, y in pairs]
@@ -102,7 +132,8 @@ def _decide(diff: float, se: float, df: float, confidence: float, na: int, nb: i
     low, high = math.exp(diff - t * se), math.exp(diff + t * se)
     verdict: Verdict = "higher" if low > 1 else "lower" if high < 1 else "no detectable difference"
     detectable = math.expm1((t + stats.t.ppf(POWER, df)) * se)
-    return Effect(verdict, math.exp(diff), low, high, confidence, detectable, na, nb, paired, log_sd)
+    return Effect(verdict, math.exp(diff), low, high, confidence, detectable, na, nb, paired, log_sd,
+                  log_se=se, df=df)
 
 
 def _undecided(confidence: float, na: int, nb: int, paired: bool) -> Effect:

@@ -96,3 +96,17 @@ def test_a_decided_interval_next_to_1_keeps_its_side_visible():
     assert ratio_interval(0.9998, 0.99965, 0.99991, "95% CI") == "0.9998× (95% CI 0.9997–0.9999)"
     assert ratio_interval(1.21, 1.1, 1.33) == "1.21× (CI 1.10–1.33)"
     assert ratio_interval(1.0, 0.98, 1.02) == "1.00× (CI 0.98–1.02)"  # undecided: two decimals say it
+
+
+def test_widen_adds_the_between_run_variance_and_says_what_the_interval_covers():
+    from tasks.evidence.effects import COVERS_ROUNDS, widen
+
+    e = effect([10.0, 11.0, 10.5], [12.0, 12.5, 11.8])
+    assert e.verdict == "higher" and e.covers == COVERS_ROUNDS
+    assert widen(e, None) is e and widen(e, 0.0) is e
+    w = widen(e, 0.05, covers="rounds and run-to-run variation from 6 runs")
+    assert w.log_se == pytest.approx(math.sqrt(e.log_se ** 2 + 2 * 0.05 ** 2))
+    assert w.ratio == e.ratio and w.low < e.low and w.high > e.high and w.detectable > e.detectable
+    assert w.verdict == "no detectable difference"  # recomputed on the wider interval
+    assert w.covers == "rounds and run-to-run variation from 6 runs" and w.between_log_sd == 0.05
+    assert effect([1.0, 1.1], [1.2, 1.3], covers="launch means").covers == "launch means"

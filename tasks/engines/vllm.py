@@ -16,7 +16,10 @@ from tasks.engines.base import (BUSY, CLEARED, FAILED, CacheCounters, EngineAdap
 KV_TOKENS = re.compile(r"GPU KV cache size: (?P<tokens>[\d,]+) tokens")
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for (?P<context>[\d,]+) tokens per request: (?P<times>[\d.]+)x")
 KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
-WEIGHTS = re.compile(r"Model loading took (?P<gib>[\d.]+) GiB memory")
+# Weights memory, in each wording vLLM has used: "Loading model weights took %.4f GB" (V0's
+# vllm/worker/model_runner.py; its GB is 2**30 bytes), "Model loading took %.4f GiB and %.6f seconds",
+# today "Model loading took %s GiB memory and %.6f seconds" (vllm/v1/worker/gpu_model_runner.py).
+WEIGHTS = re.compile(r"(?:Model loading|Loading model weights) took (?P<gib>[\d.]+) Gi?B\b")
 
 
 class VLLMAdapter(EngineAdapter):

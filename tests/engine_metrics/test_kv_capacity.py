@@ -129,3 +129,28 @@ def test_the_report_states_kv_tokens_the_fit_and_peak_usage_per_scenario(tmp_pat
     assert "1,709,664 tokens" in page and "13.04× at 131,072 tokens" in page
     assert "<span class='badge fail'>does not fit</span>" in page and "262,144" in page
     assert "short 50.0%" in page and "prefill 75.0%" in page
+
+
+# Weights memory in every wording vLLM has logged it (vllm/worker/model_runner.py and
+# vllm/v1/worker/gpu_model_runner.py over its history): "GB" there is 2**30 bytes, as "GiB" is.
+VLLM_WEIGHTS_WORDINGS = (
+    ("INFO 06-02 10:11:12 model_runner.py:1008] Loading model weights took 14.9595 GB", 14.9595),
+    ("INFO 03-11 09:00:01 [gpu_model_runner.py:1176] Model loading took 15.2344 GiB and 21.402351 seconds", 15.2344),
+    ("(Worker_TP0 pid=211) INFO 11-30 08:01:12 [gpu_model_runner.py:2653] Model loading took 15.2344 GiB memory "
+     "and 21.402 seconds", 15.2344),
+)
+
+
+@pytest.mark.parametrize("line,gib", VLLM_WEIGHTS_WORDINGS)
+def test_vllm_weights_memory_is_read_in_every_wording_and_published(tmp_path, line, gib):
+    log = line + "\n" + VLLM_LOG.split("\n", 2)[2]  # the KV lines of today, the weights line of that version
+    assert adapter_for("vllm").startup_memory(log).weights_gib == gib
+    cfg = parse_run_config({"run_id": "w", "engines": [{"name": "eng", "dialect": "vllm"}],
+                            "model": {"context_limit_tokens": 131_072}, "scenarios": NO_LONG_CONTEXT})
+    run_dir = RunDir("w", root=tmp_path)
+    keys = {"run_id": "w", "engine": "eng", "image_digest": None, "scenario": "startup", "round": 0}
+    with run_dir.rows("kv_capacity", "eng", "startup") as out:
+        out.write(kv_capacity_row(keys, adapter_for("vllm"), log, 131_072))
+    summary = build_summary(run_dir, cfg)
+    assert summary.engines["eng"].kv_capacity.weights_gib == gib
+    assert f"{gib:,.1f} GiB" in render_html(summary, charts={})  # the report's table cell

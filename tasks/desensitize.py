@@ -37,6 +37,25 @@ _PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+# An environment variable holds a credential when a word of its name says so; every other value is a
+# setting (many engine switches are variables), recorded so that the start can be repeated.
+_SECRET_ENV_WORD = re.compile(
+    r"(?:^|_)(?:TOKEN|KEY|APIKEY|SECRET|PASSWORD|PASSWD|PASS|PWD|CREDENTIALS?|AUTH|AUTHORIZATION|COOKIE|"
+    r"SESSION|LICEN[CS]E|CERT|PRIVATE)(?:_|$)", re.I)
+
+
+def secret_name(name: str) -> bool:
+    """Whether a setting named `name` (an environment variable, a field) holds a credential: the one rule
+    for what is withheld from the manifest, the pin identity and the applied objects."""
+    return bool(_SECRET_KEY.search(name) or _SECRET_ENV_WORD.search(name))
+
+
+def recorded_env(env: dict[str, str]) -> dict[str, str]:
+    """An engine's environment as the run records it: values kept (scrubbed of hosts and tokens),
+    those of secret-named variables withheld."""
+    return {k: REDACTED if secret_name(k) else scrub_text(str(v)) for k, v in sorted(env.items())}
+
+
 def scrub_text(text: str) -> str:
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)

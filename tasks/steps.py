@@ -249,7 +249,7 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
 
 
 def _experiment_record(cfg: RunConfig) -> dict[str, Any] | None:
-    """The experiment as run: each variant's settings that differ from the base (env values redacted)."""
+    """The experiment as run: each variant's settings that differ from the base (secret env values withheld)."""
     if cfg.experiment is None:
         return None
     from tasks.experiment import differences
@@ -258,7 +258,9 @@ def _experiment_record(cfg: RunConfig) -> dict[str, Any] | None:
     base = cfg.engine(exp.base)
 
     def shown(path: str, value: Any) -> Any:
-        return "<redacted>" if path.startswith("env.") and value is not None else value
+        from tasks.desensitize import REDACTED, secret_name
+
+        return REDACTED if path.startswith("env.") and value is not None and secret_name(path[4:]) else value
 
     variants = {e.name: {p: shown(p, b) for p, (_, b) in differences(base, e).items()}
                 for e in cfg.engines if e.name != exp.base}
@@ -268,9 +270,12 @@ def _experiment_record(cfg: RunConfig) -> dict[str, Any] | None:
 
 
 def _without_env_values(config: dict[str, Any]) -> dict[str, Any]:
-    """The config for the manifest: engine environment values may be credentials, so only names stay."""
+    """The config for the manifest: engine environment values kept so the start can be repeated, those
+    of secret-named variables withheld (tasks/desensitize.py `secret_name`)."""
+    from tasks.desensitize import recorded_env
+
     for engine in config.get("engines", []):
-        engine["env"] = {name: "<redacted>" for name in engine.get("env") or {}}
+        engine["env"] = recorded_env(engine.get("env") or {})
     return config
 
 
@@ -384,7 +389,7 @@ def wait_ready(ctx: RunContext, engine: str) -> dict[str, Any]:
         raise NotAttempted(f"engine {engine}: dry run, nothing deployed (manifests in {dep.handle.get('rendered')})")
     started = time.monotonic()
     try:
-        state = ctx.target.wait_ready(ctx.config, dep, ready_timeout_s(ctx.config, engine))
+        state = ctx.target.wait_ready(ctx.config, dep, ready_timeout_s(ctx.config, engine), ctx.endpoint_access(engine))
     except DeployError as exc:
         return readiness_reached(ctx, engine, False, str(exc), time.monotonic() - started)
     return readiness_reached(ctx, engine, True, state.detail, time.monotonic() - started)

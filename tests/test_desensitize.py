@@ -35,3 +35,20 @@ def test_step_results_carry_no_key_a_masker_takes_for_a_secret():
     assert counts == {"checks_passed": 2, "checks_failed": 1, "checks_not_applicable": 1}
     assert desensitize(counts) == counts
     assert desensitize({"pass": 2}) == {"pass": REDACTED}  # why the key changed
+
+
+def test_env_values_are_kept_but_secret_named_ones_are_withheld():
+    """One rule: a word of the name (TOKEN, KEY, SECRET, PASSWORD, CREDENTIAL, AUTH, LICENSE ...) makes
+    a variable a credential; settings stay, so the start can be repeated."""
+    from tasks.desensitize import recorded_env, secret_name
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY",
+                 "DB_PASSWORD", "GOOGLE_APPLICATION_CREDENTIALS", "PROXY_AUTH", "ENGINE_LICENSE", "KEY", "token"):
+        assert secret_name(name), name
+    for name in ("VLLM_USE_DEEP_GEMM", "TOKENIZERS_PARALLELISM", "VLLM_ATTENTION_BACKEND", "CUDA_VISIBLE_DEVICES",
+                 "SGLANG_ENABLE_JIT_DEEPGEMM", "VLLM_MAX_TOKENS_PER_EXPERT_FP4_MOE", "HOME"):
+        assert not secret_name(name), name
+    env = {"VLLM_USE_DEEP_GEMM": "1", "HF_TOKEN": "hf_plantedplantedplanted01", "NCCL_SOCKET_IFNAME": "eth0",
+           "PROXY": "http://10.1.2.3:3128"}
+    assert recorded_env(env) == {"HF_TOKEN": REDACTED, "NCCL_SOCKET_IFNAME": "eth0", "PROXY": "http://<ip>",
+                                 "VLLM_USE_DEEP_GEMM": "1"}

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.config import EngineSpec, RunConfig
+from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness, adapter_for
 from tasks.k8s import api
 from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selector, service_url
@@ -89,6 +90,7 @@ class KubernetesTarget:
     # ---- pin ---------------------------------------------------------------------------------
     def pin(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
         """Digests (index and linux/amd64) and the full command line, before anything starts."""
+        from tasks.desensitize import recorded_env
         from tasks.k8s.cli import pinned_from_config
         from tasks.registry import RegistryError, resolve
 
@@ -107,7 +109,7 @@ class KubernetesTarget:
             "index_digest": pinned.get("index_digest"),
             "platform_digest": pinned["platform_digest"],
             "command": command,
-            "env": sorted(adapter.launch_env(engine)),  # names only: values may be secrets
+            "env": recorded_env(adapter.launch_env(engine)),  # values, those of secret-named variables withheld
             "model_revision": config.model.revision,
             "gpus": engine.gpus,
         }
@@ -184,7 +186,8 @@ class KubernetesTarget:
             events = describe_events(api.pod_events(self.client(h["conn_id"]), h["namespace"], state.pod))
         return f"{state.reason}. Events: {events}"
 
-    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float,
+                   access: EndpointAccess | None = None) -> Readiness:
         if deployment.handle.get("dry_run"):
             raise DeployError(
                 f"engine {deployment.engine}: dry run, nothing was deployed (objects in {deployment.handle['rendered']})"
@@ -198,7 +201,8 @@ class KubernetesTarget:
 
         adapter = adapter_for(config.engine(deployment.engine).dialect)
         return asyncio.run(wait_until_serving(deployment.engine, adapter, deployment.base_url, config.model.name,
-                                              platform=platform, timeout_s=timeout_s, interval_s=self.poll_interval_s))
+                                              platform=platform, timeout_s=timeout_s, interval_s=self.poll_interval_s,
+                                              access=access))
 
     # ---- observation -------------------------------------------------------------------------
     def restart_count(self, deployment: Deployment) -> int | None:
@@ -261,13 +265,18 @@ class KubernetesTarget:
 
 
 def _without_env_values(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The applied objects for the run's manifest, environment values removed (they may be secrets)."""
+    """The applied objects for the run's manifest: environment values kept, those of secret-named
+    variables withheld; a value from a Secret (valueFrom) is recorded as its reference, never read."""
     import copy
+
+    from tasks.desensitize import REDACTED, scrub_text, secret_name
 
     out = copy.deepcopy(objects)
     for obj in out:
         if obj["kind"] != "Deployment":
             continue
         for c in obj["spec"]["template"]["spec"]["containers"]:
-            c["env"] = [{"name": e["name"], "value": "<redacted>"} for e in c.get("env", [])]
+            c["env"] = [e if "value" not in e else
+                        {**e, "value": REDACTED if secret_name(e["name"]) else scrub_text(str(e["value"]))}
+                        for e in c.get("env", [])]
     return out

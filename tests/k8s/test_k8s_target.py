@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 
 import pytest
@@ -16,7 +17,8 @@ from tasks.k8s.manifests import render_engine
 from tasks.tables import TABLES, to_frame
 from tasks.targets.base import DeployError
 from tasks.context import StepContext, endpoint_for
-from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget
+from tasks.config import parse_run_config
+from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget, _without_env_values
 
 NS = "bench"
 
@@ -53,9 +55,33 @@ def test_deploy_creates_exactly_the_rendered_objects(apiserver, target, run_dir)
         "objects": ["Deployment/dayone-sglang-run-1", "Service/dayone-sglang-run-1"],
     }
     assert dep.image_digest == "sha256:" + "1" * 64
-    # the run keeps what was applied, with environment values removed
+    # the run keeps what was applied, environment values included (HOME here; secrets: see below)
     applied = run_dir.read_json("k8s/sglang.json")
-    assert {e["value"] for e in applied[0]["spec"]["template"]["spec"]["containers"][0]["env"]} == {"<redacted>"}
+    assert applied[0]["spec"]["template"]["spec"]["containers"][0]["env"] == [
+        {"name": "HOME", "value": "/home/dayone"}, {"name": "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "value": "0"}]
+
+
+def test_the_applied_objects_and_the_pin_keep_env_values_but_withhold_secret_ones(apiserver, target, run_dir):
+    """An engine switch set as a variable stays (the start can be repeated); a secret-named value and a
+    value from a Secret never reach the run's records."""
+    doc = run_config(engines=("vllm",)).model_dump(mode="json")
+    doc["engines"][0]["env"] = {"VLLM_USE_DEEP_GEMM": "1", "HF_TOKEN": "hf_plantedplantedplanted01",
+                                "ENGINE_LICENSE_KEY": "planted-license-77"}
+    config = parse_run_config(doc)
+    pinned = target.pin(config, config.engine("vllm"))
+    expected = {"ENGINE_LICENSE_KEY": "<redacted>", "HF_TOKEN": "<redacted>", "VLLM_SERVER_DEV_MODE": "1",
+                "VLLM_USE_DEEP_GEMM": "1"}
+    assert pinned["identity"]["env"] == expected
+    objects = render_engine(config, config.engine("vllm"), pinned)
+    container = objects[0]["spec"]["template"]["spec"]["containers"][0]
+    container["env"].append({"name": "API_KEY", "valueFrom": {"secretKeyRef": {"name": "engine-key", "key": "k"}}})
+    [recorded] = _without_env_values(objects)[0]["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: e.get("value", e.get("valueFrom")) for e in recorded["env"]} == {
+        **expected, "HOME": "/home/dayone", "API_KEY": {"secretKeyRef": {"name": "engine-key", "key": "k"}}}
+    target.deploy(config, config.engine("vllm"), run_dir, pinned)
+    applied = json.dumps(run_dir.read_json("k8s/vllm.json"))
+    assert '"VLLM_USE_DEEP_GEMM", "value": "1"' in applied
+    assert "planted" not in applied and "hf_planted" not in json.dumps(pinned)
 
 
 def test_pin_records_digests_and_the_full_command_line(target):
@@ -63,7 +89,7 @@ def test_pin_records_digests_and_the_full_command_line(target):
     pinned = target.pin(config, config.engine("vllm"))
     assert pinned["image_digest"] == pinned["platform_digest"] == "sha256:" + "2" * 64
     assert pinned["identity"]["command"][:3] == ["vllm", "serve", "/models/glm"]
-    assert pinned["identity"]["env"] == ["VLLM_SERVER_DEV_MODE"]
+    assert pinned["identity"]["env"] == {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 def test_a_retried_deploy_replaces_the_earlier_objects(apiserver, target, run_dir):

@@ -110,3 +110,25 @@ def test_widen_adds_the_between_run_variance_and_says_what_the_interval_covers()
     assert w.verdict == "no detectable difference"  # recomputed on the wider interval
     assert w.covers == "rounds and run-to-run variation from 6 runs" and w.between_log_sd == 0.05
     assert effect([1.0, 1.1], [1.2, 1.3], covers="launch means").covers == "launch means"
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_rounds_that_never_vary_measure_no_noise_and_give_no_interval(paired):
+    """[5,5,5] vs [6,6,6] read "higher, CI 1.20–1.20": the logs' float rounding passed for noise."""
+    e = effect([5.0, 5.0, 5.0], [6.0, 6.0, 6.0], paired=paired)
+    assert e.verdict == "not enough rounds" and e.ratio is None and e.low is None, describe(e)
+    assert "no noise measured" in describe(e) and e.detectable is None and e.rounds_needed(0.05) is None
+    tiny = effect([5.0, 5.0 * (1 + 1e-9), 5.0 * (1 - 1e-9)], [6.0, 6.0 * (1 - 1e-9), 6.0 * (1 + 1e-9)], paired=paired)
+    assert tiny.verdict == "higher"  # a real, tiny spread is still noise measured
+
+
+@pytest.mark.parametrize("paired", [False, True])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_a_non_finite_round_is_left_out_never_a_nan_interval(paired, bad):
+    """An infinite value made a NaN interval labelled "no detectable difference"."""
+    e = effect([10.0, 11.0, 10.5, bad], [12.0, 12.5, 11.8, 12.2], paired=paired)
+    assert e.rounds_a == 3 and (e.rounds_b == 3 if paired else e.rounds_b == 4)
+    assert all(math.isfinite(x) for x in (e.ratio, e.low, e.high, e.detectable)), describe(e)
+    assert e.verdict == "higher" and "nan" not in describe(e)
+    only = effect([bad, bad, 10.0], [12.0, 12.5, 11.8], paired=paired)
+    assert only.verdict == "not enough rounds" and only.ratio is None

@@ -15,9 +15,15 @@ Welch t-interval on the log values (PROTOCOL.md section 8, "Effects"):
   per-pair log ratios is used instead.
 
 The verdict is "higher", "lower", or "no detectable difference" when the interval holds 1; and
-"not enough rounds" with fewer than two good rounds on a side. `detectable` is the smallest
-relative change this run would detect with 80% power, and `rounds_needed(effect)` how many rounds
-per side a given change would need.
+"not enough rounds" with fewer than two good rounds on a side, or rounds that never vary (no noise
+measured: no interval to trust, `reason` says so). A non-finite round (inf, NaN) is left out like a
+missing one. `detectable` is the smallest relative change this run would detect with 80% power, and
+`rounds_needed(change)` how many rounds a side (pairs, when paired) a given change would need, both
+from the interval's own t (tests/evidence/test_effects_power.py simulates them).
+
+An interval covers only the variation its values carry (`covers`, printed with it): the rounds of one
+run share one launch of each engine, so their interval says nothing of the next launch. Per-launch
+means (`effect(..., covers=...)`) or `widen` with a between-run sd give an interval across runs.
 """
 
 from __future__ import annotations
@@ -268,14 +274,16 @@ def ratio_digits(low: float, high: float) -> int:
     return 6
 
 
-def ratio_interval(ratio: float, low: float, high: float, label: str = "CI") -> str:
-    """`1.21× (95% CI 1.10–1.33)`-style text: `label` goes before the bounds."""
+def ratio_interval(ratio: float, low: float, high: float, label: str = "CI", covers: str | None = None) -> str:
+    """`1.21× (95% CI 1.10–1.33)`-style text: `label` goes before the bounds; `covers`, what variation the
+    interval covers, after them (a reader takes a bare 95% interval to hold the next run's ratio)."""
     d = ratio_digits(low, high)
-    return f"{ratio:.{d}f}× ({label} {low:.{d}f}–{high:.{d}f})"
+    return f"{ratio:.{d}f}× ({label} {low:.{d}f}–{high:.{d}f}" + (f", covering {covers})" if covers else ")")
 
 
 def describe(e: Effect) -> str:
-    """`1.21× (95% CI 1.10–1.33)` or the reason there is no interval."""
-    if e.ratio is None:
+    """`1.21× (95% CI 1.10–1.33, covering round-to-round noise within one deployment of each engine)`, or
+    the reason there is no interval."""
+    if e.ratio is None or e.low is None or e.high is None:
         return f"not enough rounds ({e.reason or f'{e.rounds_a} vs {e.rounds_b} good rounds; 2 a side needed'})"
-    return ratio_interval(e.ratio, e.low, e.high, f"{e.confidence:.0%} CI")
+    return ratio_interval(e.ratio, e.low, e.high, f"{e.confidence:.0%} CI", e.covers)

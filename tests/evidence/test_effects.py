@@ -132,3 +132,13 @@ def test_a_non_finite_round_is_left_out_never_a_nan_interval(paired, bad):
     assert e.verdict == "higher" and "nan" not in describe(e)
     only = effect([bad, bad, 10.0], [12.0, 12.5, 11.8], paired=paired)
     assert only.verdict == "not enough rounds" and only.ratio is None
+
+
+def test_every_described_interval_says_what_it_covers():
+    """"1.22× (95% CI 1.16–1.29)" read as an interval for the next run; it covered one launch's rounds."""
+    from tasks.evidence.effects import ratio_interval, widen
+
+    e = effect([10.0, 11.0, 10.5], [12.0, 12.5, 11.8])
+    assert describe(e).endswith("CI 1.05–1.27, covering round-to-round noise within one deployment of each engine)")
+    assert describe(widen(e, 0.03, "rounds and 8 past runs")).endswith(", covering rounds and 8 past runs)")
+    assert ratio_interval(1.21, 1.1, 1.33, "CI", "launch means") == "1.21× (CI 1.10–1.33, covering launch means)"

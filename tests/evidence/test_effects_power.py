@@ -81,3 +81,31 @@ def test_the_detectable_change_is_detected_with_80_percent_power(n, log_sd, pair
     print(f"{'paired' if paired else 'unpaired'} {n} rounds at log sd {log_sd}: detectable "
           f"±{e.detectable:.1%}, power {power:.3f}")
     assert power >= 0.75
+
+
+def test_one_runs_interval_misses_the_next_launch_launch_means_and_widen_cover_it():
+    """Two demo runs gave 1.22× (95% CI 1.16–1.29) then 1.41× (1.34–1.49): each run starts the engines
+    anew, and its paired rounds share that one launch. Simulated: each run draws a launch effect per
+    engine (log sd 0.05), then 5 interleaved rounds (log sd 0.02 each). The interval from one run's rounds
+    covers the true ratio far below 95% across runs; the interval from 3 launches' means per engine, and
+    the rounds' interval widened by the true between-launch sd, cover it at about 95%."""
+    true_ratio, between, within, rounds, launches, runs = 1.2, 0.05, 0.02, 5, 3, 1500
+    rng = np.random.default_rng(29)
+    covered = {"rounds": 0, "launch means": 0, "widened": 0}
+    for _ in range(runs):
+        launch_a = rng.normal(0.0, between, launches)[:, None]  # one launch effect per engine and launch
+        launch_b = rng.normal(math.log(true_ratio), between, launches)[:, None]
+        a = 100 * np.exp(launch_a + rng.normal(0.0, within, (launches, rounds)))
+        b = 100 * np.exp(launch_b + rng.normal(0.0, within, (launches, rounds)))
+        one_run = effect(a[0], b[0], paired=True)  # what a run does today: the rounds of one launch
+        means = effect(np.exp(np.log(a).mean(1)), np.exp(np.log(b).mean(1)),
+                       covers=f"launch-to-launch variation over {launches} launches per engine")
+        widened = widen(one_run, between)
+        for name, e in (("rounds", one_run), ("launch means", means), ("widened", widened)):
+            covered[name] += e.low <= true_ratio <= e.high
+    share = {k: v / runs for k, v in covered.items()}
+    print("coverage of the true ratio across runs:", {k: round(v, 3) for k, v in share.items()})
+    assert share["rounds"] < 0.6  # nominally 95%, but of this launch's ratio, not the engines'
+    assert share["launch means"] >= 0.9 and share["widened"] >= 0.9
+    assert "launch-to-launch variation over 3 launches" in means.covers
+    assert "run-to-run variation" in widened.covers and "within one deployment" in one_run.covers

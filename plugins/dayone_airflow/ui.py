@@ -26,10 +26,19 @@ STATE = REPO / ".dayone"
 ARCHIVE_CONN_ENV = f"AIRFLOW_CONN_{ARCHIVE_CONN_DEFAULT.upper()}"
 
 
+def executor_slots(cores: int | None = None) -> int:
+    """LocalExecutor workers for this machine: Airflow's default (32) idles some 40 processes on two cores.
+    Two a core, at least four: a run's engines on one node measure one task at a time, and the run-level
+    tasks (plan, validate, archive, report) are short."""
+    cores = cores or len(os.sched_getaffinity(0))
+    return max(4, 2 * cores)
+
+
 def airflow_env(state: Path, port: int = 8080) -> dict[str, str]:
     """Where standalone keeps its state and finds DayOne; its components run `airflow` from PATH."""
     plugins = str(REPO / "plugins")
     return {
+        "AIRFLOW__CORE__PARALLELISM": str(executor_slots()),
         "AIRFLOW_HOME": str(state / "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
@@ -110,7 +119,8 @@ def run_until_exit(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--command", default="airflow standalone", help="what to run beside the S3 server")
+    parser.add_argument("--command", default=f"{shlex.quote(sys.executable)} -m dayone_airflow.standalone",
+                        help="what to run beside the S3 server (default: airflow standalone, loopback only)")
     parser.add_argument("--state", type=Path, default=STATE, help="Airflow home, runs and S3 data go under it")
     parser.add_argument("--port", type=int, default=8080, help="the Airflow UI and API port on 127.0.0.1")
     args = parser.parse_args(argv)

@@ -12,6 +12,7 @@ docs' pictures), else to a temporary directory; a failed test also saves the pag
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import time
@@ -192,3 +193,35 @@ def test_a_dot_dot_run_id_never_serves_a_page_from_outside_the_runs_directory(ui
     page.goto(f"{base}{prefix}/%2E%2E")
     expect(page.locator("body")).not_to_contain_text(OUTSIDE_MARKER)
     assert OUTSIDE_MARKER not in page.content()
+
+
+def test_the_stack_listens_on_loopback_only_with_executor_slots_sized_to_the_machine(ui_stack):
+    """Every TCP socket the stack's processes listen on is a loopback one (Airflow's log servers bind
+    every interface, so standalone's scheduler and triggerer run without them), and the LocalExecutor
+    runs no more workers than `executor_slots()` for this machine (Airflow's default is 32)."""
+    import psutil
+
+    from dayone_airflow.ui import executor_slots
+
+    stack_pids = [p for p in psutil.process_iter(["pid", "cmdline"]) if _in_session(p.pid, ui_stack.proc.pid)]
+    assert stack_pids, "no process of the stack found"
+    listening = [(p.info["cmdline"][:3], c.laddr) for p in stack_pids for c in _listening(p)]
+    assert listening, "the stack listens on nothing?"
+    wide = [(cmd, addr) for cmd, addr in listening if not ipaddress.ip_address(addr.ip).is_loopback]
+    assert wide == [], f"listening beyond loopback: {wide}"
+    workers = [p for p in stack_pids if "LocalExecutor" in " ".join(p.info["cmdline"] or [])]
+    assert 0 < len(workers) <= executor_slots(), (len(workers), executor_slots())
+
+
+def _in_session(pid: int, session_id: int) -> bool:
+    try:
+        return os.getsid(pid) == session_id
+    except OSError:
+        return False
+
+
+def _listening(process) -> list:
+    try:
+        return [c for c in process.net_connections(kind="tcp") if c.status == "LISTEN"]
+    except (OSError, Exception):  # noqa: BLE001  (gone meanwhile)
+        return []

@@ -389,7 +389,7 @@ def wait_ready(ctx: RunContext, engine: str) -> dict[str, Any]:
         raise NotAttempted(f"engine {engine}: dry run, nothing deployed (manifests in {dep.handle.get('rendered')})")
     started = time.monotonic()
     try:
-        state = ctx.target.wait_ready(ctx.config, dep, ready_timeout_s(ctx.config, engine), ctx.endpoint_access(engine))
+        state = ctx.target.wait_ready(ctx.config, dep, ready_timeout_s(ctx.config, engine))
     except DeployError as exc:
         return readiness_reached(ctx, engine, False, str(exc), time.monotonic() - started)
     return readiness_reached(ctx, engine, True, state.detail, time.monotonic() - started)

@@ -20,7 +20,6 @@ from typing import Any
 
 from tasks.config import EngineSpec, RunConfig
 from tasks.desensitize import recorded_env
-from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness, adapter_for
 from tasks.ports import free_port
 from tasks.processes import alive, start_group, stop_group
@@ -86,8 +85,7 @@ class LocalTarget:
         dep.save(run_dir)
         return dep
 
-    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float,
-                   access: EndpointAccess | None = None) -> Readiness:
+    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
         _on_this_node(deployment)
         pid = deployment.handle.get("pid")
 
@@ -98,7 +96,7 @@ class LocalTarget:
 
         adapter = adapter_for(config.engine(deployment.engine).dialect)
         return asyncio.run(wait_until_serving(deployment.engine, adapter, deployment.base_url, config.model.name,
-                                              platform=platform, timeout_s=timeout_s, interval_s=0.25, access=access))
+                                              platform=platform, timeout_s=timeout_s, interval_s=0.25))
 
     def restart_count(self, deployment: Deployment) -> int | None:
         launcher = deployment.handle.get("launcher")

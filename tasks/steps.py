@@ -402,7 +402,11 @@ def readiness_reached(ctx: RunContext, engine: str, ready: bool, detail: str, wa
     set_readiness(ctx.run_dir, engine, ready, detail, round(waited_s, 3))
     if not ready:
         raise DeployError(detail)
-    return {"engine": engine, "ready": True, "waited_s": round(waited_s, 3)}
+    from tasks.evidence.restarts import record_cold_start
+
+    finding = record_cold_start(ctx, engine)  # restarts while it loaded, judged now that it serves
+    return {"engine": engine, "ready": True, "waited_s": round(waited_s, 3),
+            "restarts_before_ready": finding["line"] if finding else None}
 
 
 def startup_findings(ctx: RunContext, engine: str) -> dict[str, Any]:

@@ -42,6 +42,14 @@ REPORT_LINK_NAME = "DayOne report"
 DAYONE_TAG = "dayone"
 DAYONE_DAG_IDS = frozenset({"dayone_eval", "dayone_nightly"})
 REPORT_CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+# What a browser sees before a report exists (or where none can be): styled like the report, no script.
+NOT_THERE_PAGE = (
+    "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>DayOne report</title><style>"
+    "body{font-family:'DejaVu Sans',Helvetica,Arial,sans-serif;max-width:720px;margin:48px auto;padding:0 16px;"
+    "color:#222;line-height:1.5}h1{font-size:20px;margin:0 0 8px}.box{background:#f7f9fc;border:1px solid #dbe4f0;"
+    "border-radius:4px;padding:12px 16px}.code{color:#666;font-size:13px}</style></head><body>"
+    "<h1>DayOne report</h1><div class='box'><p>$detail</p><p class='code'>HTTP $status. The report "
+    "appears here once the run's <b>report</b> task has finished.</p></div></body></html>")
 SERVED = {"report.html": "text/html; charset=utf-8", "summary.json": "application/json"}
 
 
@@ -266,7 +274,7 @@ def build_report_app() -> Any:
         if exc.status_code == 401:  # not signed in: to the login page, and back here after it
             login = get_auth_manager().get_url_login(next_url=str(request.url))
             return RedirectResponse(login, status_code=307)
-        page = f"<!doctype html><title>DayOne report</title><p>{escape(str(exc.detail))}</p>"
+        page = NOT_THERE_PAGE.replace("$detail", escape(str(exc.detail))).replace("$status", str(exc.status_code))
         return HTMLResponse(page, status_code=exc.status_code, headers={
             "Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff"})
 

@@ -156,3 +156,40 @@ def restart_summary(check_rows: list[dict[str, Any]]) -> dict[str, Any]:
         "restarted_steps": restarted,
         "steps": steps,
     }
+
+
+# ---- before readiness --------------------------------------------------------------------------------
+
+# A restart while the engine loads (the Day-1 report's "meaningless restarts") is judged once it is
+# ready: a startup finding, `warning` when only probes killed it (the probe budget was short for this
+# cold start; the engine is fine), `error` when it was OOM-killed or exited by itself (a replica with
+# these settings may not come up at all). No check fails: every figure is taken after the last start.
+COLD_START_FINDING = "restarted_before_ready"
+
+
+def cold_start_finding(restarts: int | None, causes: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The startup finding for `restarts` before the engine was first ready, with their causes; None
+    when it started once (or the target cannot count)."""
+    if not restarts:
+        return None
+    kinds = {c["cause"] for c in causes}
+    severity = "error" if kinds & {"oom_killed", "exit"} else "warning"
+    why = "; ".join(c["detail"] + (f" (x{c['count']})" if (c.get("count") or 1) > 1 else "") for c in causes)
+    line = (f"restarted {restarts} time(s) before ready: {why or 'cause not reported by the target'}")
+    return {"finding": COLD_START_FINDING, "severity": severity, "line": line}
+
+
+def record_cold_start(ctx: Any, engine: str) -> dict[str, Any] | None:
+    """Read the restarts of the engine's cold start now that it is ready, and write its finding (the
+    startup_findings partition `cold_start`, read with the startup log's). The finding, or None."""
+    dep = ctx.deployment(engine)
+    restarts = _count(lambda: ctx.target.restart_count(dep))
+    try:
+        causes = ctx.target.restart_causes(dep) if restarts else []
+    except Exception:  # noqa: BLE001 -- the count stands without its causes
+        causes = []
+    finding = cold_start_finding(restarts, causes)
+    with ctx.run_dir.rows("startup_findings", engine, "cold_start") as out:
+        if finding:
+            out.write({**ctx.engine(engine).endpoint.row_keys("startup"), **finding})
+    return finding

@@ -134,6 +134,34 @@ def restart_total(pods: list[dict[str, Any]], container: str = CONTAINER) -> int
     return total
 
 
+# The kubelet's words when it kills a container for its probes (pkg/kubelet/prober): a Killing event
+# "Container engine failed liveness probe, will be restarted" after Unhealthy "Liveness probe failed: ...".
+_PROBE_KILL = ("failed liveness probe", "failed startup probe")
+
+
+def restart_causes(pods: list[dict[str, Any]], events: list[dict[str, Any]],
+                   container: str = CONTAINER) -> list[dict[str, Any]]:
+    """Why the engine container restarted, as far as the API tells: the probe kills its events name, and
+    its last termination (the API keeps only the last) when no probe kill explains it. Each cause is
+    {"cause": "oom_killed" | "probe_kill" | "exit", "detail": ..., "count": n or None (unknown)}."""
+    causes: list[dict[str, Any]] = []
+    for e in events:
+        message = (e.get("message") or "").strip()
+        if e.get("reason") == "Killing" and any(p in message.lower() for p in _PROBE_KILL):
+            causes.append({"cause": "probe_kill", "detail": message, "count": int(e.get("count") or 1)})
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            last = ((cs.get("lastState") or {}).get("terminated")) or {}
+            if cs.get("name") != container or not cs.get("restartCount") or not last:
+                continue
+            detail = f"{last.get('reason') or 'terminated'} (exit {last.get('exitCode')})"
+            if last.get("reason") == "OOMKilled":
+                causes.append({"cause": "oom_killed", "detail": detail + ": over its memory limit", "count": None})
+            elif not any(c["cause"] == "probe_kill" for c in causes):
+                causes.append({"cause": "exit", "detail": detail, "count": None})
+    return causes
+
+
 def created_at(obj: dict[str, Any]) -> float | None:
     """When DayOne created an object: its annotation, else the API server's timestamp."""
     meta = obj.get("metadata") or {}

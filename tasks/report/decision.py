@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.report.schema import Capacity, Comparison, DecisionLine, EngineSummary, Regression, RunSummary
+from tasks.report.schema import (Capacity, Comparison, DecisionLine, EngineSummary, Regression, RunSummary,
+                                 StartupFinding)
 from tasks.evidence.effects import ratio_interval
 from tasks.scenarios.capacity import order
 
@@ -163,7 +164,8 @@ def _evidence_leads(engines: dict[str, EngineSummary]) -> list[str]:
         lines.append("Prefix cache: " + "; ".join(cache) + ".")
     warnings = []
     for name, e in engines.items():
-        found = sorted({str(f.finding) for f in e.startup_findings if f.severity != "info"})
+        found = sorted({str(f.finding) for f in e.startup_findings
+                        if f.severity != "info" and f != e.restarts_before_ready})  # that one has its own line
         if found:
             warnings.append(f"{name}: {', '.join(found)}")
     if warnings:
@@ -183,6 +185,9 @@ def _reliability(summary: RunSummary) -> list[str]:
                      + "): the run is quarantined and never a regression baseline.")
     elif not validation.ran:
         lines.append("Validation did not run: these tables are unchecked.")
+    for name, e in engines.items():
+        if e.ready and e.restarts_before_ready is not None:
+            lines.append(_restarts_before_ready(name, e.restarts_before_ready))
     for name, e in engines.items():
         if e.ready and not e.ttft_published:
             lines.append(f"{name}: {e.ttft.reason}. TPOT and ITL are withheld with it; "
@@ -211,6 +216,17 @@ def _reliability(summary: RunSummary) -> list[str]:
         if pc is not None and pc.verdict != "effective":
             lines.append(f"{name} prefix cache {pc.verdict}: {pc.reason}.")
     return lines
+
+
+def _restarts_before_ready(name: str, finding: StartupFinding) -> str:
+    """The cold start's restarts: a warning when only probes killed the engine, an error otherwise."""
+    if finding.severity == "warning":
+        advice = ("the probes' budget was shorter than this cold start; give the startup probe the whole load "
+                  "(the figures, taken after the last start, stand)")
+    else:
+        advice = ("a replica with these settings may not come up at all; raise the memory limit or find the "
+                  "crash before trusting a restart in production (the figures, taken after the last start, stand)")
+    return f"{name} {finding.line}: {advice}."
 
 
 def _worst_first_encounter(engines: dict[str, EngineSummary]) -> str | None:

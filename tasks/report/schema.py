@@ -345,6 +345,8 @@ class EngineSummary(_Doc):
     startup_findings: list[StartupFinding]
     restarts: EngineRestarts
     steps: dict[str, OutcomeSummary]
+    # Restarts while it loaded, judged once it was ready (tasks/evidence/restarts.py `cold_start_finding`).
+    restarts_before_ready: StartupFinding | None = None
     engine_rounds: list[EngineRound] = Field(default_factory=list)  # what the engine spent, per round
     client_load: list[ClientLoad] = Field(default_factory=list)  # the CPU the load client got, per scenario
     capacity: Capacity | None = None  # the capacity search's result, when it ran

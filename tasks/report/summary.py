@@ -25,6 +25,7 @@ from tasks.evidence.cache import published_verdict
 from tasks.evidence.effects import effect
 from tasks.evidence.reliability import engine_ttft_verdict, withhold_stream_timed
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
+from tasks.evidence.restarts import COLD_START_FINDING
 from tasks.evidence.restarts import restart_summary
 from tasks.load.stats import HEADLINE_FIGURES, client_load, first_encounter_tail, over_rounds
 from tasks.report.decision import LEAD_FIGURES, decide
@@ -129,6 +130,8 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
     prefix_cache = _prefix_cache(run_dir, engine, ttft.model_dump())
     if prefix_cache is not None:
         prefix_cache.engine_restarted = "prefix_cache" in restarted
+    findings = [StartupFinding(finding=f.get("finding"), severity=f.get("severity"), line=f.get("line"))
+                for f in run_dir.read_rows("startup_findings", engine)]
     return EngineSummary(
         dialect=spec.dialect,
         image=spec.image,
@@ -147,10 +150,8 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         prefix_cache=prefix_cache,
         cache_trials=_cache_trials(run_dir.read_rows("cache_trials", engine),
                                    published and (prefix_cache is None or prefix_cache.withheld is None)),
-        startup_findings=[
-            StartupFinding(finding=f.get("finding"), severity=f.get("severity"), line=f.get("line"))
-            for f in run_dir.read_rows("startup_findings", engine)
-        ],
+        startup_findings=findings,
+        restarts_before_ready=next((f for f in findings if f.finding == COLD_START_FINDING), None),
         restarts=engine_restarts,
         steps=steps,
         engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),

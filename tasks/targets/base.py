@@ -77,6 +77,9 @@ class Target(Protocol):
     def restart_count(self, deployment: Deployment) -> int | None:
         ...
 
+    def restart_causes(self, deployment: Deployment) -> list[dict[str, Any]]:
+        """Why the engine restarted, where the platform says (tasks/k8s/rollout.py `restart_causes`)."""
+
     def startup_log(self, deployment: Deployment) -> str:
         ...
 

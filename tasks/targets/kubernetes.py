@@ -27,7 +27,7 @@ from tasks.config import EngineSpec, RunConfig
 from tasks.engines import Readiness, adapter_for
 from tasks.k8s import api
 from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selector, service_url
-from tasks.k8s.rollout import assess, created_at, describe_events, newest_pod, restart_total
+from tasks.k8s.rollout import assess, created_at, describe_events, newest_pod, restart_causes, restart_total
 from tasks.readiness import UP, Platform, wait_until_serving
 from tasks.staging import RunDir
 from tasks.state import applied_objects_doc, rendered_objects_doc
@@ -205,6 +205,15 @@ class KubernetesTarget:
     def restart_count(self, deployment: Deployment) -> int | None:
         h = deployment.handle
         return restart_total(api.list_pods(self.client(h["conn_id"]), h["namespace"], h["selector"]))
+
+    def restart_causes(self, deployment: Deployment) -> list[dict[str, Any]]:
+        """Why the engine container restarted (tasks/k8s/rollout.py `restart_causes`): probe kills from
+        the pods' events, the last termination from their status."""
+        h = deployment.handle
+        client = self.client(h["conn_id"])
+        pods = api.list_pods(client, h["namespace"], h["selector"])
+        events = [e for p in pods for e in api.pod_events(client, h["namespace"], p["metadata"]["name"])]
+        return restart_causes(pods, events)
 
     def startup_log(self, deployment: Deployment) -> str:
         """The engine container's log; after a restart, the crashed run's log comes first."""

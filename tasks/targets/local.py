@@ -105,6 +105,10 @@ class LocalTarget:
         _on_this_node(deployment)
         return launcher_for(launcher).restart_count(deployment.base_url)
 
+    def restart_causes(self, deployment: Deployment) -> list[dict[str, Any]]:
+        """A local supervisor tells a restart's count, not its cause."""
+        return []
+
     def startup_log(self, deployment: Deployment) -> str:
         _on_this_node(deployment)
         path = deployment.handle.get("log")

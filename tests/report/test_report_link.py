@@ -204,6 +204,9 @@ def test_a_browser_reads_why_there_is_no_report(api, runs_with_outside_files):
     assert answer.status_code == 404 and answer.headers["content-type"].startswith("text/html")
     assert "someone_elses_dag is not a DayOne DAG" in answer.text
     assert "default-src 'none'" in answer.headers["content-security-policy"]
+    # a page styled like the report, not one bare line; the detail escaped as before
+    assert "<style>" in answer.text and "<h1>DayOne report</h1>" in answer.text and "HTTP 404" in answer.text
+    assert "$detail" not in answer.text and "$status" not in answer.text
 
 
 def test_the_report_is_a_tab_on_the_dag_run_page(api, sim_run):

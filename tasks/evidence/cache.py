@@ -23,7 +23,7 @@ from tasks.evidence.needles import template_tokens_for
 from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, plain_text, tokenize_counter
 from tasks.evidence.reliability import WITHHELD, judge_stream
 from tasks.evidence.stream import excerpt, stream_post
-from tasks.evidence.window import Window, hit_rate_over
+from tasks.evidence.window import Window, by_name, hit_rate_over
 from tasks.staging import RowWriter
 from tasks.state import cache_verdict_doc
 
@@ -124,7 +124,8 @@ def published_verdict(doc: dict[str, Any], ttft: Mapping[str, Any]) -> dict[str,
 
 
 def _scrape(client: httpx.Client, ctx: StepContext, phase: str, out: RowWriter) -> dict[str, float] | None:
-    """One scrape: its samples become server_metrics rows; returns the summed values."""
+    """One scrape: its samples become server_metrics rows; returns every series' value (the window
+    rule checks each series for a reset; deltas sum them)."""
     ep = ctx.endpoint
     try:
         samples = metrics.scrape_samples(client, ep.base_url, ep.adapter)
@@ -132,7 +133,7 @@ def _scrape(client: httpx.Client, ctx: StepContext, phase: str, out: RowWriter) 
         return None
     for row in metrics.sample_rows(ep.row_keys(SCENARIO), phase, samples):
         out.write(row)
-    return metrics.sum_over_labels(samples)
+    return metrics.series_values(samples)
 
 
 def _missing_counters_reason(ctx: StepContext, before: dict | None, after: dict | None) -> str:
@@ -142,7 +143,7 @@ def _missing_counters_reason(ctx: StepContext, before: dict | None, after: dict 
     if before is None or after is None:
         return f"{adapter.metrics_path or 'metrics'} could not be scraped"
     names = (adapter.cache_counters.queries, adapter.cache_counters.hits)
-    missing = [n for n in names if n not in before or n not in after]
+    missing = [n for n in names if n not in by_name(before) or n not in by_name(after)]
     if missing:
         return f"the counters {', '.join(missing)} are not exposed at {adapter.metrics_path}"
     return "the query counter did not move over the trial"

@@ -3,8 +3,9 @@ own TTFT/ITL/E2E, speculative-decoding acceptance (one `engine_rounds` row per r
 
 /metrics is scraped just before the round's first send and just after its last completion, so
 neither scrape sits inside the timed window; counters and histograms are read as deltas over
-that window and obey the window rule (tasks/evidence/window.py): a counter that fell voids every
-delta of the round, with the reason. Gauges (KV usage, queued requests) say nothing after an idle
+that window and obey the window rule (tasks/evidence/window.py): a counter series that fell (each
+label set on its own), or an answer that lost counter series, voids every delta of the round, with
+the reason. Gauges (KV usage, queued requests) say nothing after an idle
 engine drained, so a sampler thread reads them while the round runs (GaugeSampler): one GET and
 a line scan every `interval_s`, its socket wait outside the GIL. Which names mean what is the
 adapter's (EngineAdapter.round_metrics); a figure the engine does not expose is null, and
@@ -26,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tasks.engines import EngineAdapter
 from tasks.engines.base import RoundMetrics
 from tasks.evidence import metrics
-from tasks.evidence.window import breach
+from tasks.evidence.window import unpublishable
 
 # A server TTFT this much below the client's is a finding: time spent before the engine saw the
 # request or after it sent the token (client, network, HTTP server, proxy queue).
@@ -37,14 +38,16 @@ GAUGE_SAMPLE_INTERVAL_S = 0.5
 
 @dataclass(frozen=True)
 class Scrape:
-    """One reading of /metrics: samples summed over labels (histograms' _sum and _count included)
-    and each histogram's cumulative buckets summed over labels, as (upper bound, count)."""
+    """One reading of /metrics: samples summed over labels (histograms' _sum and _count included),
+    each histogram's cumulative buckets summed over labels, as (upper bound, count), and every
+    series on its own (`series`, for the window rule's per-series reset check)."""
 
     ts: float
     values: dict[str, float]
     buckets: dict[str, list[tuple[float, float]]]
     samples: list[metrics.Sample] = field(default_factory=list, compare=False)
 
+    series: dict[str, float] = field(default_factory=dict, compare=False)
 
 def parse_scrape(text: str, ts: float | None = None) -> Scrape:
     samples = metrics.parse_samples(text)
@@ -63,6 +66,7 @@ def parse_scrape(text: str, ts: float | None = None) -> Scrape:
         buckets={name: sorted(b.items()) for name, b in buckets.items()},
         samples=samples,
     )
+        series=metrics.series_values(samples),
 
 
 def scrape(client: httpx.Client, base_url: str, adapter: EngineAdapter) -> Scrape | None:
@@ -240,7 +244,9 @@ def engine_round_row(
                   else f"{adapter.metrics_path} could not be read before and after the round")
         row["deltas_unpublished"] = reason
     else:
-        row["deltas_unpublished"] = breach((before.values, after.values), "during the round", names.counters)
+        # Per series, not the sums: one engine core's counters restarting hides in a sum that still rose.
+        row["deltas_unpublished"] = unpublishable((before.series or before.values, after.series or after.values),
+                                                  "during the round", names.counters)
     b = {} if before is None else before.values
     a = {} if after is None else after.values
     published = row["deltas_unpublished"] is None

@@ -54,6 +54,19 @@ def sum_over_labels(samples: list[Sample]) -> dict[str, float]:
     return totals
 
 
+def series_key(name: str, labels: dict[str, str]) -> str:
+    """One series' identity, as Prometheus writes it: name{label="value",...}, labels sorted."""
+    if not labels:
+        return name
+    return name + "{" + ",".join(f'{k}="{labels[k]}"' for k in sorted(labels)) + "}"
+
+
+def series_values(samples: list[Sample]) -> dict[str, float]:
+    """Every series on its own (series_key -> value): what the window rule checks for a reset, since
+    a sum over label sets can rise while one of its series restarted from zero."""
+    return {series_key(s.name, s.labels): s.value for s in samples}
+
+
 def fetch_text(client: httpx.Client, base_url: str, adapter: EngineAdapter) -> str:
     if adapter.metrics_path is None:
         raise MetricsUnavailable(f"{adapter.dialect} exposes no metrics endpoint")

@@ -65,8 +65,8 @@ def parse_scrape(text: str, ts: float | None = None) -> Scrape:
         values=metrics.sum_over_labels(samples),
         buckets={name: sorted(b.items()) for name, b in buckets.items()},
         samples=samples,
-    )
         series=metrics.series_values(samples),
+    )
 
 
 def scrape(client: httpx.Client, base_url: str, adapter: EngineAdapter) -> Scrape | None:

@@ -78,6 +78,9 @@ FIX_HINTS: dict[str, str] = {
     "capacity.confidence": "give a confidence between 0.5 and 1, e.g. 0.95",
     "load.client_processes": "use auto (one process per streams_per_process streams, at most one per core this "
                              "process may run on) or a whole number of processes >= 1",
+    "api_key_connection": "name an Airflow connection whose password field holds the key",
+    "api_key_secret.*": "give the Secret's name and key in the run's namespace, e.g. {name: vllm-key, key: api-key}",
+    "tls_ca_bundle": "give the path of a PEM file with the CA that signed the endpoint's certificate",
     "load.streams_per_process": "give the streams one client process times, an integer >= 1 (64 keeps a core's "
                                 "stamps within a millisecond or so)",
 }
@@ -151,6 +154,15 @@ class LlamaCppSettings(_Model):
         return self.model or model.path or "smollm2"
 
 
+class SecretKeyRef(_Model):
+    name: str = Field(..., min_length=1, description="Kubernetes Secret in the run's namespace.")
+    key: str = Field("api-key", min_length=1, description="The key within the Secret that holds the value.")
+
+
+# Field names under which a key would sit inline in the config (which is archived): refused by name.
+_INLINE_KEY_FIELDS = ("api_key", "apikey", "api_token", "token", "bearer_token", "authorization", "password")
+
+
 class EngineSpec(_Model):
     name: str = Field(..., description="Engine name in tables and the archive, e.g. sglang or vllm-preview.",
                       json_schema_extra={"pattern": _SLUG_RE.pattern})
@@ -180,6 +192,37 @@ class EngineSpec(_Model):
         None, description="Readiness wait for this engine in seconds; default: kubernetes.startup_timeout_s on a "
         "cluster, 120 s plus the simulator's startup delay locally."
     )
+
+    api_key_connection: str | None = Field(
+        None, min_length=1, description="Airflow connection whose password is the engine's API key (sent as "
+        "Authorization: Bearer on every request); the key itself is never in the config.")
+    api_key_secret: SecretKeyRef | None = Field(
+        None, description="Kubernetes Secret (name, key) in the run's namespace holding the engine's API key.")
+    tls_ca_bundle: str | None = Field(
+        None, min_length=1, description="PEM file of the CA that signed an https endpoint's certificate (an internal CA).")
+    tls_verify: bool = Field(True, description="Check an https endpoint's certificate; false skips the check.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_inline_key(cls, data: Any) -> Any:
+        """A key in the config would be archived with it: refused with the field that holds it."""
+        if not isinstance(data, dict):
+            return data
+        for name in _INLINE_KEY_FIELDS:
+            if data.get(name):
+                raise ValueError(f"{name}: an API key is never given in the run config (the config is archived). "
+                                 "Fix: put the key in an Airflow connection's password and name it in "
+                                 "api_key_connection, or in a Kubernetes Secret named by api_key_secret")
+        args = data.get("args")
+        if isinstance(args, list):
+            for i, a in enumerate(args):
+                value = str(a).split("=", 1)[1] if str(a).startswith("--api-key=") else (
+                    str(args[i + 1]) if a == "--api-key" and i + 1 < len(args) else None)
+                if value and not value.startswith("$("):
+                    raise ValueError(f"args[{i}]: --api-key with a literal key would be archived with the config. "
+                                     "Fix: pass it from the engine's environment, e.g. --api-key $(API_KEY), and "
+                                     "name the key's source in api_key_connection or api_key_secret")
+        return data
 
     @field_validator("name")
     @classmethod
@@ -213,6 +256,9 @@ class EngineSpec(_Model):
     def _launcher_fields(self) -> EngineSpec:
         if self.launcher == "external" and not self.endpoint:
             raise ValueError("endpoint: required when launcher is 'external'")
+        if self.api_key_connection and self.api_key_secret is not None:
+            raise ValueError("api_key_secret: the key has one source, and api_key_connection names another. "
+                             "Fix: keep one of api_key_connection and api_key_secret")
         if self.sim_profile and self.launcher != "sim":
             raise ValueError(f"sim_profile: only the simulator reads it, and launcher is {self.launcher!r}. "
                              "Fix: remove sim_profile, or set launcher: sim")

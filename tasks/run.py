@@ -24,6 +24,7 @@ from tasks.state import manifest, readiness
 from tasks.storage import Store, staging_from_env
 
 if TYPE_CHECKING:
+    from tasks.endpoint_access import EndpointAccess
     from tasks.targets.base import Deployment, Target
     from tasks.targets.kubernetes import ClusterAccess
 
@@ -47,6 +48,8 @@ class RunContext:
     archive_client: Callable[[], Any] | None = None  # builds the archive's boto3 S3 client
     logical_date: dt.datetime | None = None  # a dated run pins from the digest catalog
     backfill: bool = False
+    # an Airflow connection's password by id, for engines' API keys; None: AIRFLOW_CONN_<ID>
+    connection_password: Callable[[str], str | None] | None = None
 
     @classmethod
     def build(cls, config: dict[str, Any] | RunConfig, run_id: str, staging: Store | None = None,
@@ -95,7 +98,27 @@ class RunContext:
         if not ready.ready:
             raise NotAttempted(f"engine {engine}: not ready ({ready.detail or 'never deployed'}); step not attempted")
         dep = self.deployment(engine)
-        return StepContext(self.config, endpoint_for(self.config, engine, dep.base_url, dep.image_digest), self.run_dir)
+        return StepContext(self.config, endpoint_for(self.config, engine, dep.base_url, dep.image_digest,
+                                                     self.endpoint_access(engine)), self.run_dir)
+
+    def endpoint_access(self, engine: str) -> EndpointAccess:
+        """The engine's API key (its connection, or a Secret read with the run's cluster access) and TLS trust."""
+        from tasks.endpoint_access import access_for, run_secret_value
+
+        spec = self.config.engine(engine)
+        api_client = None
+        if spec.api_key_secret is not None:
+            from tasks.targets.kubernetes import ClusterAccess
+
+            api_client = (self.cluster or ClusterAccess()).api_client
+        return access_for(spec, self.connection_password, run_secret_value(self.config, api_client))
+
+    def read_api_keys(self) -> None:
+        """Read every engine's API key in this process, so desensitize scrubs each from what it publishes
+        (the archive and the report may run on a worker that measured nothing)."""
+        for spec in self.config.engines:
+            if spec.api_key_connection or spec.api_key_secret is not None:
+                self.endpoint_access(spec.name)
 
     def restart_count(self, engine: str) -> Callable[[], int | None]:
         dep = self.deployment(engine)

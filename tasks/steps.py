@@ -335,6 +335,7 @@ def archive(ctx: RunContext, _: None = None) -> dict[str, Any]:
     ctx.planned()
     from tasks.archive import archive_run
 
+    ctx.read_api_keys()  # each is then scrubbed from every archived byte, whatever its shape
     return archive_run(ctx.run_dir, ctx.config, ctx.s3())
 
 
@@ -342,6 +343,7 @@ def report(ctx: RunContext, _: None = None) -> dict[str, Any]:
     ctx.planned()
     from tasks.report import publish_report
 
+    ctx.read_api_keys()
     return publish_report(ctx.run_dir, ctx.config, ctx.s3())
 
 
@@ -389,7 +391,7 @@ def wait_ready(ctx: RunContext, engine: str) -> dict[str, Any]:
         raise NotAttempted(f"engine {engine}: dry run, nothing deployed (manifests in {dep.handle.get('rendered')})")
     started = time.monotonic()
     try:
-        state = ctx.target.wait_ready(ctx.config, dep, ready_timeout_s(ctx.config, engine))
+        state = ctx.target.wait_ready(ctx.config, dep, ready_timeout_s(ctx.config, engine), ctx.endpoint_access(engine))
     except DeployError as exc:
         return readiness_reached(ctx, engine, False, str(exc), time.monotonic() - started)
     return readiness_reached(ctx, engine, True, state.detail, time.monotonic() - started)

@@ -69,6 +69,10 @@ REQUESTS = Table(
         Column("request_id", "str", nullable=False),
         Column("first_encounter", "bool", nullable=False),
         Column("send_ts", "float", nullable=False, description="Unix time the request was written."),
+        _secs("send_bracket_s", description="Stamps before and after the request's write call: the send time's "
+              "uncertainty (tens of microseconds; a preemption inside the call widens it)."),
+        Column("send_wide", "bool", description="send_bracket_s over 1 ms (client.SEND_BRACKET_WIDE_S): send_ts is the "
+               "stamp before the write, so the latencies are not understated."),
         _secs("first_event_s", description="Send to the first streamed event of any kind."),
         _secs("ttft_s", description="Send to the first event carrying visible output."),
         _secs("e2e_s"),
@@ -270,6 +274,8 @@ CLIENT_SHARDS = Table(
     + (
         *_round_level(),
         Column("shards", "int", nullable=False, min_value=1, description="Client processes that shared the round."),
+        Column("shards_reason", "str", description="Why that many: the run config's number, or auto's count of the "
+               "streams and of the cores free (affinity, a server on this host, other busy processes)."),
         Column("shard", "int", nullable=False, min_value=0, description="This process; 0 in a round of one."),
         Column("requests", "int", min_value=0, description="Requests this process sent."),
         Column("offset_s", "float", nullable=False,

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tasks.endpoint_access import EndpointAccess
 from tasks.engines import EngineAdapter
 from tasks.engines.base import RoundMetrics
 from tasks.evidence import metrics
@@ -178,8 +179,10 @@ def read_gauges(text: str, names: tuple[str, ...]) -> dict[str, float]:
 class GaugeSampler:
     """Reads the adapter's gauges every `interval_s` on a thread of its own while a round runs."""
 
-    def __init__(self, base_url: str, adapter: EngineAdapter, interval_s: float | None = None):
+    def __init__(self, base_url: str, adapter: EngineAdapter, interval_s: float | None = None,
+                 access: EndpointAccess | None = None):
         self.url = base_url.rstrip("/") + (adapter.metrics_path or "/metrics")
+        self.access = access or EndpointAccess()  # the engine's API key, should its /metrics ask for it
         self.names = adapter.round_metrics.gauges
         self.interval_s = GAUGE_SAMPLE_INTERVAL_S if interval_s is None else interval_s
         self.stats = GaugeStats()
@@ -201,7 +204,7 @@ class GaugeSampler:
     def _run(self) -> None:
         # The first reading one interval in: the engine is idle at the start, and the scrape before
         # the round already read it then.
-        with httpx.Client(timeout=max(1.0, 4 * self.interval_s)) as client:
+        with self.access.http_client(timeout=max(1.0, 4 * self.interval_s)) as client:
             while not self._stop.wait(self.interval_s):
                 try:
                     r = client.get(self.url)
@@ -323,8 +326,9 @@ class RoundWatch:
     Construct and `start()` before the first send; `finish()` after the last completion."""
 
     def __init__(self, base_url: str, adapter: EngineAdapter, interval_s: float | None = None,
-                 timeout_s: float = 10.0):
+                 timeout_s: float = 10.0, access: EndpointAccess | None = None):
         self.base_url, self.adapter = base_url, adapter
+        self.access = access or EndpointAccess()
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self.before: Scrape | None = None
         self.after: Scrape | None = None
@@ -337,10 +341,10 @@ class RoundWatch:
 
     def start(self) -> RoundWatch:
         if self.active:
-            with httpx.Client(timeout=self.timeout_s) as client:
+            with self.access.http_client(timeout=self.timeout_s) as client:
                 self.before = scrape(client, self.base_url, self.adapter)
             if self.before is not None:
-                self._sampler = GaugeSampler(self.base_url, self.adapter, self.interval_s).start()
+                self._sampler = GaugeSampler(self.base_url, self.adapter, self.interval_s, self.access).start()
         return self
 
     def stop_sampling(self) -> None:
@@ -351,7 +355,7 @@ class RoundWatch:
     def finish(self) -> RoundWatch:
         self.stop_sampling()
         if self.active:
-            with httpx.Client(timeout=self.timeout_s) as client:
+            with self.access.http_client(timeout=self.timeout_s) as client:
                 self.after = scrape(client, self.base_url, self.adapter)
         return self
 

@@ -65,14 +65,14 @@ class RestartWatch:
             self._last = now
 
     def _poll(self) -> None:
-        with httpx.Client(timeout=SCRAPE_TIMEOUT_S) as client:
+        with self.endpoint.http_client(SCRAPE_TIMEOUT_S) as client:
             while not self._stop.wait(self.poll_s):
                 self._scrape(client)
 
     def __enter__(self) -> RestartWatch:
         self.restarts_before = _count(self.restart_count)
         if self.endpoint.adapter.metrics_path is not None:
-            with httpx.Client(timeout=SCRAPE_TIMEOUT_S) as client:
+            with self.endpoint.http_client(SCRAPE_TIMEOUT_S) as client:
                 self._scrape(client)
             self._thread = threading.Thread(target=self._poll, daemon=True, name="dayone-restart-watch")
             self._thread.start()
@@ -82,7 +82,7 @@ class RestartWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(SCRAPE_TIMEOUT_S + 1)
-            with httpx.Client(timeout=SCRAPE_TIMEOUT_S) as client:
+            with self.endpoint.http_client(SCRAPE_TIMEOUT_S) as client:
                 self._scrape(client)
         self.restarts_after = _count(self.restart_count)
 

@@ -2,6 +2,11 @@
 
 Same code path as the DAG's benchmark tasks: a RunConfig, a StepContext, the warmup, then
 `run_perf` per scenario; the tables are written as CSV and Parquet beside a summary.json.
+
+An endpoint started with an API key: `--api-key-env VAR` names the environment variable that holds
+the key (never the key itself on the command line, where `ps` and shell history would keep it).
+An https endpoint behind an internal CA: `--ca-bundle PEM`, or `--insecure` to skip verification.
+summary.json is published: it passes through desensitize (the endpoint's host, the key).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -41,6 +47,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output-tokens", type=int, help="output length in tokens (default per scenario)")
     p.add_argument("--slo", help="goodput SLOs in milliseconds, e.g. ttft=500,tpot=50,e2e=10000")
     p.add_argument("--timeout", type=float, help="per-request timeout in seconds (default 600)")
+    p.add_argument("--api-key-env", metavar="VAR",
+                   help="environment variable holding the endpoint's API key (sent as Authorization: Bearer)")
+    p.add_argument("--ca-bundle", metavar="PEM", help="CA certificate(s) that signed an https endpoint's certificate")
+    p.add_argument("--insecure", action="store_true", help="do not verify an https endpoint's certificate")
     p.add_argument("--no-warmup", action="store_true", help="skip the warmup matrix (first rounds are flagged)")
     p.add_argument("--run-id", help="run id in the tables (default bench-<UTC time>)")
     p.add_argument("--out", required=True, help="output directory for the tables and summary.json")
@@ -84,6 +94,11 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         if s not in PERF_SCENARIOS:
             raise ConfigError([("--scenario", f"{s!r} is not a performance scenario", f"use {', '.join(PERF_SCENARIOS)}")])
     engine = args.engine or args.dialect
+    tls: dict[str, Any] = {}
+    if args.ca_bundle:
+        tls["tls_ca_bundle"] = args.ca_bundle
+    if args.insecure:
+        tls["tls_verify"] = False
     sc: dict[str, Any] = {name: {"enabled": name in scenarios} for name in SCENARIO_SWITCHES}
     sc["warmup"] = not args.no_warmup
     for name in scenarios:
@@ -102,13 +117,49 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "run_id": args.run_id or time.strftime("bench-%Y%m%dT%H%M%SZ", time.gmtime()),
         "model": {"name": args.model},
-        "engines": [{"name": engine, "dialect": args.dialect, "launcher": "external", "endpoint": args.endpoint}],
+        "engines": [{"name": engine, "dialect": args.dialect, "launcher": "external", "endpoint": args.endpoint,
+                     **tls}],
         "scenarios": sc,
         "slo": parse_slo(args.slo),
     }
     if args.timeout is not None:
         doc["request_timeout_s"] = args.timeout
     return doc
+
+
+def access_from_args(args: argparse.Namespace, spec: Any) -> Any:
+    """The endpoint's access: the key from the variable --api-key-env names, the TLS trust from the config."""
+    from tasks.endpoint_access import EndpointAccess
+
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env, "").strip()
+        if not key:
+            raise ConfigError([("--api-key-env", f"the environment variable {args.api_key_env} is unset or empty",
+                                f"export {args.api_key_env}=<the endpoint's API key>")])
+    return EndpointAccess(api_key=key, ca_bundle=spec.tls_ca_bundle, verify=spec.tls_verify)
+
+
+def send_brackets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The measured requests' write brackets: how many were wide (their send is the stamp before the
+    write) and the spread of the widths."""
+    from tasks.load.client import SEND_BRACKET_WIDE_S
+
+    widths = sorted(r["send_bracket_s"] for r in rows if r.get("send_bracket_s") is not None)
+    at = lambda q: widths[min(len(widths) - 1, int(q * len(widths)))] if widths else None  # noqa: E731
+    return {"requests": len(widths), "wide": sum(1 for r in rows if r.get("send_wide")),
+            "wide_over_s": SEND_BRACKET_WIDE_S, "p50_s": at(0.5), "p99_s": at(0.99),
+            "max_s": widths[-1] if widths else None}
+
+
+def client_processes(run_dir: RunDir, engine: str) -> dict[str, list[str]]:
+    """Each scenario's client-process choices, as recorded on its client_shards rows."""
+    out: dict[str, list[str]] = {}
+    for r in run_dir.read_rows("client_shards", engine):
+        reasons = out.setdefault(r["scenario"], [])
+        if r.get("shards_reason") and r["shards_reason"] not in reasons:
+            reasons.append(r["shards_reason"])
+    return out
 
 
 def write_tables(run_dir: RunDir, out: Path, engine: str) -> dict[str, int]:
@@ -123,6 +174,7 @@ def write_tables(run_dir: RunDir, out: Path, engine: str) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tasks.desensitize import desensitize, shown_endpoint
     from tasks.evidence.restarts import restart_summary, watch_step
     from tasks.scenarios.perf import run_perf
     from tasks.scenarios.warmup import reset_shapes, run_warmup
@@ -135,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     run_dir = RunDir(config.run_id or "bench", root=out / "staging")
     digest = identity_digest({"endpoint": args.endpoint, "dialect": args.dialect, "model": args.model})
-    ctx = StepContext(config, endpoint_for(config, engine, args.endpoint, digest), run_dir)
+    access = access_from_args(args, config.engines[0])
+    ctx = StepContext(config, endpoint_for(config, engine, args.endpoint, digest, access), run_dir)
     # The server's history is unknown to the CLI: every shape counts as new until warmed here.
     reset_shapes(run_dir, engine)
     summary: dict[str, Any] = {"run_id": config.run_id, "engine": engine, "endpoint": args.endpoint,
@@ -152,7 +205,13 @@ def run(args: argparse.Namespace) -> int:
             failed_rounds += sum(level["failed_rounds"] for level in result["levels"])
     _apply_stream_rule(summary, run_dir, engine)
     summary["restarts"] = restart_summary(run_dir.read_rows("checks", engine))
+    summary["send_brackets"] = send_brackets(
+        [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS])
+    summary["client_processes"] = client_processes(run_dir, engine)
     summary["rows"] = write_tables(run_dir, out, engine)
+    # published like every other summary: the endpoint's host and the key never land in it
+    summary = desensitize(summary, extra_secrets=access.secrets)
+    summary["endpoint"] = shown_endpoint(args.endpoint)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     _print_summary(summary)
     log.info("tables and summary.json written to %s", out)

@@ -51,6 +51,7 @@ class RoundPlan:
     warmup: bool = False
     arrival_seed: str | int | None = None  # open loop only
     shards: int = 1  # client processes sharing the round (tasks/load/shards.py)
+    shards_reason: str | None = None  # why that many (shards.choose_shards)
 
 
 @dataclass
@@ -83,6 +84,8 @@ async def run_round(
         seed=f"{ep.run_id}/{ep.engine}/{tag}",
     )
     keys = ep.row_keys(plan.scenario, plan.round)
+    if plan.shards_reason:
+        log.info("%s: %d client process%s: %s", tag, plan.shards, "es" if plan.shards > 1 else "", plan.shards_reason)
     level = {"concurrency": shape.concurrency, "rate_rps": shape.rate_rps}
     rows: list[dict[str, Any]] = []
 
@@ -101,14 +104,14 @@ async def run_round(
             arrivals = poisson_arrivals(len(specs), shape.rate_rps, seed)
         shards: list[ShardReport] = []
         # Off the timed window: the scrape is done before the first send is written.
-        watch = await asyncio.to_thread(RoundWatch(ep.base_url, ep.adapter).start)
+        watch = await asyncio.to_thread(RoundWatch(ep.base_url, ep.adapter, access=ep.access).start)
         gpu_watch = await asyncio.to_thread(_start_telemetry, ctx)
         try:
             if plan.shards > 1:
                 results, shards = await run_sharded(
                     ep.base_url, specs, ep.adapter, ep.request_timeout_s, plan.shards, on_result=on_result,
                     concurrency=shape.concurrency if arrivals is None else None, arrivals_s=arrivals,
-                    keep_alive=ep.adapter.keeps_alive_after_stream,
+                    keep_alive=ep.adapter.keeps_alive_after_stream, access=ep.access,
                 )
                 log.info("%s: %d shards, clock offsets %s ms", tag, len(shards),
                          ", ".join(f"{1e3 * c.offset_s:+.3f}±{1e3 * c.uncertainty_s:.3f}" for c in shards))
@@ -199,7 +202,7 @@ def _write_client_shards(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict
     round_keys = {**keys, "concurrency": shape.concurrency, "rate_rps": shape.rate_rps,
                   "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens, "warmup": plan.warmup}
     with ctx.run_dir.rows("client_shards", ctx.endpoint.engine, f"{plan.scenario}-{shape.key}-r{plan.round}") as out:
-        for row in client_rows(round_keys, shards):
+        for row in client_rows(round_keys, shards, plan.shards_reason):
             out.write(row)
     busy = [r for r in shards if (r.waited_share or 0.0) > WAIT_FLAG_SHARE]
     if busy:

@@ -33,7 +33,7 @@ from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
-from tasks.load.shards import shards_for
+from tasks.load.shards import shard_plan
 from tasks.load.stats import meets_slo
 from tasks.scenarios import CAPACITY_SCENARIO as SCENARIO
 from tasks.scenarios.warmup import is_first_encounter, mark_seen, warmup_requests
@@ -214,7 +214,7 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
     async def main() -> list[dict[str, Any]]:
         probes: list[dict[str, Any]] = []
         history: list[tuple[float, bool]] = []
-        async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream) as session:
+        async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream, ctx.endpoint.access) as session:
             with ctx.run_dir.rows("requests", engine, partition=SCENARIO) as req_rows, ctx.run_dir.rows(
                 "rounds", engine, partition=SCENARIO
             ) as round_rows, ctx.run_dir.rows("capacity", engine, partition=SCENARIO) as probe_rows:
@@ -227,7 +227,7 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
                             # A new shape's first round carries compile costs: it would judge the JIT, not the load.
                             plan = RoundPlan(scenario=SCENARIO, shape=shape, round=0, requests=warmup_requests(shape),
                                              first_encounter=True, warmup=True, arrival_seed=f"{s.seed}/{shape.key}/r0",
-                                             shards=shards_for(ctx.config.load, shape))
+                                             **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url))
                             round_rows.write((await run_round(ctx, session, plan, req_rows, progress)).row)
                             mark_seen(ctx.run_dir, engine, shape)
                         counts: list[tuple[int, int]] = []
@@ -238,7 +238,7 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
                             plan = RoundPlan(scenario=SCENARIO, shape=shape, round=n, requests=s.requests_for(load),
                                              first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
                                              arrival_seed=f"{s.seed}/{shape.key}/r{n}",
-                                             shards=shards_for(ctx.config.load, shape))
+                                             **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url))
                             outcome = await run_round(ctx, session, plan, req_rows, progress)
                             round_rows.write(outcome.row)
                             mark_seen(ctx.run_dir, engine, shape)

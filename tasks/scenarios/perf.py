@@ -19,7 +19,7 @@ from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
-from tasks.load.shards import shards_for
+from tasks.load.shards import shard_plan
 from tasks.load.stats import first_encounter_tail, over_rounds
 from tasks.scenarios.warmup import PERF_SCENARIOS, is_first_encounter, mark_seen, scenario_shapes
 
@@ -63,7 +63,8 @@ def run_perf_interleaved(ctxs: list[StepContext], scenario: str) -> dict[str, di
         async with contextlib.AsyncExitStack() as stack:
             sessions, req_rows, round_rows = {}, {}, {}
             for e, c in by_engine.items():
-                sessions[e] = await stack.enter_async_context(new_session(c.endpoint.adapter.keeps_alive_after_stream))
+                sessions[e] = await stack.enter_async_context(new_session(c.endpoint.adapter.keeps_alive_after_stream,
+                                                                         c.endpoint.access))
                 req_rows[e] = stack.enter_context(c.run_dir.rows("requests", e, partition=scenario))
                 round_rows[e] = stack.enter_context(c.run_dir.rows("rounds", e, partition=scenario))
             for shape in shapes:
@@ -79,7 +80,7 @@ def run_perf_interleaved(ctxs: list[StepContext], scenario: str) -> dict[str, di
                             requests=_requests_per_round(c, scenario, shape),
                             first_encounter=is_first_encounter(c.run_dir, e, shape),
                             arrival_seed=None if seed is None else f"{seed}/{shape.key}/r{n}",
-                            shards=shards_for(c.config.load, shape),
+                            **shard_plan(c.config.load, shape, c.endpoint.base_url),
                         )
                         outcome = await run_round(c, sessions[e], plan, req_rows[e], progress)
                         round_rows[e].write(outcome.row)

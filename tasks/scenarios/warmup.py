@@ -16,7 +16,7 @@ from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
-from tasks.load.shards import shards_for
+from tasks.load.shards import shard_plan
 from tasks.scenarios import PERF_SCENARIOS
 from tasks.staging import RunDir
 
@@ -87,7 +87,7 @@ def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None) -> dict[str,
 
     async def main() -> list[dict[str, Any]]:
         out = []
-        async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream) as session:
+        async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream, ctx.endpoint.access) as session:
             with ctx.run_dir.rows("requests", engine, partition=WARMUP_SCENARIO) as req_rows, ctx.run_dir.rows(
                 "rounds", engine, partition=WARMUP_SCENARIO
             ) as round_rows:
@@ -99,7 +99,7 @@ def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None) -> dict[str,
                         requests=warmup_requests(shape),
                         first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
                         warmup=True,
-                        shards=shards_for(ctx.config.load, shape),
+                        **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url),
                     )
                     outcome = await run_round(ctx, session, plan, req_rows, progress)
                     round_rows.write(outcome.row)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from tasks.config import EngineSpec, RunConfig
+from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness
 from tasks.staging import RunDir
 from tasks.state import deployment_doc
@@ -71,7 +72,8 @@ class Target(Protocol):
     def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any]) -> Deployment:
         ...
 
-    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float,
+                   access: EndpointAccess | None = None) -> Readiness:
         ...
 
     def restart_count(self, deployment: Deployment) -> int | None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.config import EngineSpec, RunConfig
+from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness, adapter_for
 from tasks.k8s import api
 from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selector, service_url
@@ -185,7 +186,8 @@ class KubernetesTarget:
             events = describe_events(api.pod_events(self.client(h["conn_id"]), h["namespace"], state.pod))
         return f"{state.reason}. Events: {events}"
 
-    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float,
+                   access: EndpointAccess | None = None) -> Readiness:
         if deployment.handle.get("dry_run"):
             raise DeployError(
                 f"engine {deployment.engine}: dry run, nothing was deployed (objects in {deployment.handle['rendered']})"
@@ -199,7 +201,8 @@ class KubernetesTarget:
 
         adapter = adapter_for(config.engine(deployment.engine).dialect)
         return asyncio.run(wait_until_serving(deployment.engine, adapter, deployment.base_url, config.model.name,
-                                              platform=platform, timeout_s=timeout_s, interval_s=self.poll_interval_s))
+                                              platform=platform, timeout_s=timeout_s, interval_s=self.poll_interval_s,
+                                              access=access))
 
     # ---- observation -------------------------------------------------------------------------
     def restart_count(self, deployment: Deployment) -> int | None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import EngineSpec, RunConfig
+from tasks.endpoint_access import EndpointAccess
 from tasks.desensitize import recorded_env
 from tasks.engines import Readiness, adapter_for
 from tasks.ports import free_port
@@ -85,7 +86,8 @@ class LocalTarget:
         dep.save(run_dir)
         return dep
 
-    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float) -> Readiness:
+    def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float,
+                   access: EndpointAccess | None = None) -> Readiness:
         _on_this_node(deployment)
         pid = deployment.handle.get("pid")
 
@@ -96,7 +98,7 @@ class LocalTarget:
 
         adapter = adapter_for(config.engine(deployment.engine).dialect)
         return asyncio.run(wait_until_serving(deployment.engine, adapter, deployment.base_url, config.model.name,
-                                              platform=platform, timeout_s=timeout_s, interval_s=0.25))
+                                              platform=platform, timeout_s=timeout_s, interval_s=0.25, access=access))
 
     def restart_count(self, deployment: Deployment) -> int | None:
         launcher = deployment.handle.get("launcher")

@@ -240,10 +240,15 @@ def _decide(diff: float, se: float, df: float, confidence: float, na: int, nb: i
     if not (math.isfinite(diff) and math.isfinite(se) and se > 0 and df > 0):  # never a NaN interval
         return _undecided(confidence, na, nb, paired, "no interval: the rounds give no finite spread")
     t = stats.t.ppf(1 - (1 - confidence) / 2, df)
-    low, high = math.exp(diff - t * se), math.exp(diff + t * se)
+    low, high = _exp(diff - t * se), _exp(diff + t * se)
     verdict: Verdict = "higher" if low > 1 else "lower" if high < 1 else "no detectable difference"
-    return Effect(verdict, math.exp(diff), low, high, confidence, na, nb, paired, log_sd, log_se=se, df=df,
+    return Effect(verdict, _exp(diff), low, high, confidence, na, nb, paired, log_sd, log_se=se, df=df,
                   log_sds=log_sds)
+
+
+def _exp(x: float) -> float:
+    """exp that reaches inf rather than raising: an interval wider than floats reach is still an interval."""
+    return math.exp(x) if x < 709 else math.inf
 
 
 def _undecided(confidence: float, na: int, nb: int, paired: bool, reason: str | None = None) -> Effect:

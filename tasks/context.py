@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tasks.config import RunConfig
+from tasks.endpoint_access import EndpointAccess, access_for
 from tasks.engines import EngineAdapter, adapter_for
 from tasks.staging import RunDir
+
+if TYPE_CHECKING:
+    import httpx
 
 
 @dataclass(frozen=True)
@@ -18,6 +23,12 @@ class EngineEndpoint:
     model: str
     adapter: EngineAdapter = field(compare=False)
     request_timeout_s: float = 600.0
+    # the API key and TLS trust every request to the engine carries (tasks/endpoint_access.py)
+    access: EndpointAccess = field(default_factory=EndpointAccess, compare=False, repr=False)
+
+    def http_client(self, timeout_s: float | None = None) -> "httpx.Client":
+        """An httpx client for the engine's control paths, with its key and TLS trust."""
+        return self.access.http_client(timeout=self.request_timeout_s if timeout_s is None else timeout_s)
 
     def row_keys(self, scenario: str, round_: int = 0) -> dict[str, object]:
         """The columns every result row carries."""
@@ -39,7 +50,10 @@ class StepContext:
     run_dir: RunDir
 
 
-def endpoint_for(config: RunConfig, engine: str, base_url: str, image_digest: str) -> EngineEndpoint:
+def endpoint_for(config: RunConfig, engine: str, base_url: str, image_digest: str,
+                 access: EndpointAccess | None = None) -> EngineEndpoint:
+    """`access`: the engine's resolved key and TLS trust; None: read from the sources the engine's config
+    names with the defaults outside Airflow (AIRFLOW_CONN_<ID>)."""
     spec = config.engine(engine)
     return EngineEndpoint(
         run_id=config.run_id or "adhoc",
@@ -49,4 +63,5 @@ def endpoint_for(config: RunConfig, engine: str, base_url: str, image_digest: st
         model=config.model.name,
         adapter=adapter_for(spec.dialect),
         request_timeout_s=config.request_timeout_s,
+        access=access or access_for(spec),
     )

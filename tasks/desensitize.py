@@ -56,7 +56,32 @@ def recorded_env(env: dict[str, str]) -> dict[str, str]:
     return {k: REDACTED if secret_name(k) else scrub_text(str(v)) for k, v in sorted(env.items())}
 
 
+def shown_endpoint(url: str) -> str:
+    """An endpoint as published: its scheme, port and path, never its host (an in-cluster service name,
+    a node's address: nothing a reader of the archive needs, and something an attacker would)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return scrub_text(f"{parts.scheme}://<host>{port}{parts.path}") if parts.scheme else "<host>"
+
+
+# Values this process has read as secrets (engines' API keys, tasks/endpoint_access.py): whatever shape
+# they have, no pattern could know them, so each is scrubbed literally from everything published here.
+_READ_SECRETS: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    if value and len(value) >= 4:
+        _READ_SECRETS.add(value)
+
+
 def scrub_text(text: str) -> str:
+    for secret in _READ_SECRETS:
+        text = text.replace(secret, REDACTED)
     for pattern, repl in _PATTERNS:
         text = pattern.sub(repl, text)
     return text

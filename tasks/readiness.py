@@ -13,8 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import httpx
-
+from tasks.endpoint_access import EndpointAccess
 from tasks.engines import EngineAdapter, Readiness
 from tasks.polling import TimedOut, poll_async
 from tasks.targets.base import DeployError
@@ -38,7 +37,7 @@ class NotReadyInTime(DeployError):
 
 async def wait_until_serving(engine: str, adapter: EngineAdapter, base_url: str, model: str, *,
                              platform: PlatformCheck, timeout_s: float, interval_s: float,
-                             started_at: float | None = None) -> Readiness:
+                             started_at: float | None = None, access: EndpointAccess | None = None) -> Readiness:
     """Poll until the engine serves. Raises DeployError (the platform's failure) or NotReadyInTime.
 
     `started_at` (epoch seconds) makes the deadline wall-clock from then: a wait resumed after a
@@ -47,7 +46,7 @@ async def wait_until_serving(engine: str, adapter: EngineAdapter, base_url: str,
     last = "not polled yet"
     remaining = timeout_s if started_at is None else max(started_at + timeout_s - time.time(), 0.0)
 
-    async with httpx.AsyncClient(timeout=30) as http:
+    async with (access or EndpointAccess()).async_http_client(timeout=30) as http:
 
         async def attempt() -> Readiness | None:
             nonlocal last

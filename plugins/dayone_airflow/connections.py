@@ -1,6 +1,6 @@
 """Credentials come from Airflow connections only, never from code or params: the archive (S3),
-the run state's staging prefix (S3, DAYONE_STAGING), the cluster (the provider's KubernetesHook)
-and the image registry."""
+the run state's staging prefix (S3, DAYONE_STAGING), the cluster (the provider's KubernetesHook),
+the image registry and engines' API keys (`api_key_connection`: the key is the password)."""
 
 from __future__ import annotations
 
@@ -103,3 +103,19 @@ def cluster_access() -> Any:
     from tasks.targets.kubernetes import ClusterAccess
 
     return ClusterAccess(api_client=hook_api_client, registry_credentials=registry_credentials)
+
+
+def connection_password(conn_id: str) -> str | None:
+    """An engine's API key: the password of the connection its config names (`api_key_connection`)."""
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from tasks.endpoint_access import ApiKeyMissing
+
+    try:
+        return BaseHook.get_connection(conn_id).password or None
+    except AirflowNotFoundException:
+        raise ApiKeyMissing(
+            f"the API key connection {conn_id!r} is not defined. Add it with the key as its password, e.g. "
+            f"`airflow connections add {conn_id} --conn-type generic --conn-password KEY`, or "
+            f"AIRFLOW_CONN_{conn_id.upper()}") from None

@@ -43,18 +43,20 @@ def run_dir(airflow_run_id: str) -> Any:
 
 
 def run_context(params: dict[str, Any], airflow_run_id: str, logical_date: dt.datetime | None = None,
-                backfill: bool = False) -> Any:
+                backfill: bool = False, accepted_run_ids: tuple[str, ...] = ()) -> Any:
     """The step's RunContext, with Airflow connections for the cluster, the registry, the archive and
     the run's storage."""
     from tasks.run import RunContext
 
-    from dayone_airflow.connections import cluster_access, s3_client, staging_store
+    from dayone_airflow.connections import cluster_access, connection_password, s3_client, staging_store
 
     config = config_from_params(params)
     ctx = RunContext.build(config, dayone_run_id(airflow_run_id), staging=staging_store(),
-                           archive_client=lambda: s3_client(config), logical_date=logical_date, backfill=backfill)
+                           archive_client=lambda: s3_client(config), logical_date=logical_date, backfill=backfill,
+                           connection_password=connection_password)
     if ctx.config.target == "kubernetes":  # the parsed config: a preset may have set the target
         ctx.cluster = cluster_access()
+    ctx.accepted_run_ids = accepted_run_ids  # the nightly's compare: runs a person accepted as the new level
     return ctx
 
 

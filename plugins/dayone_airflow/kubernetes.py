@@ -46,6 +46,10 @@ class EngineReadyTrigger(BaseTrigger):
         poll_interval_s: float = 10.0,
         started_at: float | None = None,
         engine: str = "",
+        api_key_connection: str | None = None,
+        api_key_secret: dict[str, str] | None = None,
+        tls_ca_bundle: str | None = None,
+        tls_verify: bool = True,
     ):
         super().__init__()
         self.engine = engine or deployment
@@ -59,6 +63,11 @@ class EngineReadyTrigger(BaseTrigger):
         self.timeout_s = float(timeout_s)
         self.poll_interval_s = float(poll_interval_s)
         self.started_at = float(started_at if started_at is not None else time.time())
+        # where the engine's API key is read (never the key: the trigger's kwargs are stored)
+        self.api_key_connection = api_key_connection
+        self.api_key_secret = api_key_secret
+        self.tls_ca_bundle = tls_ca_bundle
+        self.tls_verify = tls_verify
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -75,6 +84,10 @@ class EngineReadyTrigger(BaseTrigger):
                 "poll_interval_s": self.poll_interval_s,
                 "started_at": self.started_at,
                 "engine": self.engine,
+                "api_key_connection": self.api_key_connection,
+                "api_key_secret": self.api_key_secret,
+                "tls_ca_bundle": self.tls_ca_bundle,
+                "tls_verify": self.tls_verify,
             },
         )
 
@@ -117,16 +130,35 @@ class EngineReadyTrigger(BaseTrigger):
                     return Platform(failed=f"{state.reason}. Events: {events}")
                 return UP if state.available else Platform(waiting=state.reason)
 
+            access = await self._access(core)
             # The deadline is wall-clock from started_at, so a triggerer restart does not extend it.
             try:
                 probe = await wait_until_serving(self.engine, adapter_for(self.dialect), self.base_url, self.model,
                                                  platform=platform, timeout_s=self.timeout_s,
-                                                 interval_s=self.poll_interval_s, started_at=self.started_at)
+                                                 interval_s=self.poll_interval_s, started_at=self.started_at,
+                                                 access=access)
             except NotReadyInTime as exc:
                 return event(TIMEOUT, str(exc))
             except DeployError as exc:
                 return event(FAILED, str(exc))
             return event(READY, probe.detail)
+
+    async def _access(self, core: Any) -> Any:
+        """The engine's API key, read here in the triggerer from its connection or Secret, and TLS trust."""
+        import asyncio
+        import base64
+
+        from tasks.endpoint_access import EndpointAccess
+
+        from dayone_airflow.connections import connection_password
+
+        key = None
+        if self.api_key_connection:
+            key = await asyncio.to_thread(connection_password, self.api_key_connection)
+        elif self.api_key_secret:
+            secret = await core.read_namespaced_secret(self.api_key_secret["name"], self.namespace)
+            key = base64.b64decode((secret.data or {})[self.api_key_secret["key"]]).decode("utf-8").strip()
+        return EndpointAccess(api_key=key, ca_bundle=self.tls_ca_bundle, verify=self.tls_verify)
 
 
 class EngineReadySensor(BaseOperator):
@@ -161,6 +193,7 @@ class EngineReadySensor(BaseOperator):
             # A local engine, a dry run or no deployment: the step polls, or says why it is not attempted.
             return run_step("wait_ready", context["params"], context["run_id"], self.engine)
         timeout_s = float(self.timeout_s or ready_timeout_s(ctx.config, self.engine))
+        spec = ctx.config.engine(self.engine)
         set_readiness(ctx.run_dir, self.engine, False, "waiting for readiness")
         trigger = EngineReadyTrigger(
             kubernetes_conn_id=dep.handle["conn_id"],
@@ -173,6 +206,10 @@ class EngineReadySensor(BaseOperator):
             timeout_s=timeout_s,
             poll_interval_s=self.poll_interval_s,
             engine=self.engine,
+            api_key_connection=spec.api_key_connection,
+            api_key_secret=None if spec.api_key_secret is None else spec.api_key_secret.model_dump(),
+            tls_ca_bundle=spec.tls_ca_bundle,
+            tls_verify=spec.tls_verify,
         )
         # The trigger enforces the deadline and reports it; Airflow's timeout is only a backstop.
         self.defer(trigger=trigger, method_name="execute_complete", timeout=timedelta(seconds=timeout_s + 300))

@@ -7,7 +7,6 @@ broken check never hides the others.
 
 from __future__ import annotations
 
-import httpx
 
 from tasks.checks import (
     chat,
@@ -65,7 +64,7 @@ def run_functional(ctx: StepContext) -> list[dict]:
         )
     ep = ctx.endpoint
     rows: list[dict] = []
-    with httpx.Client(timeout=ep.request_timeout_s) as client, ctx.run_dir.rows("checks", ep.engine, SCENARIO) as out:
+    with ep.http_client() as client, ctx.run_dir.rows("checks", ep.engine, SCENARIO) as out:
         probe = Probe(ep, client, ctx.config.model.reasoning)
         for module in CHECKS:
             if module.NAME in skip:

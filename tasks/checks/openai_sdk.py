@@ -19,8 +19,10 @@ PROMPT = "Name three colours of the rainbow."
 def _steps(probe: Probe) -> tuple[str | None, dict[str, Any]]:
     """Run the three SDK calls; return (why it failed or None, what each call saw)."""
     ep = probe.endpoint
+    # the SDK sends its api_key as the Bearer token; its http client carries the endpoint's TLS trust
     client = openai.OpenAI(
-        base_url=ep.base_url.rstrip("/") + "/v1", api_key="dayone", timeout=ep.request_timeout_s, max_retries=0
+        base_url=ep.base_url.rstrip("/") + "/v1", api_key=ep.access.api_key or "dayone", timeout=ep.request_timeout_s,
+        max_retries=0, http_client=ep.http_client(),
     )
     seen: dict[str, Any] = {}
     with client:

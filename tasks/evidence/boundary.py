@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 
 from tasks.context import StepContext
 from tasks.engines import Readiness
@@ -43,7 +42,7 @@ def wait_ready(ctx: StepContext, timeout_s: float = READY_WAIT_S) -> tuple[bool,
 
     async def wait() -> Readiness:
         last: Readiness | None = None
-        async with httpx.AsyncClient(timeout=10.0) as client:
+        async with ctx.endpoint.access.async_http_client(timeout=10.0) as client:
 
             async def probe() -> Readiness | None:
                 nonlocal last
@@ -86,7 +85,7 @@ def run_boundary(
     needle_rows: list[dict] = []
     readings: list[dict[str, Any]] = []
     with (
-        httpx.Client(timeout=ep.request_timeout_s) as client,
+        ep.http_client() as client,
         ctx.run_dir.rows("needles", ep.engine, SCENARIO) as out,
     ):
         count = tokenize_counter(client, ep.base_url, ep.adapter)

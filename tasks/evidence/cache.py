@@ -166,7 +166,7 @@ def run_prefix_cache(ctx: StepContext, restart_count: Callable[[], int | None] |
     url = ep.base_url.rstrip("/") + "/v1/chat/completions"
     trial_rows: list[dict] = []
     with (
-        httpx.Client(timeout=ep.request_timeout_s) as client,
+        ep.http_client() as client,
         ctx.run_dir.rows("cache_trials", ep.engine, SCENARIO) as trials_out,
         ctx.run_dir.rows("server_metrics", ep.engine, SCENARIO) as metrics_out,
     ):

@@ -183,7 +183,7 @@ def run_long_context(ctx: StepContext) -> list[dict]:
     ep = ctx.endpoint
     rows: list[dict] = []
     with (
-        httpx.Client(timeout=ep.request_timeout_s) as client,
+        ep.http_client() as client,
         ctx.run_dir.rows("needles", ep.engine, SCENARIO) as out,
     ):
         count = tokenize_counter(client, ep.base_url, ep.adapter)

@@ -10,7 +10,12 @@ Timing, all from one monotonic clock (perf_counter), anchored to Unix time once 
 - send: when the request's last byte is handed to the kernel (the body is serialised beforehand):
   the request is one write, which uvloop makes at once when nothing is queued; should the kernel
   not take it all, the write buffer limit of 0 pauses the protocol and its resume, when the last
-  byte has gone, is the send time;
+  byte has gone, is the send time. The write is bracketed by a stamp before and after: measured
+  against an independent server, one after-stamp came 3.99 ms after the server had the request
+  (the client was preempted inside the call), so a bracket wider than SEND_BRACKET_WIDE_S takes the
+  before-stamp (never after the kernel took the bytes: a TTFT is not understated) and is flagged;
+- a pooled connection the server closed just before reuse, with no byte of a response back, sends
+  the request once more on a fresh connection (see `send_request`); the result is one row;
 - first event: the first SSE data event of any kind (a role-only chunk counts here);
 - TTFT: the first event carrying visible output (text, content, reasoning or a tool-call delta);
 - ITL: gaps between consecutive output events, with tokens per event where they can be known;
@@ -33,6 +38,7 @@ from typing import Any
 
 import msgspec
 
+from tasks.endpoint_access import EndpointAccess
 from tasks.engines.base import EngineAdapter
 from tasks.load.http import Connection, StreamSession
 from tasks.load.stats import tpot
@@ -40,6 +46,9 @@ from tasks.load.stats import tpot
 
 # msgspec decodes an event in a fifth of json.loads's time, on the loop that stamps the reads.
 _decode_json = msgspec.json.Decoder().decode
+
+# A write call this long held a preemption (it takes tens of microseconds): the send takes the stamp before it.
+SEND_BRACKET_WIDE_S = 0.001
 
 # Bounds on what a hostile or broken server can make the client hold or record.
 MAX_EVENT_BYTES = 1 << 20  # one SSE event; real ones are well under a KiB
@@ -197,6 +206,8 @@ class StreamParser:
 class RequestResult:
     request_id: str
     send_ts: float  # Unix time the request was written
+    send_bracket_s: float | None = None  # stamps before and after the write call: the send's uncertainty
+    send_wide: bool = False  # the bracket was over SEND_BRACKET_WIDE_S: the send is its before-stamp
     status: str = "ok"  # ok | error | timeout
     error: str | None = None
     http_status: int | None = None
@@ -221,6 +232,8 @@ class RequestResult:
         return {
             "request_id": self.request_id,
             "send_ts": self.send_ts,
+            "send_bracket_s": self.send_bracket_s,
+            "send_wide": self.send_wide,
             "first_event_s": self.first_event_s,
             "ttft_s": self.ttft_s,
             "e2e_s": self.e2e_s,
@@ -302,6 +315,12 @@ def _count_or_none(v: Any) -> int | None:
     return n if n is not None and 0 <= n <= MAX_TOKEN_COUNT and not isinstance(v, bool) else None
 
 
+@dataclass
+class _WriteBracket:
+    width_s: float | None = None
+    wide: bool = False
+
+
 async def send_request(
     session: StreamSession,
     base_url: str,
@@ -309,8 +328,29 @@ async def send_request(
     adapter: EngineAdapter,
     timeout_s: float,
 ) -> RequestResult:
+    """Send one streaming request and time it (`_exchange`); the result carries its write bracket."""
+    bracket = _WriteBracket()
+    result = await _exchange(session, base_url, spec, adapter, timeout_s, bracket)
+    result.send_bracket_s, result.send_wide = bracket.width_s, bracket.wide
+    return result
+
+
+async def _exchange(
+    session: StreamSession,
+    base_url: str,
+    spec: RequestSpec,
+    adapter: EngineAdapter,
+    timeout_s: float,
+    bracket: _WriteBracket,
+) -> RequestResult:
     """Send one streaming request and time it. Never raises for request failures: a failure is a
-    result with status error/timeout and the error text."""
+    result with status error/timeout and the error text.
+
+    A request sent on a reused keep-alive connection that the server closed before any byte of a
+    response came back goes once more, on a fresh connection (the one retry): a server closes an
+    idle connection without reading what arrives on it, as HTTP/1.1 clients assume (RFC 9112 9.3.1),
+    and a completion request that was answered would have its status line back. The result, and its
+    send stamp, are the second attempt's: one row either way."""
     parser = StreamParser(adapter)
     clock = time.perf_counter
     http_status = None
@@ -321,14 +361,22 @@ async def send_request(
         target = session.target(base_url)
         head = session.request_head(target, spec.path, spec.request_id, len(spec.payload))
         async with asyncio.timeout(timeout_s):
-            conn = await session.connect(target)
-            wall0, t0 = time.time(), clock()
-            exchange = conn.send(head + spec.payload, parser.feed)
-            t_send = clock()
-            if conn.transport is not None and conn.transport.get_write_buffer_size():
-                t_send = await conn.drained()
-            send_ts = wall0 + (t_send - t0)
-            await exchange.done
+            for fresh in (False, True):
+                conn = await session.connect(target, fresh=fresh)
+                wall0, t0 = time.time(), clock()
+                exchange = conn.send(head + spec.payload, parser.feed)
+                t_send = clock()
+                bracket.width_s = t_send - t0
+                bracket.wide = bracket.width_s > SEND_BRACKET_WIDE_S
+                if bracket.wide:
+                    t_send = t0
+                if conn.transport is not None and conn.transport.get_write_buffer_size():
+                    t_send = await conn.drained()
+                send_ts = wall0 + (t_send - t0)
+                await exchange.done
+                if not (exchange.stale and not fresh):
+                    break
+                session.release(target, conn)  # closed: leaves the pool
         http_status = exchange.status
         failure = exchange.failure
         if http_status is not None and http_status != 200:
@@ -366,14 +414,15 @@ def _failed(
     return r
 
 
-def new_session(keep_alive: bool = True) -> StreamSession:
+def new_session(keep_alive: bool = True, access: EndpointAccess | None = None) -> StreamSession:
     """A session whose keep-alive pool grows to one connection per request in flight (use as an
     async context manager, with the event loop running).
 
     keep_alive=False opens a connection per request, for servers that close the connection after
     a streamed response while announcing keep-alive (reusing it fails the next request).
+    `access`: the engine's API key and TLS trust, on every connection and request.
     """
-    return StreamSession(keep_alive)
+    return StreamSession(keep_alive, access)
 
 
 OnResult = Callable[[RequestResult], Any]

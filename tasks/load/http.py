@@ -8,7 +8,16 @@ read while the loop works through a wave waits for it (inter-token error p99 2.2
 independent server). Here the read callback itself hands the body bytes to the stream's parser,
 stamped with the time of that read, and a request is one `transport.write`: uvloop writes at once
 when nothing is queued, so the send time is when that call returns, or when the write buffer
-drained if the kernel did not take it all.
+drained if the kernel did not take it all (tasks/load/client.py brackets the call).
+
+HTTP edges a real endpoint shows:
+- a body framed by the connection's close (no Content-Length, not chunked) ends complete when the
+  server closes cleanly;
+- a pooled connection the server closed while idle leaves the pool when its close arrives
+  (connection_lost), and one it closed just as a request went out is reported as `stale` when no
+  byte of a response came back: the caller may send that request once more on a fresh connection;
+- https: the endpoint's TLS trust (a CA bundle, or no verification) and its API key
+  (tasks/endpoint_access.py) go on every connection and request.
 """
 
 from __future__ import annotations
@@ -17,10 +26,13 @@ import asyncio
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 from urllib.parse import urlsplit
 
 import httptools
+
+if TYPE_CHECKING:
+    from tasks.endpoint_access import EndpointAccess
 
 MAX_ERROR_BODY = 500  # bytes of a non-200 body kept in the error text
 
@@ -60,6 +72,15 @@ class Exchange:
         self.failure: BaseException | None = None  # raised by on_body, or the connection's end
         self.complete = False  # the response ended as HTTP framed it
         self.keep_alive = False
+        self.response_bytes = 0  # bytes of the response read so far
+        self.framed_by_close = False  # no Content-Length, not chunked: the body ends when the server closes
+        self.reused = False  # sent on a pooled connection that had served a response before
+
+    @property
+    def stale(self) -> bool:
+        """The server closed a reused connection before any byte of a response: it did not answer this
+        request, which can go once more on a fresh connection."""
+        return self.reused and self.response_bytes == 0 and self.failure is not None and self.status is None
 
     def finish(self, failure: BaseException | None = None) -> None:
         if self.failure is None:
@@ -69,11 +90,15 @@ class Exchange:
 
 
 class Connection(asyncio.Protocol):
-    """One HTTP/1.1 connection; one request at a time."""
+    """One HTTP/1.1 connection; one request at a time. `on_lost` runs when the connection ends
+    (the session drops it from its pool)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_lost: Callable[["Connection"], None] | None = None) -> None:
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.served = 0  # responses completed on this connection
+        self.on_lost = on_lost
+        self._length_known = False  # the response named a Content-Length or chunked framing
         self.rx_t = 0.0  # perf_counter time of the latest read
         self.drained_t = 0.0  # when a write the kernel took only in part had fully left
         self._drained: asyncio.Future[None] | None = None
@@ -99,6 +124,7 @@ class Connection(asyncio.Protocol):
         if self._exchange is None or self._http is None or self._exchange.done.done():
             self.close()  # bytes nobody asked for (none, or after the response): not in a known state
             return
+        self._exchange.response_bytes += len(data)
         try:
             self._http.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -111,13 +137,27 @@ class Connection(asyncio.Protocol):
         self.closed = True
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
-        if self._exchange is not None and not self._exchange.done.done():
-            self._exchange.finish(exc or ConnectionResetError("the server closed the connection"))
+        ex = self._exchange
+        if ex is not None and not ex.done.done():
+            if exc is None and ex.framed_by_close and ex.status is not None:
+                ex.complete = True  # the close is the end of the body (RFC 9112 6.3, item 8)
+                ex.finish()
+            else:
+                ex.finish(exc or ConnectionResetError("the server closed the connection"))
+        if self.on_lost is not None:
+            self.on_lost(self)
 
     # ---- httptools callbacks -----------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
+            self._length_known = True
+
     def on_headers_complete(self) -> None:
         assert self._exchange is not None and self._http is not None
-        self._exchange.status = self._http.get_status_code()
+        self._exchange.status = status = self._http.get_status_code()
+        # a response with no body by its status needs no framing; any other unframed one ends at the close
+        self._exchange.framed_by_close = not self._length_known and status >= 200 and status not in (204, 304)
 
     def on_body(self, body: bytes) -> None:
         ex = self._exchange
@@ -138,7 +178,8 @@ class Connection(asyncio.Protocol):
         ex = self._exchange
         assert ex is not None and self._http is not None
         ex.complete = True
-        ex.keep_alive = self._http.should_keep_alive()
+        ex.keep_alive = self._http.should_keep_alive() and not ex.framed_by_close
+        self.served += 1
         ex.finish()
 
     # ---- use -----------------------------------------------------------------------------------
@@ -146,7 +187,12 @@ class Connection(asyncio.Protocol):
         """Write one request; returns its exchange. The caller awaits `drained()` then `done`."""
         assert self.transport is not None
         self._exchange = Exchange(on_body, asyncio.get_running_loop())
+        self._exchange.reused = self.served > 0
+        self._length_known = False
         self._http = httptools.HttpResponseParser(self)
+        if self.closed or self.transport.is_closing():  # closed under us since the pool handed it out
+            self._exchange.finish(ConnectionResetError("the server closed the connection before the request"))
+            return self._exchange
         self.transport.write(data)
         return self._exchange
 
@@ -180,12 +226,15 @@ class StreamSession:
     a streamed response while announcing keep-alive (reusing it fails the next request).
     """
 
-    def __init__(self, keep_alive: bool = True) -> None:
+    def __init__(self, keep_alive: bool = True, access: EndpointAccess | None = None) -> None:
         self.keep_alive = keep_alive
+        self.access = access
         self._idle: dict[Target, list[Connection]] = {}
         self._open: set[Connection] = set()
         self._targets: dict[str, Target] = {}
         self._tls: ssl.SSLContext | None = None
+        key = access.api_key if access is not None else None
+        self._auth = f"Authorization: Bearer {key}\r\n" if key else ""
 
     def target(self, base_url: str) -> Target:
         t = self._targets.get(base_url)
@@ -193,22 +242,35 @@ class StreamSession:
             t = self._targets[base_url] = Target.parse(base_url)
         return t
 
-    async def connect(self, target: Target) -> Connection:
+    async def connect(self, target: Target, fresh: bool = False) -> Connection:
+        """A pooled idle connection to `target`, or a new one (always new with `fresh`)."""
         idle = self._idle.get(target)
-        while idle:
+        while idle and not fresh:
             conn = idle.pop()
             if not conn.closed:
                 return conn
         tls = None
         if target.tls:
-            self._tls = self._tls or ssl.create_default_context()
+            if self._tls is None:
+                self._tls = self.access.ssl_context() if self.access is not None else ssl.create_default_context()
             tls = self._tls
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(
-            Connection, target.host, target.port, ssl=tls, server_hostname=target.host if tls else None
+            lambda: Connection(self._lost), target.host, target.port, ssl=tls,
+            server_hostname=target.host if tls else None
         )
         self._open.add(conn)
         return conn
+
+    def _lost(self, conn: Connection) -> None:
+        """A connection ended (the server closed it, idle or not): it leaves the pool at once."""
+        self._open.discard(conn)
+        for idle in self._idle.values():
+            if conn in idle:
+                idle.remove(conn)
+
+    def idle_connections(self) -> int:
+        return sum(len(v) for v in self._idle.values())
 
     def release(self, target: Target, conn: Connection) -> None:
         if self.keep_alive and conn.reusable():
@@ -222,14 +284,14 @@ class StreamSession:
         return (
             f"POST {target.prefix}{path} HTTP/1.1\r\nHost: {target.host_header}\r\n"
             f"Content-Type: application/json\r\nAccept: */*\r\nUser-Agent: dayone\r\n"
-            f"Content-Length: {body_len}\r\nX-Request-Id: {request_id}\r\n{close}\r\n"
+            f"Content-Length: {body_len}\r\nX-Request-Id: {request_id}\r\n{self._auth}{close}\r\n"
         ).encode("latin-1")
 
     def connections(self) -> list[Connection]:
         return [c for c in self._open if not c.closed]
 
     async def close(self) -> None:
-        for conn in self._open:
+        for conn in list(self._open):
             conn.close()
         self._open.clear()
         self._idle.clear()

@@ -18,15 +18,22 @@ the shard used and the time its event loop waited for a core (other processes ha
 of one process reports the same figures as shard 0 with offset 0, so the CPU the client got is
 on record for every round (the client_shards table).
 
-How many processes (`shards_for`, the run config's `load` section): `auto` gives one per
-`streams_per_process` (64) streams the round can have in flight, at most one per core this
-process may run on; a number is taken as given.
+How many processes (`choose_shards`, the run config's `load` section): `auto` gives one per
+`streams_per_process` (64) streams the round can have in flight, at most one per core actually
+free: the cores this process may run on (its affinity), less those a server on this host keeps
+busy. A process listening on the endpoint's port here (a local engine, the simulator, a reference
+server) keeps at least one core once the round loads it (measured: on a 2-core machine whose other
+core ran the server, a second shard was starved, TTFT error p99 134-143 ms against 0.8-1.6 ms with
+one process), more if it already uses more; cores other processes keep busy over a short sample
+are not free either. The choice and its reason are logged and recorded on the round's
+client_shards rows. A number is taken as given.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import math
 import os
 import pickle
 import subprocess
@@ -37,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING, Any
 
+from tasks.endpoint_access import EndpointAccess
 from tasks.engines.base import EngineAdapter
 from tasks.load import client as load_client
 from tasks.load.client import OnResult, RequestResult, RequestSpec
@@ -76,15 +84,132 @@ def cores_available() -> int:
         return os.cpu_count() or 1
 
 
-def shards_for(settings: LoadSettings, shape: Shape) -> int:
-    """Client processes for a round of `shape`. The streams a round can have in flight: its
-    concurrency (closed loop), or, open loop, its request count (Shape.concurrency holds it): in-flight
-    there is rate x E2E, which is not known before the round, and the count bounds it."""
+SAMPLE_S = 0.2  # how long the CPU use of this host's processes is sampled before an auto choice
+
+
+@dataclass(frozen=True)
+class ShardChoice:
+    processes: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class FreeCores:
+    count: int
+    reason: str
+
+
+def local_listener_pids(base_url: str | None) -> list[int]:
+    """Processes on this host listening on the endpoint's port, when the endpoint is this host."""
+    import ipaddress
+    import socket
+    from urllib.parse import urlsplit
+
+    import psutil
+
+    if not base_url:
+        return []
+    parts = urlsplit(base_url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        addrs = {ai[4][0] for ai in socket.getaddrinfo(parts.hostname or "", port, proto=socket.IPPROTO_TCP)}
+        own = {a.address for nics in psutil.net_if_addrs().values() for a in nics}
+    except OSError:
+        return []
+    if not any(ipaddress.ip_address(a.split("%")[0]).is_loopback or a in own for a in addrs):
+        return []
+    try:
+        conns = psutil.net_connections("tcp")
+    except (psutil.AccessDenied, OSError):
+        return []
+    return sorted({c.pid for c in conns if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port
+                   and c.pid is not None and c.pid != os.getpid()})
+
+
+def busy_cores(cpus: set[int], sample_s: float) -> float:
+    """Cores' worth of time the CPUs `cpus` were busy over the next `sample_s` (/proc/stat via psutil)."""
+    import psutil
+
+    before = psutil.cpu_times(percpu=True)
+    time.sleep(sample_s)
+    after = psutil.cpu_times(percpu=True)
+    busy = 0.0
+    for cpu in cpus:
+        if cpu < min(len(before), len(after)):
+            a, b = before[cpu], after[cpu]
+            total = sum(b) - sum(a)
+            idle = (b.idle + getattr(b, "iowait", 0.0)) - (a.idle + getattr(a, "iowait", 0.0))
+            busy += 0.0 if total <= 0 else max(0.0, 1.0 - idle / total)
+    return busy
+
+
+def free_cores(server_pids: Sequence[int] = (), sample_s: float = SAMPLE_S) -> FreeCores:
+    """Cores a load client may take: this process's affinity, less a core or more per server process on
+    this host that shares them, less the cores other processes keep busy over `sample_s`."""
+    import psutil
+
+    allowed = cores_available()
+    try:
+        mine = set(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        mine = set(range(allowed))
+    servers = []
+    for pid in server_pids:
+        try:
+            p = psutil.Process(pid)
+            servers.append((p, len(mine & set(p.cpu_affinity() or mine)), p.cpu_times()))
+        except (psutil.Error, AttributeError):
+            continue
+    t0 = time.monotonic()
+    busy = busy_cores(mine, sample_s)
+    elapsed = time.monotonic() - t0
+    reserved, server_busy, notes = 0, 0.0, []
+    for p, shared, cpu0 in servers:
+        if not shared:
+            continue
+        try:
+            cpu1 = p.cpu_times()
+        except psutil.Error:
+            continue
+        used = (cpu1.user + cpu1.system - cpu0.user - cpu0.system) / elapsed
+        server_busy += used
+        take = min(shared, max(1, math.ceil(used - 0.05)))
+        reserved += take
+        notes.append(f"a server on this host (pid {p.pid}, using {used:.1f} cores now) keeps {take}")
+    # this process sleeps through the sample: what is busy is other processes', the servers' counted once
+    others = int(max(0.0, busy - server_busy))  # whole cores only: a half-busy core still takes a shard
+    if others:
+        notes.append(f"other processes keep {others} busy")
+    count = max(1, allowed - reserved - others)
+    why = f"{count} of the {allowed} cores this process may run on are free" + (f" ({'; '.join(notes)})" if notes else "")
+    return FreeCores(count, why)
+
+
+def choose_shards(settings: LoadSettings, shape: Shape, base_url: str | None = None) -> ShardChoice:
+    """Client processes for a round of `shape` against `base_url`, and why. The streams a round can have
+    in flight: its concurrency (closed loop), or, open loop, its request count (Shape.concurrency holds it):
+    in-flight there is rate x E2E, which is not known before the round, and the count bounds it."""
     streams = max(1, shape.concurrency)
     if settings.client_processes != "auto":
-        return max(1, min(int(settings.client_processes), streams))
+        n = max(1, min(int(settings.client_processes), streams))
+        return ShardChoice(n, f"{n} as the run config asks (load.client_processes)")
     wanted = -(-streams // settings.streams_per_process)  # ceiling
-    return max(1, min(wanted, cores_available()))
+    if wanted == 1:
+        return ShardChoice(1, f"auto: {streams} streams fit one process ({settings.streams_per_process} each)")
+    free = free_cores(local_listener_pids(base_url))
+    n = max(1, min(wanted, free.count))
+    return ShardChoice(n, f"auto: {streams} streams want {wanted} processes ({settings.streams_per_process} each); "
+                          f"{free.reason}: {n}")
+
+
+def shards_for(settings: LoadSettings, shape: Shape, base_url: str | None = None) -> int:
+    return choose_shards(settings, shape, base_url).processes
+
+
+def shard_plan(settings: LoadSettings, shape: Shape, base_url: str | None = None) -> dict[str, Any]:
+    """A RoundPlan's `shards` and `shards_reason`."""
+    choice = choose_shards(settings, shape, base_url)
+    return {"shards": choice.processes, "shards_reason": choice.reason}
 
 
 def runqueue_wait_s() -> float | None:
@@ -114,9 +239,9 @@ def one_process(usage: dict[str, float | None], requests: int) -> ShardReport:
     return ShardReport(0, 0.0, 0.0, requests=requests, **usage)
 
 
-def client_rows(keys: dict[str, Any], reports: Sequence[ShardReport]) -> list[dict[str, Any]]:
+def client_rows(keys: dict[str, Any], reports: Sequence[ShardReport], reason: str | None = None) -> list[dict[str, Any]]:
     """The round's client_shards rows: `keys` (the round's columns) and one row per shard."""
-    return [{**keys, "shards": len(reports), "shard": r.shard, "requests": r.requests, "offset_s": r.offset_s,
+    return [{**keys, "shards": len(reports), "shards_reason": reason, "shard": r.shard, "requests": r.requests, "offset_s": r.offset_s,
              "uncertainty_s": r.uncertainty_s, "wall_s": r.wall_s, "cpu_s": r.cpu_s, "waited_s": r.waited_s,
              "waited_share": r.waited_share} for r in reports]
 
@@ -128,6 +253,7 @@ class _Job:
     adapter: EngineAdapter
     timeout_s: float
     keep_alive: bool
+    access: EndpointAccess | None  # the engine's key and TLS trust (handed over the pipe, never stored)
     start_mono: float  # time.monotonic() of the start, the same clock in every process
     concurrency: int | None  # closed loop
     ramp_s: float
@@ -151,6 +277,7 @@ async def run_sharded(
     on_result: OnResult | None = None,
     keep_alive: bool = True,
     ramp_s: float = 0.0,
+    access: EndpointAccess | None = None,
 ) -> tuple[list[RequestResult], list[ShardReport]]:
     """Closed loop (`concurrency` in flight in all) or open loop (`arrivals_s`), over `shards`
     processes; the results in the order of `specs`, and each shard's report."""
@@ -171,7 +298,7 @@ async def run_sharded(
             share = None if concurrency is None else concurrency // n + (k < concurrency % n)
             # a ramp starts worker j of shard k when one process would start its worker j*n + k
             ramp_k = ramp_s * n * share / total if share and ramp_s else 0.0
-            job = _Job(base_url, [specs[i] for i in idx], adapter, timeout_s, keep_alive,
+            job = _Job(base_url, [specs[i] for i in idx], adapter, timeout_s, keep_alive, access,
                        start + (ramp_s * k / total if ramp_k else 0.0), share, ramp_k,
                        None if arrivals_s is None else [arrivals_s[i] for i in idx])
             _send(proc.stdin, job)
@@ -257,7 +384,7 @@ def _shard_main() -> None:
 
 async def _run_job(job: _Job, on_result: OnResult) -> dict[str, float | None]:
     """Run the job from the common start; the shard's wall time, CPU and wait for a core."""
-    async with load_client.new_session(job.keep_alive) as session:
+    async with load_client.new_session(job.keep_alive, job.access) as session:
         # The client's opening collection (client.timing_window) would run after the common start and delay this
         # shard's first sends (8-14 ms here): collected now, and what exists now frozen out of later ones.
         gc.collect()

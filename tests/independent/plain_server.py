@@ -51,6 +51,7 @@ def messages_token_count(messages: list[dict[str, Any]]) -> int:
 class PlainServer:
     model = MODEL
     token_delay_s = 0.002
+    ssl_context: Any = None  # an ssl.SSLContext: serve https
 
     def __init__(self) -> None:
         self.url = ""
@@ -169,10 +170,10 @@ class PlainServer:
             app.add_routes(self.routes())
             self._runner = web.AppRunner(app, access_log=None)
             self._loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, "127.0.0.1", 0)
+            site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.ssl_context)
             self._loop.run_until_complete(site.start())
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-            self.url = f"http://127.0.0.1:{port}"
+            self.url = f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{port}"
             ready.set()
             self._loop.run_forever()
 

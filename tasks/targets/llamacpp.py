@@ -57,7 +57,8 @@ def xllamacpp_version() -> str:
     try:
         return version("xllamacpp")
     except PackageNotFoundError:
-        raise DeployError("xllamacpp is not installed. Fix: pip install xllamacpp") from None
+        raise DeployError("xllamacpp is not installed (launcher llamacpp runs llama.cpp's server on this "
+                          "machine). Fix: pip install 'dayone[local]'") from None
 
 
 class LlamaCppLauncher:
@@ -76,12 +77,12 @@ class LlamaCppLauncher:
             "settings": settings,
         }
 
-    def command(self, config: RunConfig, engine: EngineSpec, port: int) -> LaunchSpec:
+    def command(self, config: RunConfig, engine: EngineSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         settings = resolve_settings(config, engine)
         settings["model_path"] = str(_model_file(settings, f"engines[{_engine_index(config, engine)}]"))
         argv = [
             sys.executable, "-m", "tasks.targets.llamacpp_server",
-            "--host", "127.0.0.1",
+            "--host", host,
             "--port", str(port),
             "--alias", config.model.name,
             "--settings-json", json.dumps(settings, sort_keys=True),

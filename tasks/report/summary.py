@@ -37,7 +37,7 @@ from tasks.report.schema import EngineRound
 from tasks.report.schema import ClientLoad
 from tasks.report.schema import Capacity, CapacityProbe
 from tasks.report.schema import Hardware, KvCapacity, KvPeak
-from tasks.report.schema import TelemetryRound
+from tasks.report.schema import TelemetryRound, TelemetryWindow
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.staging import RunDir
@@ -160,6 +160,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         kv_capacity=_kv_capacity(run_dir, engine),
         hardware=_hardware(run_dir, engine),
         telemetry_rounds=_telemetry_rounds(run_dir.read_rows("telemetry_rounds", engine)),
+        telemetry_windows=_telemetry_windows(run_dir.read_rows("telemetry_rounds", engine)),
     )
 
 
@@ -292,8 +293,18 @@ def _telemetry_rounds(rows: list[dict[str, Any]]) -> list[TelemetryRound]:
             energy_j=r.get("energy_j"), ok_output_tokens=r.get("ok_output_tokens"),
             energy_per_output_token_j=r.get("energy_per_output_token_j"),
             why_missing=r.get("unavailable") or r.get("energy_unpublished"),
-            readings=[] if shift is None or not readings else [[t + shift, u, w] for t, u, w, *_ in readings]))
+            readings=[] if shift is None or not readings else [[t + shift, u, w] for t, u, w, *_ in readings],
+            exporter_refresh_s=r.get("exporter_refresh_s")))
     return out
+
+
+def _telemetry_windows(rows: list[dict[str, Any]]) -> list[TelemetryWindow]:
+    """Energy per scenario and load level, under the one energy rule (telemetry.energy_windows)."""
+    from tasks.evidence.telemetry import energy_windows
+
+    return [TelemetryWindow(level=f"{w['rate_rps']:g} req/s" if w["rate_rps"] is not None else f"c={w['concurrency']}",
+                            **{k: w[k] for k in TelemetryWindow.model_fields if k != "level"})
+            for w in energy_windows(rows)]
 
 
 def _kv_capacity(run_dir: RunDir, engine: str) -> KvCapacity | None:

@@ -1,9 +1,13 @@
 """The simulated GPUs: what the simulator's DCGM-style exporter (/dcgm/metrics) reports, following
 its load. Energy is exact: the engine reports every change of its running count, and the counter
-integrates power between changes (tests hold joules per token against it)."""
+integrates power between changes (tests hold joules per token against it). Like dcgm-exporter, the
+exporter serves the values it took at its last refresh (every `gpus.exporter_refresh_s`, default
+30 s as dcgm-exporter's collect-interval), not the values at the moment it is read: a reader that
+believed otherwise would agree with the simulator and be wrong on a real exporter."""
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 
@@ -23,6 +27,11 @@ class SimGpus:
         self.busy_slot_s = 0.0  # running requests integrated over time (slot-seconds)
         self.energy_mj = self.spec.energy_base_mj  # per GPU, up to self.since
         self.since = mono()
+        self.born = self.since  # refreshes fall at born + k x exporter_refresh_s
+        # What the exporter shows: utilization, power and energy as of its last refresh.
+        self.shown = (self.utilization(), self.power_w(), self.energy_mj)
+        self.shown_tick = self.born
+        self.shown_memory: tuple[float, float] | None = None  # (tick, MiB): memory as first read after a refresh
 
     def utilization(self, running: int | None = None) -> float:
         return min(1.0, (self.running if running is None else running) / self.profile.slots)
@@ -32,6 +41,11 @@ class SimGpus:
         return self.spec.idle_power_w + (self.spec.busy_power_w - self.spec.idle_power_w) * self.utilization()
 
     def _advance(self, now: float) -> None:
+        refresh = self.spec.exporter_refresh_s
+        tick = self.born + math.floor((now - self.born) / refresh) * refresh
+        if tick > self.since:  # a refresh fell since the last change: the values at that instant
+            self.shown = (self.utilization(), self.power_w(), self.energy_mj + self.power_w() * (tick - self.since) * 1000.0)
+            self.shown_tick = tick
         dt = now - self.since
         self.energy_mj += self.power_w() * dt * 1000.0
         self.busy_slot_s += self.running * dt
@@ -54,9 +68,11 @@ class SimGpus:
     def render(self, kv_usage: float, host: str) -> str:
         """DCGM exporter's exposition: one series per GPU, labelled as dcgm-exporter labels them."""
         self._advance(mono())
-        memory = self.spec.weights_mib + self.spec.kv_cache_mib * kv_usage
-        values = ((GPU_UTIL, "gauge", 100.0 * self.utilization()), (FB_USED, "gauge", memory),
-                  (POWER_USAGE, "gauge", self.power_w()), (TOTAL_ENERGY, "counter", self.energy_mj))
+        if self.shown_memory is None or self.shown_memory[0] != self.shown_tick:
+            self.shown_memory = (self.shown_tick, self.spec.weights_mib + self.spec.kv_cache_mib * kv_usage)
+        utilization, power, energy = self.shown
+        values = ((GPU_UTIL, "gauge", 100.0 * utilization), (FB_USED, "gauge", self.shown_memory[1]),
+                  (POWER_USAGE, "gauge", power), (TOTAL_ENERGY, "counter", energy))
         out = []
         for name, kind, value in values:
             out += [f"# HELP {name} (DayOne simulator)", f"# TYPE {name} {kind}"]

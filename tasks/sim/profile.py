@@ -13,6 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tasks.evidence.telemetry import DCGM_EXPORTER_DEFAULT_REFRESH_S
+
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -121,6 +123,9 @@ class Gpus(_Model):
     energy_reset_after_requests: int | None = Field(
         None, ge=1, description="After this many finished requests the energy counter starts again from 0 (a "
         "driver reload or GPU reset), with no engine restart.")
+    exporter_refresh_s: float = Field(
+        DCGM_EXPORTER_DEFAULT_REFRESH_S, gt=0, description="How often the DCGM-style exporter refreshes the values it "
+        "serves (dcgm-exporter's collect-interval, 30 s by default); between refreshes every read sees the same values.")
 
     @model_validator(mode="after")
     def _busy_above_idle(self) -> Gpus:

@@ -1,9 +1,12 @@
-"""GPU telemetry per round against the simulator's DCGM-style exporter: its values follow the load,
-a round's telemetry_rounds row (energy and joules per output token held against the simulator's
-exact energy integral), a counter reset voids the energy, and a run config without a DCGM endpoint
-is refused."""
+"""GPU telemetry per round against the simulator's DCGM-style exporter: its values follow the load
+and, like dcgm-exporter's, change only at its refreshes; a round's telemetry_rounds row (energy and
+joules per output token held against the simulator's exact energy integral, within the one refresh
+each end may be stale); a round shorter than ten refreshes publishes no energy of its own; a counter
+reset voids the energy; and a run config without a DCGM endpoint is refused."""
 
 from __future__ import annotations
+
+import time
 
 import httpx
 import pytest
@@ -19,11 +22,12 @@ SLOTS = 8
 SHAPE = Shape(input_tokens=64, output_tokens=40, concurrency=4)
 REQUESTS = 12
 IDLE_W, BUSY_W = 0.0, 800.0  # idle 0: the energy counter moves only while requests run
+REFRESH_S = 0.05  # the simulator's exporter refresh here; dcgm-exporter's default is 30 s
 
 
 def gpus(**extra):
     return {"count": 2, "idle_power_w": IDLE_W, "busy_power_w": BUSY_W, "weights_mib": 1000.0,
-            "kv_cache_mib": 4000.0, **extra}
+            "kv_cache_mib": 4000.0, "exporter_refresh_s": REFRESH_S, **extra}
 
 
 def context(url: str, root, interval_s: float = 0.02) -> StepContext:
@@ -65,6 +69,7 @@ def test_the_simulators_dcgm_exporter_follows_its_load(sims):
     assert busy is not None and busy.mean(telemetry.GPU_UTIL) == 50.0
     assert busy.total(telemetry.POWER_USAGE) == pytest.approx(2 * (100 + (BUSY_W - 100) * 0.5))
     assert busy.total(telemetry.FB_USED) > 2000.0  # KV held by the running requests
+    time.sleep(2 * REFRESH_S)
     after = reading(sim)
     assert after.total(telemetry.TOTAL_ENERGY) > busy.total(telemetry.TOTAL_ENERGY) > idle.total(telemetry.TOTAL_ENERGY)
 
@@ -81,9 +86,13 @@ def test_a_rounds_joules_per_token_are_the_simulators_energy_over_its_output_tok
     tokens = sum(r["completion_tokens"] for r in sim.requests())
     assert tokens == REQUESTS * SHAPE.output_tokens
     assert row["energy_unpublished"] is None and row["unavailable"] is None
-    assert row["energy_j"] == pytest.approx(expected_j, rel=1e-9)
+    # The exporter's refresh, measured from when its values changed (sampled every 20 ms; a refresh
+    # missed while the sampler waited for a core only makes it look longer).
+    assert REFRESH_S - 0.02 <= row["exporter_refresh_s"] <= 2 * REFRESH_S + 0.02
+    # Each end reads a value up to one refresh old: off by at most one refresh of the peak power.
+    assert row["energy_j"] == pytest.approx(expected_j, abs=row["power_peak_w"] * REFRESH_S)
     assert row["ok_output_tokens"] == tokens
-    assert row["energy_per_output_token_j"] == pytest.approx(expected_j / tokens, rel=1e-9)
+    assert row["energy_per_output_token_j"] == pytest.approx(row["energy_j"] / tokens, rel=1e-9)
     assert row["gpus"] == 2 and len(row["gpu_uuids"]) == 2
     assert row["samples"] >= 3
     # Four streams on eight slots: utilization at most 50%, power at most 2 x 400 W.
@@ -114,3 +123,32 @@ def test_an_engine_without_a_dcgm_endpoint_is_refused_when_telemetry_is_on():
     source = telemetry.source_for(cfg, "ext", "http://127.0.0.1:1", ["GPU-a"])
     assert source.url == "http://127.0.0.1:9400/metrics" and source.gpu_uuids == ("GPU-a",)
     assert parse_run_config({}).telemetry.enabled is False
+
+
+def test_the_simulators_exporter_holds_its_values_between_refreshes(sims):
+    sim = sims("vllm", {"slots": SLOTS, "gpus": gpus(idle_power_w=100.0, exporter_refresh_s=0.5)})
+    first = reading(sim)
+    deadline = time.monotonic() + 5
+    while (again := reading(sim)).gpus == first.gpus and time.monotonic() < deadline:
+        time.sleep(0.01)
+    refreshed = time.monotonic()
+    assert again.gpus != first.gpus  # idle power: the energy counter moves at each refresh
+    same = reading(sim)  # well within the same refresh
+    assert time.monotonic() - refreshed < 0.25 and same.gpus == again.gpus
+    time.sleep(0.6)
+    assert reading(sim).gpus != again.gpus
+
+
+def test_a_round_shorter_than_ten_refreshes_of_the_default_exporter_publishes_no_energy_of_its_own(sims, tmp_path):
+    """dcgm-exporter's 30 s default, which the simulator's exporter now keeps: a one-second round sees
+    no refresh, and before its energy (the simulator's exact integral) was published all the same."""
+    profile_gpus = gpus()
+    del profile_gpus["exporter_refresh_s"]  # the profile's default
+    sim = sims("vllm", {"slots": SLOTS, "itl_s": 0.01, "gpus": profile_gpus})
+    ctx = context(sim.url, tmp_path)
+    one_round(ctx, SHAPE, REQUESTS)
+    row = telemetry_row(ctx)
+    assert row["energy_j"] is None and row["energy_per_output_token_j"] is None
+    assert row["exporter_refresh_s"] is None and row["energy_void"] is None
+    assert "the exporter's values changed 0 times" in row["energy_unpublished"]
+    assert row["power_mean_w"] is not None  # the gauges stand, as the exporter served them

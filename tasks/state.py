@@ -74,6 +74,11 @@ def hardware_doc(engine: str) -> str:
     return f"hardware/{engine}.json"
 
 
+def served_revision_doc(engine: str) -> str:
+    """The model revision the engine served (tasks/evidence/revision.py), written by its startup step."""
+    return f"revisions/{engine}.json"
+
+
 def outcome_doc(step: str, engine: str | None) -> str:
     return f"{OUTCOMES_DIR}/{engine}-{step}.json" if engine else f"{OUTCOMES_DIR}/{step}.json"
 
@@ -136,11 +141,15 @@ def pinned(run_dir: RunDir) -> dict[str, dict]:
 
 
 def manifest(run_dir: RunDir) -> dict | None:
-    """The plan's manifest, with each engine's hardware record once its startup step wrote one (a
-    document per engine: engines start in parallel, so none rewrites the shared manifest)."""
+    """The plan's manifest, with each engine's hardware record and served model revision once its
+    startup step wrote them (a document per engine: engines start in parallel, so none rewrites the
+    shared manifest)."""
     doc = run_dir.read_json(MANIFEST)
     if doc is None:
         return None
     names = [e.get("name") for e in doc.get("engines") or [] if isinstance(e, dict)]
     hardware = {n: h for n in names if (h := run_dir.read_json(hardware_doc(n))) is not None}
-    return {**doc, "hardware": hardware} if hardware else doc
+    doc = {**doc, "hardware": hardware} if hardware else doc
+    # What each engine served of the model (`revision_identity`): the nightly's lineage reads it.
+    revisions = {n: r for n in names if (r := run_dir.read_json(served_revision_doc(n))) is not None}
+    return {**doc, "served_revision": revisions} if revisions else doc

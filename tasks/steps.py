@@ -420,7 +420,11 @@ def startup_findings(ctx: RunContext, engine: str) -> dict[str, Any]:
     with ctx.run_dir.rows("startup_findings", engine, "startup") as out:
         for row in rows:
             out.write(row)
-    return {"engine": engine, "findings": len(rows), **record_startup_facts(ctx, engine, text)}
+    from tasks.evidence.revision import record_served_revision
+
+    served = record_served_revision(ctx, engine)  # which weights: the manifest's served_revision
+    return {"engine": engine, "findings": len(rows), **record_startup_facts(ctx, engine, text),
+            "served_revision": served["served"]}
 
 
 def startup_finding_rows(ectx: StepContext, text: str) -> list[dict[str, Any]]:

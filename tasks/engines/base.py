@@ -169,6 +169,22 @@ class EngineAdapter:
     # False where the server closes the connection after a streamed response although it
     # answered keep-alive: a client must not reuse that connection (it fails on the next write).
     keeps_alive_after_stream: ClassVar[bool] = True
+    # Engine arguments that switch speculative decoding on, and that set the weights' dtype or
+    # quantization; empty where DayOne does not read the dialect's (what a run did not prove says so).
+    speculative_args: ClassVar[tuple[str, ...]] = ()
+    weights_dtype_args: ClassVar[tuple[str, ...]] = ()
+
+    def launch_setting(self, args: list[str], names: tuple[str, ...]) -> str | None:
+        """The value of the first of `names` among engine arguments (`--x v` or `--x=v`; "on" for a bare
+        flag), None when none is given."""
+        for i, arg in enumerate(args):
+            name, eq, value = arg.partition("=")
+            if name in names:
+                if eq:
+                    return value
+                following = args[i + 1] if i + 1 < len(args) else ""
+                return following if following and not following.startswith("-") else "on"
+        return None
 
     # ---- request shaping -------------------------------------------------------------
     def exact_output_fields(self, output_tokens: int) -> dict[str, Any]:
@@ -291,6 +307,19 @@ class EngineAdapter:
             return Readiness(False, "liveness", f"{type(exc).__name__}: {exc}")
         return Readiness(True, "ready", "health, model list and a 1-token generation passed")
 
+    # ---- what it serves ----------------------------------------------------------------------
+    def served_model(self, client: httpx.Client, base_url: str, model: str) -> dict[str, Any]:
+        """What the engine reports of the weights it serves: `revision` (as it was started with),
+        `model_path` (a Hugging Face snapshot path names the commit) and `source` (the endpoints that
+        said it); Nones where it says nothing. Here: the model list's `root` (vLLM's ModelCard)."""
+        found: dict[str, Any] = {"revision": None, "model_path": None, "source": []}
+        entry = next((m for m in _json(client, base_url.rstrip("/") + self.models_path).get("data") or []
+                      if isinstance(m, dict) and m.get("id") == model), {})
+        if entry.get("root") and entry.get("root") != model:
+            found["model_path"] = str(entry["root"])
+            found["source"].append(f"GET {self.models_path} root")
+        return found
+
     # ---- deployment -------------------------------------------------------------------------
     def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
         """The engine's container command line (Kubernetes target)."""
@@ -313,3 +342,13 @@ class EngineAdapter:
                     found.append({"finding": p.finding, "severity": p.severity, "line": line.strip()[:500]})
                     break
         return found
+
+
+def _json(client: httpx.Client, url: str) -> dict[str, Any]:
+    """A JSON object from GET `url`; {} when the engine does not answer one (an endpoint it lacks)."""
+    try:
+        r = client.get(url)
+        body = r.json() if r.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return {}
+    return body if isinstance(body, dict) else {}

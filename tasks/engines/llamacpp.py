@@ -57,6 +57,7 @@ class LlamaCppAdapter(EngineAdapter):
     tokenize_path: ClassVar[str | None] = "/tokenize"
     slots_path: ClassVar[str] = "/slots"
     launch_dirs: ClassVar[tuple[str, ...]] = (SLOT_SAVE_DIR,)
+    speculative_args: ClassVar[tuple[str, ...]] = ("--model-draft", "-md")  # a draft model (llama-server)
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", SLOT_ERASE_PATH)
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
         queries="llamacpp:prompt_tokens_total", hits="llamacpp:prompt_tokens_cached_total"

@@ -5,7 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from tasks.engines.base import CacheCounters, EngineAdapter, RoundMetrics, StartupMemory, StartupPattern, _pattern
+import httpx
+
+from tasks.engines.base import (CacheCounters, EngineAdapter, RoundMetrics, StartupMemory, StartupPattern, _json,
+                                _pattern)
 
 # Startup lines; SGLang's "GB" is 2**30 bytes. python/sglang/srt/managers/scheduler.py (init_model_worker),
 # python/sglang/srt/mem_cache/memory_pool.py (K and V pools, or one KV pool under MLA),
@@ -49,9 +52,33 @@ class SGLangAdapter(EngineAdapter):
         spec_accept_rate="sglang:spec_accept_rate",
     )
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
+    # --speculative-algorithm EAGLE, EAGLE3, NEXTN (MTP), STANDALONE, NGRAM (python/sglang/srt/server_args.py).
+    speculative_args: ClassVar[tuple[str, ...]] = ("--speculative-algorithm", "--speculative-draft-model-path")
+    weights_dtype_args: ClassVar[tuple[str, ...]] = ("--quantization", "--dtype")
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = (
         _pattern("fallback_backend", "warning", r"not supported.{0,60}(?:fall|using)|use .{0,40} instead"),
     )
+
+    def served_model(self, client: httpx.Client, base_url: str, model: str) -> dict[str, Any]:
+        """The server's arguments (/server_info, /get_server_info before it: server_args' `revision` and
+        `model_path`) and its model info (/model_info, /get_model_info: `model_path`, `weight_version`)."""
+        found: dict[str, Any] = {"revision": None, "model_path": None, "source": []}
+        base = base_url.rstrip("/")
+        for path in ("/server_info", "/get_server_info"):
+            args = _json(client, base + path)
+            if args:
+                found["revision"] = args.get("revision")
+                found["model_path"] = args.get("model_path")
+                found["source"].append(f"GET {path} revision, model_path")
+                break
+        for path in ("/model_info", "/get_model_info"):
+            info = _json(client, base + path)
+            if info:
+                found["model_path"] = found["model_path"] or info.get("model_path")
+                found["weight_version"] = info.get("weight_version")
+                found["source"].append(f"GET {path} model_path, weight_version")
+                break
+        return found
 
     def startup_memory(self, text: str) -> StartupMemory:
         """SGLang logs its total token pool and the context length; the concurrency at that length is

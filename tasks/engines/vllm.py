@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import httpx
 
 from tasks.engines.base import (BUSY, CLEARED, FAILED, CacheCounters, EngineAdapter, RoundMetrics, StartupMemory,
-                                StartupPattern, _pattern, number)
+                                StartupPattern, _json, _pattern, number)
 
 # Startup lines (each rank logs its own copy under tensor parallelism; the first is read):
 # vllm/v1/core/kv_cache_utils.py _report_kv_cache_config, vllm/v1/worker/gpu_worker.py,
@@ -19,6 +19,7 @@ KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB")
 # Weights memory, in each wording vLLM has used: "Loading model weights took %.4f GB" (V0's
 # vllm/worker/model_runner.py; its GB is 2**30 bytes), "Model loading took %.4f GiB and %.6f seconds",
 # today "Model loading took %s GiB memory and %.6f seconds" (vllm/v1/worker/gpu_model_runner.py).
+SERVER_INFO_REVISION = re.compile(r"\brevision=([^,\s]+)")  # VllmConfig.__str__ (vllm/config/vllm.py)
 WEIGHTS = re.compile(r"(?:Model loading|Loading model weights) took (?P<gib>[\d.]+) Gi?B\b")
 
 
@@ -49,6 +50,11 @@ class VLLMAdapter(EngineAdapter):
     )
     # `reasoning` since ~0.11; the old `reasoning_content` was removed in 2026: read both.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning", "reasoning_content")
+    # --speculative-config (JSON: method mtp, eagle, ngram ...); --speculative-model and
+    # --num-speculative-tokens before it (vllm/engine/arg_utils.py).
+    speculative_args: ClassVar[tuple[str, ...]] = ("--speculative-config", "--speculative_config", "-sc",
+                                                   "--speculative-model", "--num-speculative-tokens")
+    weights_dtype_args: ClassVar[tuple[str, ...]] = ("--quantization", "-q", "--dtype")
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = (
         _pattern("missing_tuned_config", "warning", r"Using default MoE config"),
         _pattern("fallback_backend", "warning", r"no .{0,30}backend.{0,60}(?:fall|using)"),
@@ -67,6 +73,22 @@ class VLLMAdapter(EngineAdapter):
         if isinstance(body, dict) and body.get("success") is False:
             return BUSY
         return CLEARED
+
+    def served_model(self, client: httpx.Client, base_url: str, model: str) -> dict[str, Any]:
+        """The model list's `root` (the path it was started with), and the revision from /server_info
+        (VLLM_SERVER_DEV_MODE, set by launch_env): `?config_format=json` gives model_config.revision,
+        older versions only the text of VllmConfig.__str__ ("revision=None" is the default branch)."""
+        found = super().served_model(client, base_url, model)
+        info = _json(client, base_url.rstrip("/") + "/server_info?config_format=json").get("vllm_config")
+        if isinstance(info, dict):
+            revision = (info.get("model_config") or {}).get("revision")
+        else:
+            m = SERVER_INFO_REVISION.search(str(info or ""))
+            revision = m.group(1).strip("'\"") if m else None
+        if info is not None:
+            found["revision"] = None if revision in (None, "None") else str(revision)
+            found["source"].append("GET /server_info model_config.revision")
+        return found
 
     def startup_memory(self, text: str) -> StartupMemory:
         """vLLM logs the KV cache in tokens and its maximum concurrency at --max-model-len itself."""

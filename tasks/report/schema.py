@@ -166,6 +166,18 @@ class StartupFinding(_Doc):
     line: str | None
 
 
+class ServedRevision(_Doc):
+    """The model revision an engine served (tasks/evidence/revision.py `revision_identity`)."""
+
+    configured: str | None
+    moving: bool  # the configured revision is a branch or tag name, not a commit
+    served: str | None  # the commit (or sha256 of the weights) the engine or target reported
+    served_source: str | None
+    reported_revision: str | None
+    asked: list[str] = Field(default_factory=list)  # the endpoints that answered
+    identity: str | None
+
+
 class StepRestarts(_Doc):
     outcome: str | None
     reason: str | None
@@ -367,6 +379,7 @@ class EngineSummary(_Doc):
     steps: dict[str, OutcomeSummary]
     # Restarts while it loaded, judged once it was ready (tasks/evidence/restarts.py `cold_start_finding`).
     restarts_before_ready: StartupFinding | None = None
+    served_revision: ServedRevision | None = None  # which weights it served (tasks/evidence/revision.py)
     engine_rounds: list[EngineRound] = Field(default_factory=list)  # what the engine spent, per round
     client_load: list[ClientLoad] = Field(default_factory=list)  # the CPU the load client got, per scenario
     capacity: Capacity | None = None  # the capacity search's result, when it ran
@@ -505,6 +518,8 @@ class RunSummary(_Doc):
     run_steps: dict[str, OutcomeSummary]
     regressions: list[Regression]
     limits: list[str]
+    # What this run did not prove, from its config and results (tasks/report/limits.py `not_proved`).
+    not_proved: list[str] = Field(default_factory=list)
     not_tested: list[NotTested]
     confidence: float  # of every interval in `comparisons`
     comparisons: list[Comparison]

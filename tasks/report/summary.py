@@ -29,6 +29,7 @@ from tasks.evidence.restarts import COLD_START_FINDING
 from tasks.evidence.restarts import restart_summary
 from tasks.load.stats import HEADLINE_FIGURES, client_load, first_encounter_tail, over_rounds
 from tasks.report.decision import LEAD_FIGURES, decide
+from tasks.report.limits import not_proved
 from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison, EngineRestarts, EngineSummary,
                                  ExperimentSummary, Figure, FirstEncounter, Needle, NeedleCount, NotTested, PerfLevel, PerfScenario,
                                  PrefixCache, Regression, RunSummary, ScenarioSettings, Slo, StartupFinding,
@@ -92,6 +93,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         **_design(run_dir),
         slice_findings=_slice_findings(engines),
     )
+    summary.not_proved = not_proved(cfg, summary)
     summary.decision = decide(summary)
     return RunSummary.model_validate(desensitize(summary.model_dump(mode="json")))
 
@@ -152,6 +154,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
                                    published and (prefix_cache is None or prefix_cache.withheld is None)),
         startup_findings=findings,
         restarts_before_ready=next((f for f in findings if f.finding == COLD_START_FINDING), None),
+        served_revision=run_dir.read_json(state.served_revision_doc(engine)),
         restarts=engine_restarts,
         steps=steps,
         engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),

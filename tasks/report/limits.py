@@ -1,0 +1,122 @@
+"""What this run did not prove: the limits that follow from its own config and results.
+
+The standing limits (summary.STANDING_LIMITS) hold for every run; these are this run's, in the manner of
+the Day-1 report's "what this round did not prove": speculative decoding off (or on, and with it an
+acceptance that random prompts do not show), no video, one weights precision, one node, one GPU product,
+engines whose streams were never shown, scenarios switched off, a context window not reached, a moving
+model revision. Each engine's switches are read through its adapter; a switch DayOne cannot read for a
+dialect is said to be unknown, never assumed off. One pure function, read by summary.json and the report.
+"""
+
+from __future__ import annotations
+
+from tasks.config import RunConfig
+from tasks.engines import adapter_for
+from tasks.evidence.revision import moving_text
+from tasks.report.schema import RunSummary
+from tasks.scenarios import SCENARIO_SWITCHES
+
+
+def not_proved(config: RunConfig, summary: RunSummary) -> list[str]:
+    """This run's limits, each a sentence naming the engines and settings it comes from."""
+    if summary.dry_run:
+        return []
+    ready = [e.name for e in config.engines if summary.engines.get(e.name) and summary.engines[e.name].ready]
+    specs = [config.engine(name) for name in ready]
+    if not specs:
+        return []
+    out = [_speculative(specs), _weights(specs, config), _nodes(specs, summary), _gpus(ready, summary)]
+    out.append("Video input was not tested: DayOne sends no video; image input only where the image_input "
+               "check passed" + _image(ready, summary) + ".")
+    for name in ready:
+        e = summary.engines[name]
+        if not e.ttft.reliable:
+            out.append(f"{name}: token streaming was not shown ({e.ttft.reason}), so its TTFT, TPOT and ITL "
+                       "are unproven.")
+    off = [name for name in SCENARIO_SWITCHES if not getattr(config.scenarios, name).enabled]
+    if off:
+        out.append(f"Switched off in the config, so nothing is known of them from this run: {', '.join(off)}.")
+    out.append(_context(config, summary, ready))
+    concurrency = _max_concurrency(summary, ready)
+    if concurrency:
+        out.append(f"Loads above concurrency {concurrency} (the highest measured) were not tested.")
+    for name in ready:
+        rev = summary.engines[name].served_revision
+        text = moving_text(name, rev.model_dump()) if rev is not None else None
+        if text:
+            out.append(text + ".")
+    return [line for line in out if line]
+
+
+def _speculative(specs: list) -> str:
+    on, off, unknown = [], [], []
+    for spec in specs:
+        adapter = adapter_for(spec.dialect)
+        if not adapter.speculative_args:
+            unknown.append(spec.name)
+        elif (value := adapter.launch_setting(spec.args, adapter.speculative_args)) is not None:
+            on.append(f"{spec.name} ({value})")
+        else:
+            off.append(spec.name)
+    parts = []
+    if off:
+        parts.append(f"Speculative decoding (MTP, EAGLE, a draft model) was off for {', '.join(off)}: its effect "
+                     "on TTFT, TPOT, throughput and memory was not measured")
+    if on:
+        parts.append(f"speculative decoding was on for {', '.join(on)}: its acceptance on random-token prompts "
+                     "is not what real text gets, so its speed-up here proves nothing for production traffic")
+    if unknown:
+        parts.append(f"whether {', '.join(unknown)} decoded speculatively is unknown (DayOne does not read that "
+                     "dialect's switches)")
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + "."
+
+
+def _weights(specs: list, config: RunConfig) -> str:
+    parts = []
+    for spec in specs:
+        adapter = adapter_for(spec.dialect)
+        given = adapter.launch_setting(spec.args, adapter.weights_dtype_args) if adapter.weights_dtype_args else None
+        parts.append(f"{spec.name} {given}" if given else f"{spec.name} as the checkpoint stores them")
+    return (f"Weights ran at one precision each ({'; '.join(parts)}; model {config.model.name}): another dtype "
+            "or quantization (BF16, FP8, INT4, another GGUF) is another experiment.")
+
+
+def _nodes(specs: list, summary: RunSummary) -> str:
+    shapes = ", ".join(f"{s.name} TP{s.tp} on {s.gpus} GPU(s)" for s in specs)
+    return (f"Each engine ran on a single node ({shapes}): multi-node serving, pipeline parallelism, "
+            "prefill/decode disaggregation and RDMA were not tested.")
+
+
+def _gpus(ready: list[str], summary: RunSummary) -> str:
+    products = sorted({h.gpu_product for n in ready if (h := summary.engines[n].hardware) and h.gpu_product})
+    if not products:
+        return ("No GPU product was recorded for the engines: the figures cannot be placed on any hardware "
+                "beyond this run's.")
+    return (f"Only on {', '.join(products)}: other GPU products, drivers and runtimes (another generation, "
+            "ROCm) were not tested.")
+
+
+def _image(ready: list[str], summary: RunSummary) -> str:
+    passed = [n for n in ready if summary.engines[n].checks.get("image_input") == "pass"]
+    return f" ({', '.join(passed)})" if passed else " (none here)"
+
+
+def _context(config: RunConfig, summary: RunSummary, ready: list[str]) -> str | None:
+    limit = config.model.context_limit_tokens
+    if not config.scenarios.long_context.enabled:
+        return f"Long context was not tested: nothing here shows an engine serving prompts near {limit:,} tokens."
+    reached = [max((r.target_tokens for r in summary.engines[n].long_context if r.passed), default=0) for n in ready]
+    longest = max(reached, default=0)
+    margin = config.model.template_overhead_tokens + config.scenarios.long_context.output_tokens
+    if longest and longest >= limit - margin:
+        return None
+    what = f"up to {longest:,} tokens" if longest else "not retrieved at any length"
+    return (f"The model's {limit:,}-token context was not reached: needles were retrieved {what}; the rest "
+            "of the window is unproven.")
+
+
+def _max_concurrency(summary: RunSummary, ready: list[str]) -> int | None:
+    levels = [lv.concurrency for n in ready for p in summary.engines[n].perf.values() for lv in p.levels
+              if lv.concurrency]
+    return max(levels, default=None)

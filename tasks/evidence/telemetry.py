@@ -54,8 +54,9 @@ DCGM_EXPORTER_DEFAULT_REFRESH_S = 30.0
 # by less than one refresh in all: at least 10 refreshes keep that under a tenth of the window.
 MIN_REFRESHES = 10
 # Idle time between an engine's rounds inside its window (pauses, another engine's interleaved rounds)
-# is energy its tokens did not spend. An idle GPU draws about a tenth of its busy power (H100: ~70 of
-# 700 W), so a quarter of the window idle moves J/token by ~3%; an interleaved engine (half) does not pass.
+# is energy its tokens did not spend. An idle GPU draws about a tenth of its busy power (the simulator's
+# defaults: 70 of 700 W), so a quarter of the window idle moves J/token by ~3%; an interleaved second
+# engine (half the window) does not pass.
 MAX_IDLE_SHARE = 0.25
 
 

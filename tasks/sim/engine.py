@@ -5,7 +5,9 @@ the ground truth of every request. Shared by all HTTP handlers of one server pro
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -87,11 +89,21 @@ class Record:
         return d
 
 
+def launch_slowdown(profile: Profile, launch: int) -> float:
+    """This process start's slowdown factor: 1 without launch_speed_sd, else exp(N(0, sd)) drawn from the seed
+    and the launch index, so launch n of a profile is the same speed in every run."""
+    if profile.launch_speed_sd <= 0:
+        return 1.0
+    return math.exp(random.Random(f"{profile.seed}/launch/{launch}").gauss(0.0, profile.launch_speed_sd))
+
+
 class Engine:
-    def __init__(self, dialect: Dialect, profile: Profile, restarts: int = 0):
+    def __init__(self, dialect: Dialect, profile: Profile, restarts: int = 0, launch: int = 0):
         self.dialect = dialect
         self.profile = profile
         self.restarts = restarts
+        self.launch = launch
+        self.launch_slowdown = launch_slowdown(profile, launch)  # this start's own speed (launch_speed_sd)
         self.loop = asyncio.get_running_loop()
         self.timer = PreciseTimer(self.loop)
         self.epoch_offset = time.time() - time.monotonic()
@@ -192,7 +204,7 @@ class Engine:
                 # Compiling a kernel for a new shape pauses the whole engine, not just this request.
                 self.blocked_until = max(self.blocked_until, admit_mono) + p.jit_delay_s
                 record.jit_s = p.jit_delay_s
-        first = admit_mono + p.ttft_base_s + (record.prompt_tokens - hits) / p.prefill_tokens_per_s
+        first = admit_mono + (p.ttft_base_s + (record.prompt_tokens - hits) / p.prefill_tokens_per_s) * self.launch_slowdown
         return max(first, self.blocked_until)
 
     def record(self, record: Record) -> None:
@@ -258,6 +270,8 @@ class Engine:
             "dialect": self.dialect.name,
             "model": self.profile.model,
             "restarts": self.restarts,
+            "launch": self.launch,
+            "launch_slowdown": self.launch_slowdown,
             "ready": self.ready,
             "started_ts": self.started_ts,
             "ready_ts": self.ready_ts,

@@ -150,6 +150,10 @@ class Profile(_Model):
     prefill_tokens_per_s: float = Field(50_000.0, gt=0)
     itl_s: float = Field(0.005, ge=0)
     itl_jitter_s: float = Field(0.0, ge=0, description="Extra gap drawn uniformly from [0, itl_jitter_s), seeded.")
+    launch_speed_sd: float = Field(
+        0.0, ge=0, le=2, description="A planted launch-to-launch variation: each process start draws its own "
+        "slowdown exp(N(0, launch_speed_sd)) from seed and its launch index (DAYONE_LAUNCH), applied to the TTFT "
+        "and every output gap, as a real engine's speed differs from one start to the next.")
     tokens_per_event: int = Field(1, ge=1)
     seed: int = 0
     jit_delay_s: float = Field(0.0, ge=0, description="Engine-wide pause the first time a shape bucket is seen.")

@@ -306,13 +306,13 @@ def _usage(engine: Engine, record: Record, answer: Answer) -> dict[str, Any]:
 def _gaps(engine: Engine, record: Record, n: int) -> list[float]:
     """Gaps between output events: K tokens per event at itl_s each, plus seeded jitter."""
     p = engine.profile
-    base = p.itl_s * p.tokens_per_event
+    base = p.itl_s * p.tokens_per_event * engine.launch_slowdown
     if p.speculative is not None:  # one verification step per itl_s yields this many tokens
         base /= p.speculative.mean_accepted_length
     if p.itl_jitter_s <= 0:
         return [base] * n
     rng = random.Random(f"{p.seed}:{record.request_id}")
-    return [base + rng.uniform(0, p.itl_jitter_s) for _ in range(n)]
+    return [base + rng.uniform(0, p.itl_jitter_s) * engine.launch_slowdown for _ in range(n)]
 
 
 def _output_events(answer: Answer, k: int) -> list[tuple[str, str, int]]:
@@ -645,7 +645,8 @@ def build_app(engine: Engine) -> web.Application:
 
 async def serve(dialect_name: str, profile: Profile, host: str, port: int, restarts: int = 0) -> int:
     dialect = DIALECTS[dialect_name]
-    engine = Engine(dialect, profile, restarts)
+    # The target numbers the starts of an engine within a run (measurement.launches): DAYONE_LAUNCH.
+    engine = Engine(dialect, profile, restarts, int(os.environ.get("DAYONE_LAUNCH") or 0))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -655,7 +656,8 @@ async def serve(dialect_name: str, profile: Profile, host: str, port: int, resta
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     lines = [line.format(**startup_values(profile, host, port)) for line in dialect.startup_lines]
-    log(f"INFO DayOne engine simulator: dialect={dialect.name} model={profile.model} pid={os.getpid()} restarts={restarts}")
+    log(f"INFO DayOne engine simulator: dialect={dialect.name} model={profile.model} pid={os.getpid()} restarts={restarts} "
+        f"launch={engine.launch}")
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=2048)  # bursts of many streams, like uvicorn
     listening = False
     if dialect.starting == "503":

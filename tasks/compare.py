@@ -402,10 +402,11 @@ def _log_undecided(engine: str, scenario: str, concurrency: int, metric: str, e:
     if not beyond or e.ratio is None or _beyond(e, limit, worse):
         return
     needed = e.rounds_needed(e.ratio / limit - 1)
-    log.info("%s/%s c=%d %s: median %+.1f%% is beyond the threshold %+.0f%% but the interval %.3f-%.3f holds %.2f: "
-             "not a regression at %d vs %d rounds (about %s rounds a side would tell either way)",
-             engine, scenario, concurrency, metric, 100 * change, 100 * threshold, e.low, e.high, limit,
-             e.rounds_a, e.rounds_b, needed or "?")
+    log.info("%s/%s c=%d %s: median %+.1f%% is beyond the threshold %+.0f%% but the interval %.3f-%.3f (covering %s) "
+             "holds %.2f: not a regression at %d vs %d rounds (%s)",
+             engine, scenario, concurrency, metric, 100 * change, 100 * threshold, e.low, e.high, e.covers, limit,
+             e.rounds_a, e.rounds_b, f"about {needed} rounds a side would tell either way" if needed else
+             "no number of rounds would tell: the run-to-run variation alone is as large")
 
 
 def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:

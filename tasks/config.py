@@ -81,6 +81,7 @@ FIX_HINTS: dict[str, str] = {
     "api_key_connection": "name an Airflow connection whose password field holds the key",
     "api_key_secret.*": "give the Secret's name and key in the run's namespace, e.g. {name: vllm-key, key: api-key}",
     "tls_ca_bundle": "give the path of a PEM file with the CA that signed the endpoint's certificate",
+    "measurement.launches": "give the starts per engine, an integer >= 1 (1: one deployment, as before)",
     "load.streams_per_process": "give the streams one client process times, an integer >= 1 (64 keeps a core's "
                                 "stamps within a millisecond or so)",
 }
@@ -448,6 +449,16 @@ class LoadSettings(_Model):
             return v
         raise ValueError(f"{v!r} is neither auto nor a whole number of processes >= 1")
 
+class MeasurementSettings(_Model):
+    """How often each engine is started within the run (PROTOCOL.md section 8, "Launches")."""
+
+    launches: PositiveInt = Field(
+        1, description="Starts of each engine per performance scenario: launch 0 is the deployment the run "
+        "readied, launches 1.. are fresh deployments (teardown, deploy, readiness, warmup), each measuring every "
+        "round of the scenario. With more than 1, a comparison's interval comes from the per-launch means, so it "
+        "covers launch-to-launch variation, not only the rounds of one deployment.")
+
+
 
 class EngineTelemetry(_Model):
     dcgm_url: str | None = Field(None, description="This engine's GPUs: its node's DCGM exporter, e.g. "
@@ -579,6 +590,8 @@ class RunConfig(_Model):
     thresholds: RegressionThresholds = Field(RegressionThresholds(), description="Nightly regression thresholds.")
     experiment: Experiment | None = Field(
         None, description="A single-variable A/B or factor sweep over a base engine (tasks/experiment.py).")
+    measurement: MeasurementSettings = Field(
+        MeasurementSettings(), description="Replicated launches: each engine started k times within the run.")
 
     @field_validator("run_id")
     @classmethod

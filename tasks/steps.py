@@ -34,7 +34,7 @@ from tasks.run import NotAttempted, RunContext, load_config
 from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
 from tasks.staging import RunDir
 from tasks.state import (MANIFEST, PINNED, VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, perf_summary_doc,
-                         pinned, set_readiness, write_outcome)
+                         pinned, readiness, set_readiness, write_outcome)
 
 log = logging.getLogger("dayone.steps")
 
@@ -129,11 +129,9 @@ def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
     if not ready:
         raise NotAttempted(f"{name}: no engine of {', '.join(engines)} is ready")
     names = [r.endpoint.engine for r in ready]
-    from tasks.scenarios.perf import run_perf_interleaved
-
     try:
         _failed_before(ctx, step, list(names))
-        summaries = _watched_all(ctx, ready, name, lambda: run_perf_interleaved(ready, name))
+        summaries = _measured(ctx, ready, name)
     except Exception as exc:
         for e in names:  # the engines were measured together: the failure is each one's
             with contextlib.suppress(Exception):
@@ -357,7 +355,7 @@ def cleanup(ctx: RunContext, _: None = None) -> dict[str, Any]:
 # ---- per-engine steps --------------------------------------------------------------------------
 
 
-def deploy(ctx: RunContext, engine: str) -> dict[str, Any]:
+def deploy(ctx: RunContext, engine: str, launch: int = 0) -> dict[str, Any]:
     from tasks.targets.base import DeployError
 
     found = pinned(ctx.run_dir)
@@ -367,7 +365,7 @@ def deploy(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.scenarios.warmup import reset_shapes
 
     reset_shapes(ctx.run_dir, engine)
-    dep = ctx.target.deploy(ctx.config, ctx.config.engine(engine), ctx.run_dir, found[engine])
+    dep = ctx.target.deploy(ctx.config, ctx.config.engine(engine), ctx.run_dir, found[engine], launch)
     return {"engine": engine, "image_digest": dep.image_digest}
 
 
@@ -459,10 +457,7 @@ def warmup(ctx: RunContext, engine: str) -> dict[str, Any]:
 
 def _perf(scenario: str) -> StepFn:
     def perf(ctx: RunContext, engine: str) -> dict[str, Any]:
-        from tasks.scenarios.perf import run_perf
-
-        ectx = ctx.engine(engine)
-        return _kept(ctx, engine, scenario, _watched(ctx, ectx, scenario, lambda: run_perf(ectx, scenario)))
+        return _kept(ctx, engine, scenario, _measured(ctx, [ctx.engine(engine)], scenario)[engine])
 
     perf.__name__ = scenario
     return perf
@@ -474,10 +469,55 @@ def _kept(ctx: RunContext, engine: str, scenario: str, summary: dict[str, Any]) 
     return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
 
 
+def _measured(ctx: RunContext, ready: list[StepContext], scenario: str) -> dict[str, dict[str, Any]]:
+    """A performance scenario over engines up together, its rounds nested in `measurement.launches`
+    starts of every engine (tasks/scenarios/perf.py): each launch after the first starts them afresh
+    (`_relaunch`), each launch's rounds run between restart readings of their own, and each engine's
+    summary lists its launches with their readiness waits."""
+    from tasks.scenarios.perf import run_perf_interleaved
+
+    names = [r.endpoint.engine for r in ready]
+    launched = {e: [_launch_record(ctx, e, 0, readiness(ctx.run_dir, e).waited_s)] for e in names}
+    summaries = run_perf_interleaved(
+        ready, scenario, ctx.config.measurement.launches,
+        relaunch=lambda launch: _relaunch(ctx, names, scenario, launch, launched),
+        watch=lambda ectxs, launch, run: _watched_all(ctx, ectxs, scenario, run, launch))
+    return {e: {**summaries[e], "launches": launched[e]} for e in names}
+
+
+def _relaunch(ctx: RunContext, engines: list[str], scenario: str, launch: int,
+              launched: dict[str, list[dict[str, Any]]]) -> list[StepContext]:
+    """Start every engine of a scenario afresh for launch `launch`: all torn down first (an old process
+    may hold the memory the new one needs), then deployed and readied by the deploy and readiness steps'
+    own code (a new process locally, a fresh rollout on Kubernetes), then warmed on the scenario's shapes.
+    An engine that never serves again fails the scenario, naming it."""
+    from tasks.scenarios.warmup import run_warmup, scenario_shapes
+
+    for e in engines:
+        ctx.target.teardown(ctx.config, e, ctx.run_dir)
+    for e in engines:
+        deploy(ctx, e, launch)
+    for e in engines:
+        waited = wait_ready(ctx, e)
+        launched[e].append(_launch_record(ctx, e, launch, waited["waited_s"]))
+    ectxs = [ctx.engine(e) for e in engines]
+    for c in ectxs:  # the first encounter of each shape on the new process is a warmup round, as on launch 0
+        run_warmup(c, scenario_shapes(ctx.config, scenario), launch=launch, scenario=scenario)
+    log.info("%s: launch %d of %d started %s", scenario, launch, ctx.config.measurement.launches, ", ".join(engines))
+    return ectxs
+
+
+def _launch_record(ctx: RunContext, engine: str, launch: int, ready_waited_s: float | None) -> dict[str, Any]:
+    """One start of an engine: its index, the readiness wait, and the process (local) or rollout it was."""
+    handle = ctx.deployment(engine).handle
+    return {"launch": launch, "ready_waited_s": ready_waited_s, "pid": handle.get("pid"),
+            "deployment": handle.get("deployment")}
+
+
 def _watched_all(ctx: RunContext, ectxs: list[StepContext], step: str,
-                 run: Callable[[], dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+                 run: Callable[[], dict[str, dict[str, Any]]], launch: int = 0) -> dict[str, dict[str, Any]]:
     """`_watched` for engines measured together: each engine's restarts are read before and after the
-    step, and each engine's summary says whether it restarted."""
+    step (or one launch's block of it), and each engine's summary says whether it restarted."""
     if not ectxs:
         return run()
     first, rest = ectxs[0], ectxs[1:]
@@ -485,10 +525,10 @@ def _watched_all(ctx: RunContext, ectxs: list[StepContext], step: str,
     box: dict[str, dict[str, Any]] = {}
 
     def inner() -> dict[str, Any]:
-        box.update(_watched_all(ctx, rest, step, run))
+        box.update(_watched_all(ctx, rest, step, run, launch))
         return dict(box[engine])
 
-    watched = _watched(ctx, first, step, inner)
+    watched = _watched(ctx, first, step, inner, launch=launch)
     box[engine] = {**box[engine], "engine_restarted": watched["engine_restarted"], "restarts": watched["restarts"]}
     return box
 
@@ -540,12 +580,12 @@ def teardown(ctx: RunContext, engine: str) -> dict[str, Any]:
 
 
 def _watched(ctx: RunContext, ectx: StepContext, step: str, run: Callable[[], dict[str, Any]],
-             restarts: Callable[[], int | None] | None = None) -> dict[str, Any]:
+             restarts: Callable[[], int | None] | None = None, launch: int = 0) -> dict[str, Any]:
     """Run an engine step between restart readings (tasks/evidence/restarts.py): a restart during
     it is a failed `engine_restarts` check naming the step, and its result says `engine_restarted`."""
     from tasks.evidence.restarts import watch_step
 
-    return watch_step(ectx, step, restarts or ctx.restart_count(ectx.endpoint.engine), run)
+    return watch_step(ectx, step, restarts or ctx.restart_count(ectx.endpoint.engine), run, launch)
 
 
 # ---- the registry --------------------------------------------------------------------------------

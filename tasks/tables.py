@@ -66,6 +66,9 @@ REQUESTS = Table(
     + (
         Column("concurrency", "int", nullable=False, min_value=1),
         Column("rate_rps", "float", description="Poisson arrival rate (rate scenario only)."),
+        Column("launch", "int", nullable=False, min_value=0,
+               description="The engine's start the round ran on, within its scenario: 0 the readied deployment, "
+                           "1.. a fresh one each (measurement.launches); rounds are numbered on across launches."),
         Column("request_id", "str", nullable=False),
         Column("first_encounter", "bool", nullable=False),
         Column("send_ts", "float", nullable=False, description="Unix time the request was written."),
@@ -100,6 +103,9 @@ ROUNDS = Table(
     + (
         Column("concurrency", "int", nullable=False, min_value=1),
         Column("rate_rps", "float"),
+        Column("launch", "int", nullable=False, min_value=0,
+               description="The engine's start the round ran on, within its scenario: 0 the readied deployment, "
+                           "1.. a fresh one each (measurement.launches); rounds are numbered on across launches."),
         Column("input_tokens", "int", min_value=1, description="The round's prompt length (its shape)."),
         Column("output_tokens", "int", min_value=1, description="The round's output length (its shape)."),
         Column("first_encounter", "bool", nullable=False),

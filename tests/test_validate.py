@@ -16,7 +16,8 @@ def test_suites_on_disk_match_the_schema():
 
 def _request(**over):
     row = {"run_id": "r", "engine": "e", "image_digest": "sha256:x", "scenario": "short", "round": 1,
-           "concurrency": 1, "request_id": "q1", "first_encounter": False, "send_ts": 1.0, "first_event_s": 0.01,
+           "concurrency": 1, "launch": 0, "request_id": "q1", "first_encounter": False, "send_ts": 1.0,
+           "first_event_s": 0.01,
            "ttft_s": 0.02, "e2e_s": 0.5, "tpot_s": 0.01, "itl_s": [0.01], "tokens_per_event": [1],
            "prompt_tokens": 128, "completion_tokens": 64, "status": "ok"}
     row.update(over)

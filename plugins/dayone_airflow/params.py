@@ -24,7 +24,7 @@ SECTIONS = {
     PRESET_FIELD: "Preset",
     "model": "Model",
     "engines": "Engines", "experiment": "Engines",
-    "scenarios": "Scenarios", "load": "Scenarios",
+    "scenarios": "Scenarios", "load": "Scenarios", "measurement": "Scenarios",
     "slo": "SLOs and limits", "request_timeout_s": "SLOs and limits", "round_error_rate_max": "SLOs and limits",
     "target": "Where", "dry_run": "Where", "kubernetes": "Where", "telemetry": "Where",
     "archive": "Results", "thresholds": "Results",

@@ -10,6 +10,7 @@ step, and the step's result carries `engine_restarted`.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -119,24 +120,48 @@ def check_row(endpoint: EngineEndpoint, reading: dict[str, Any]) -> dict[str, An
 
 
 def watch_step(ctx: StepContext, step: str, restart_count: Callable[[], int | None] | None,
-               run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+               run: Callable[[], dict[str, Any]], launch: int = 0) -> dict[str, Any]:
     """Run one engine step between restart readings; the `engine_restarts` row is written even when
-    the step fails, and a restart marks the step's result `engine_restarted` (with `restarts`)."""
+    the step fails, and a restart marks the step's result `engine_restarted` (with `restarts`).
+    `launch` > 0: the block of a step on a fresh start of the engine (measurement.launches), read on
+    its own (the relaunch between blocks is no restart) and joined into the step's one row."""
     watch = RestartWatch(ctx.endpoint, restart_count)
     try:
         with watch:
             result = run()
     except Exception:
-        _write(ctx, watch.reading(step))
+        _write(ctx, watch.reading(step), launch)
         raise
-    reading = _write(ctx, watch.reading(step))
+    reading = watch.reading(step)
+    _write(ctx, reading, launch)
     return {**result, "engine_restarted": reading["outcome"] == "fail", "restarts": reading["restarts"]}
 
 
-def _write(ctx: StepContext, reading: dict[str, Any]) -> dict[str, Any]:
-    with ctx.run_dir.rows("checks", ctx.endpoint.engine, f"{CHECK}-{reading['step']}") as out:
+def _write(ctx: StepContext, reading: dict[str, Any], launch: int = 0) -> None:
+    partition = f"{CHECK}-{reading['step']}"
+    if launch:
+        earlier = [r for r in ctx.run_dir.read_rows("checks", ctx.endpoint.engine)
+                   if r.get("check") == CHECK and r.get("scenario") == reading["step"]]
+        reading = _joined(earlier[-1], reading, launch) if earlier else reading
+    with ctx.run_dir.rows("checks", ctx.endpoint.engine, partition) as out:
         out.write(check_row(ctx.endpoint, reading))
-    return reading
+
+
+def _joined(row: dict[str, Any], reading: dict[str, Any], launch: int) -> dict[str, Any]:
+    """One step's reading over its launches: the earlier launches' row and launch `launch`'s reading.
+    A restart in any launch fails it; restarts add up (unknown where one launch's count is)."""
+    ev = row.get("evidence") or {}
+    ev = json.loads(ev) if isinstance(ev, str) else ev
+    outcomes = (row.get("outcome"), reading["outcome"])
+    outcome = "fail" if "fail" in outcomes else "pass" if "pass" in outcomes else "not_applicable"
+    reasons = [r for r in (ev.get("reason"), f"launch {launch}: {reading['reason']}") if r]
+    counts = (ev.get("restarts"), reading["restarts"])
+    return {**reading, "outcome": outcome,
+            "reason": reading["reason"] if outcome == "pass" and outcomes == ("pass", "pass") else "; ".join(reasons),
+            "restarts": 0 if outcome == "pass" else (None if None in counts else sum(counts)),
+            "scrapes": (ev.get("scrapes") or 0) + reading["scrapes"],
+            "metrics_evidence": [*(ev.get("metrics_evidence") or []), *reading["metrics_evidence"]],
+            "launches": launch + 1}
 
 
 def restart_summary(check_rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -52,6 +52,7 @@ class RoundPlan:
     arrival_seed: str | int | None = None  # open loop only
     shards: int = 1  # client processes sharing the round (tasks/load/shards.py)
     shards_reason: str | None = None  # why that many (shards.choose_shards)
+    launch: int = 0  # the engine's start within the scenario (measurement.launches): 0 is the readied deployment
 
 
 @dataclass
@@ -86,7 +87,7 @@ async def run_round(
     keys = ep.row_keys(plan.scenario, plan.round)
     if plan.shards_reason:
         log.info("%s: %d client process%s: %s", tag, plan.shards, "es" if plan.shards > 1 else "", plan.shards_reason)
-    level = {"concurrency": shape.concurrency, "rate_rps": shape.rate_rps}
+    level = {"concurrency": shape.concurrency, "rate_rps": shape.rate_rps, "launch": plan.launch}
     rows: list[dict[str, Any]] = []
 
     with request_rows.off_loop() as queued:

@@ -58,6 +58,8 @@ class PerfLevel(_Doc):
     concurrency: int | None
     rate_rps: float | None
     rounds: list[int | None]
+    # The engine's start each round ran on (measurement.launches), beside `rounds`; 0 throughout with one launch.
+    launches: list[int | None] = Field(default_factory=list)
     round_status: list[str | None]
     first_encounter_rounds: list[int | None]
     figures: dict[str, Figure]
@@ -78,6 +80,14 @@ class PerfScenario(_Doc):
     engine_restarted: bool = False  # the engine restarted during this step: its figures are flagged
     # The engines measured with this one, rounds alternating (ABBA): round n of each is a pair.
     interleaved_with: list[str] = Field(default_factory=list)
+    launches: list[Launch] = Field(default_factory=list)  # the engine's starts this scenario measured
+
+
+class Launch(_Doc):
+    """One start of an engine within a scenario (measurement.launches): 0 is the deployment the run readied."""
+
+    launch: int
+    ready_waited_s: float | None = None  # its readiness wait
 
 
 # ---- evidence of one engine ----------------------------------------------------------------------
@@ -464,7 +474,11 @@ class Comparison(_Doc):
     verdict: Literal["better", "worse", "no detectable difference", "not enough rounds"]
     detectable: float | None  # the smallest change this run would detect, e.g. 0.14 = ±14%
     rounds_needed_for_5pct: int | None  # rounds a side that would detect a 5% change
-    paired: bool = False  # interleaved rounds, paired by repetition; else two independent samples
+    paired: bool = False  # interleaved rounds (or launches), paired by repetition; else two independent samples
+    # What variation the interval covers (tasks/evidence/effects.py): the rounds of one deployment, or with
+    # measurement.launches > 1 the engines' starts, each launch the geometric mean of its rounds.
+    covers: str | None = None
+    launches: int = 1  # the launches a side the interval rests on (1: its values are rounds)
 
     def interval(self) -> str:
         """`1.21× (95% CI 1.10–1.33)`, or the verdict when there is no interval."""

@@ -16,13 +16,14 @@ Engines are compared with the first engine of the config (the base) on the decis
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from tasks import state
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.cache import published_verdict
-from tasks.evidence.effects import effect
+from tasks.evidence.effects import COVERS_ROUNDS, effect
 from tasks.evidence.reliability import engine_ttft_verdict, withhold_stream_timed
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import COLD_START_FINDING
@@ -38,6 +39,7 @@ from tasks.report.schema import EngineRound
 from tasks.report.schema import ClientLoad
 from tasks.report.schema import Capacity, CapacityProbe
 from tasks.report.schema import Hardware, KvCapacity, KvPeak
+from tasks.report.schema import Launch
 from tasks.report.schema import TelemetryRound, TelemetryWindow
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.scenarios.capacity import published as published_capacity
@@ -182,11 +184,14 @@ def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) ->
             group = sorted((r for r in mine if (r.get("concurrency"), r.get("rate_rps")) == key),
                            key=lambda r: r.get("round") or 0)
             levels.append(_level(key, group, ttft_published, warmup_rounds))
-        design = (run_dir.read_json(state.perf_summary_doc(engine, scenario)) or {}).get("design") or {}
+        kept = run_dir.read_json(state.perf_summary_doc(engine, scenario)) or {}
+        design = kept.get("design") or {}
         together = [e for e in design.get("engines") or [] if e != engine] if design.get("order") == "interleaved" \
             else []
         out[scenario] = PerfScenario(input_tokens=settings.input_tokens, output_tokens=settings.output_tokens,
-                                     levels=levels, interleaved_with=together)
+                                     levels=levels, interleaved_with=together,
+                                     launches=[Launch.model_validate({k: x.get(k) for k in Launch.model_fields})
+                                               for x in kept.get("launches") or []])
     return out
 
 
@@ -208,6 +213,7 @@ def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: b
         concurrency=concurrency,
         rate_rps=rate,
         rounds=[r.get("round") for r in rounds],
+        launches=[r.get("launch") or 0 for r in rounds],
         round_status=[r.get("status") for r in rounds],
         first_encounter_rounds=[r.get("round") for r in rounds if r.get("first_encounter")],
         figures={name: Figure.model_validate(f) for name, f in figures.items()},
@@ -388,12 +394,28 @@ def comparisons(engines: dict[str, EngineSummary], base: str, confidence: float)
                 level = next((lv for lv in e.levels(scenario) if lv.label == base_level.label), None)
                 mine = None if name == base or level is None else level.figures.get(figure)
                 if mine is not None:
-                    base_rounds, my_rounds = _steady(base_level, base_figure), _steady(level, mine)
+                    base_values, my_values = _steady(base_level, base_figure), _steady(level, mine)
+                    launches = max(len(set(base_level.launches)), len(set(level.launches)))
+                    if launches > 1:  # replicated starts: one value per launch, so the interval holds their variation
+                        base_values, my_values = _per_launch(base_level, base_values), _per_launch(level, my_values)
                     paired = (name in engines[base].perf[scenario].interleaved_with
-                              and list(base_rounds) == list(my_rounds))
+                              and list(base_values) == list(my_values))
                     out.append(_comparison(scenario, base_level.label, figure, higher_is_better, base, name,
-                                           list(base_rounds.values()), list(my_rounds.values()), confidence, paired))
+                                           list(base_values.values()), list(my_values.values()), confidence, paired,
+                                           launches))
     return out
+
+
+def _per_launch(level: PerfLevel, steady: dict[int | None, float | None]) -> dict[int | None, float | None]:
+    """Launch -> the geometric mean of its steady rounds' values (None where none is positive): the launch,
+    not the round, is the replicate when each engine was started several times."""
+    launch_of = dict(zip(level.rounds, level.launches))
+    logs: dict[int | None, list[float]] = {}
+    for r, v in steady.items():
+        logs.setdefault(launch_of.get(r), [])
+        if v is not None and v > 0 and math.isfinite(v):
+            logs[launch_of.get(r)].append(math.log(v))
+    return {launch: math.exp(sum(xs) / len(xs)) if xs else None for launch, xs in logs.items()}
 
 
 def _steady(level: PerfLevel, figure: Figure) -> dict[int | None, float | None]:
@@ -404,16 +426,20 @@ def _steady(level: PerfLevel, figure: Figure) -> dict[int | None, float | None]:
 
 def _comparison(scenario: str, level: str, figure: str, higher_is_better: bool, base: str, engine: str,
                 base_values: list[float | None], values: list[float | None], confidence: float,
-                paired: bool) -> Comparison:
+                paired: bool, launches: int = 1) -> Comparison:
     # Interleaved rounds pair by repetition (a drift moves both); engines run one after another do not.
-    e = effect(base_values, values, confidence, paired=paired)
+    # The engines of a position are started anew together, so launch n of each is a pair as well.
+    covers = (f"launch-to-launch variation ({launches} launches of each engine, each the geometric mean of its "
+              "rounds) and the round-to-round noise within them") if launches > 1 else COVERS_ROUNDS
+    e = effect(base_values, values, confidence, paired=paired, covers=covers)
     if e.verdict in ("higher", "lower"):
         verdict = "better" if (e.verdict == "higher") == higher_is_better else "worse"
     else:
         verdict = e.verdict
     return Comparison(scenario=scenario, level=level, figure=figure, base=base, engine=engine, ratio=e.ratio,
                       low=e.low, high=e.high, confidence=confidence, verdict=verdict, detectable=e.detectable,
-                      rounds_needed_for_5pct=e.rounds_needed(SMALL_CHANGE), paired=paired)
+                      rounds_needed_for_5pct=e.rounds_needed(SMALL_CHANGE), paired=paired, covers=e.covers,
+                      launches=launches)
 
 
 # ---- run level -----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from tasks.context import StepContext
@@ -25,6 +26,10 @@ from tasks.scenarios.warmup import PERF_SCENARIOS, is_first_encounter, mark_seen
 
 log = logging.getLogger("dayone.load")
 
+Relaunch = Callable[[int], "list[StepContext]"]  # launch index -> the engines' contexts, started afresh
+# (the engines' contexts, the launch, its block of rounds) -> the block's result with each engine's restart reading
+Watch = Callable[["list[StepContext]", int, Callable[[], "dict[str, dict[str, Any]]"]], "dict[str, dict[str, Any]]"]
+
 
 def _requests_per_round(ctx: StepContext, scenario: str, shape: Shape) -> int:
     s = getattr(ctx.config.scenarios, scenario)
@@ -38,64 +43,99 @@ def run_perf(ctx: StepContext, scenario: str) -> dict[str, Any]:
     return run_perf_interleaved([ctx], scenario)[ctx.endpoint.engine]
 
 
-def run_perf_interleaved(ctxs: list[StepContext], scenario: str) -> dict[str, dict[str, Any]]:
+def run_perf_interleaved(ctxs: list[StepContext], scenario: str, launches: int = 1, relaunch: Relaunch | None = None,
+                         watch: Watch | None = None) -> dict[str, dict[str, Any]]:
     """The scenario on engines that are up together, round by round in turn: for each level, repetition n
     measures every engine once, forward on odd n and backward on even n (ABBA, tasks/experiment.py), so
     slow drift and a noisy neighbour hit every engine alike and round n of each engine forms a pair.
-    Returns each engine's summary; with one engine this is the plain sequential scenario."""
+    Returns each engine's summary; with one engine this is the plain sequential scenario.
+
+    Rounds nest in launches (measurement.launches): launch 0 measures the engines as they are; before
+    each launch j > 0, `relaunch(j)` starts every engine afresh and returns their contexts, and all the
+    scenario's rounds run again, numbered on (launch j holds rounds j*rounds+1 .. (j+1)*rounds), in
+    partitions of their own. `watch(ctxs, block)` runs each launch's block between restart readings (a
+    relaunch is no restart) and adds each engine's `engine_restarted` and `restarts`."""
     if scenario not in PERF_SCENARIOS:
         raise ValueError(f"scenario {scenario!r} is not a performance scenario (use one of {', '.join(PERF_SCENARIOS)})")
+    if launches > 1 and relaunch is None:
+        raise ValueError(f"{launches} launches need a way to start the engines anew (relaunch)")
     config = ctxs[0].config
     settings = getattr(config.scenarios, scenario)
     shapes = scenario_shapes(config, scenario)
-    by_engine = {c.endpoint.engine: c for c in ctxs}
-    engines = list(by_engine)
-    total = sum(_requests_per_round(ctxs[0], scenario, s) for s in shapes) * settings.rounds * len(ctxs)
+    engines = [c.endpoint.engine for c in ctxs]
+    total = sum(_requests_per_round(ctxs[0], scenario, s) for s in shapes) * settings.rounds * len(ctxs) * launches
     progress = Progress(total, f"{', '.join(engines)} {scenario}")
-    # Seed of the Poisson arrivals: the config's, so a rate round is the same schedule every run.
-    seed = getattr(settings, "seed", None)
     # The warmup may have taken each shape's first encounter: its round is the first-encounter tail.
-    warmup_rounds = {e: [r for r in c.run_dir.read_rows("rounds", e) if r.get("warmup")] for e, c in by_engine.items()}
-    design = {"order": "interleaved" if len(engines) > 1 else "sequential", "engines": engines}
-
-    async def main() -> dict[str, list[dict[str, Any]]]:
-        levels: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
-        async with contextlib.AsyncExitStack() as stack:
-            sessions, req_rows, round_rows = {}, {}, {}
-            for e, c in by_engine.items():
-                sessions[e] = await stack.enter_async_context(new_session(c.endpoint.adapter.keeps_alive_after_stream,
-                                                                         c.endpoint.access))
-                req_rows[e] = stack.enter_context(c.run_dir.rows("requests", e, partition=scenario))
-                round_rows[e] = stack.enter_context(c.run_dir.rows("rounds", e, partition=scenario))
-            for shape in shapes:
-                rounds: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
-                usage_missing = dict.fromkeys(engines, 0)
-                for n in range(1, settings.rounds + 1):
-                    for e in round_order(engines, n):
-                        c = by_engine[e]
-                        plan = RoundPlan(
-                            scenario=scenario,
-                            shape=shape,
-                            round=n,
-                            requests=_requests_per_round(c, scenario, shape),
-                            first_encounter=is_first_encounter(c.run_dir, e, shape),
-                            arrival_seed=None if seed is None else f"{seed}/{shape.key}/r{n}",
-                            **shard_plan(c.config.load, shape, c.endpoint.base_url),
-                        )
-                        outcome = await run_round(c, sessions[e], plan, req_rows[e], progress)
-                        round_rows[e].write(outcome.row)
-                        mark_seen(c.run_dir, e, shape)
-                        rounds[e].append(outcome.row)
-                        usage_missing[e] += _usage_missing(outcome.results)
-                for e in engines:
-                    levels[e].append(level_summary(shape, rounds[e], usage_missing[e], warmup_rounds[e]))
-        return levels
-
+    warmup_rounds = {c.endpoint.engine: [r for r in c.run_dir.read_rows("rounds", c.endpoint.engine) if r.get("warmup")]
+                     for c in ctxs}
+    design = {"order": "interleaved" if len(engines) > 1 else "sequential", "engines": engines, "launches": launches}
+    rounds: dict[str, dict[str, list[dict[str, Any]]]] = {e: {s.key: [] for s in shapes} for e in engines}
+    usage_missing: dict[str, dict[str, int]] = {e: dict.fromkeys((s.key for s in shapes), 0) for e in engines}
+    restarted: dict[str, list[dict[str, Any]]] = {e: [] for e in engines}
     try:
-        levels = run_async(main())
+        for launch in range(launches):
+            if launch:
+                ctxs = relaunch(launch)
+
+            def block(ctxs: list[StepContext] = ctxs, launch: int = launch) -> dict[str, dict[str, Any]]:
+                return run_async(_launch_block(ctxs, scenario, launch, rounds, usage_missing, progress))
+
+            watched = (watch or (lambda _, __, run: run()))(ctxs, launch, block)
+            for e in engines:
+                restarted[e].append(watched[e])
     finally:
         progress.close()
-    return {e: {"engine": e, "scenario": scenario, "design": design, "levels": levels[e]} for e in engines}
+    return {e: {"engine": e, "scenario": scenario, "design": design,
+                "levels": [level_summary(s, rounds[e][s.key], usage_missing[e][s.key], warmup_rounds[e]) for s in shapes],
+                "engine_restarted": any(w.get("engine_restarted") for w in restarted[e]),
+                "restarts": _restarts(restarted[e])}
+            for e in engines}
+
+
+def _restarts(readings: list[dict[str, Any]]) -> int | None:
+    """Restarts over the launches: a sum, None where a launch's restart was seen only in /metrics."""
+    counts = [w.get("restarts") for w in readings]
+    return None if any(c is None for c in counts) else sum(counts)
+
+
+async def _launch_block(ctxs: list[StepContext], scenario: str, launch: int,
+                        rounds: dict[str, dict[str, list[dict[str, Any]]]], usage_missing: dict[str, dict[str, int]],
+                        progress: Progress) -> dict[str, dict[str, Any]]:
+    """One launch's rounds of the scenario on the engines as they now run; each round row lands in `rounds`."""
+    config = ctxs[0].config
+    settings = getattr(config.scenarios, scenario)
+    by_engine = {c.endpoint.engine: c for c in ctxs}
+    engines = list(by_engine)
+    # Seed of the Poisson arrivals: the config's, so a rate round is the same schedule every run (and launch).
+    seed = getattr(settings, "seed", None)
+    partition = scenario if launch == 0 else f"{scenario}.launch{launch}"
+    async with contextlib.AsyncExitStack() as stack:
+        sessions, req_rows, round_rows = {}, {}, {}
+        for e, c in by_engine.items():
+            sessions[e] = await stack.enter_async_context(new_session(c.endpoint.adapter.keeps_alive_after_stream,
+                                                                         c.endpoint.access))
+            req_rows[e] = stack.enter_context(c.run_dir.rows("requests", e, partition=partition))
+            round_rows[e] = stack.enter_context(c.run_dir.rows("rounds", e, partition=partition))
+        for shape in scenario_shapes(config, scenario):
+            for n in range(1, settings.rounds + 1):
+                for e in round_order(engines, n):
+                    c = by_engine[e]
+                    plan = RoundPlan(
+                        scenario=scenario,
+                        shape=shape,
+                        round=launch * settings.rounds + n,
+                        requests=_requests_per_round(c, scenario, shape),
+                        first_encounter=is_first_encounter(c.run_dir, e, shape),
+                        arrival_seed=None if seed is None else f"{seed}/{shape.key}/r{n}",
+                        **shard_plan(c.config.load, shape, c.endpoint.base_url),
+                        launch=launch,
+                    )
+                    outcome = await run_round(c, sessions[e], plan, req_rows[e], progress)
+                    round_rows[e].write(outcome.row)
+                    mark_seen(c.run_dir, e, shape)
+                    rounds[e][shape.key].append(outcome.row)
+                    usage_missing[e][shape.key] += _usage_missing(outcome.results)
+    return {e: {} for e in engines}
 
 
 def _usage_missing(results: list[Any]) -> int:

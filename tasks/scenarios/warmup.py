@@ -73,25 +73,32 @@ def warmup_requests(shape: Shape) -> int:
     return max(2 * shape.concurrency, 4)
 
 
-def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None) -> dict[str, Any]:
+def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None, launch: int = 0,
+               scenario: str | None = None) -> dict[str, Any]:
     """Run one warmup round per shape (default: the run's matrix) and mark each shape seen.
 
     Rows go to the `warmup` partition with scenario "warmup", round = the shape's place in the
-    matrix, warmup=True; they are kept but never headline figures.
+    matrix, warmup=True; they are kept but never headline figures. A relaunch of a performance
+    `scenario` (launch > 0) warms its shapes in a partition of its own, its rounds numbered after
+    the engine's earlier warmup rounds.
     """
     engine = ctx.endpoint.engine
     if not ctx.config.scenarios.warmup:
         return {"engine": engine, "skipped": "scenarios.warmup is false", "shapes": []}
     shapes = run_shapes(ctx.config) if shapes is None else list(shapes)
+    partition, first_round = WARMUP_SCENARIO, 1
+    if launch:
+        partition = f"{WARMUP_SCENARIO}.{scenario}.launch{launch}"
+        first_round += sum(1 for r in ctx.run_dir.read_rows("rounds", engine) if r.get("warmup"))
     progress = Progress(sum(warmup_requests(s) for s in shapes), f"{engine} warmup")
 
     async def main() -> list[dict[str, Any]]:
         out = []
         async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream, ctx.endpoint.access) as session:
-            with ctx.run_dir.rows("requests", engine, partition=WARMUP_SCENARIO) as req_rows, ctx.run_dir.rows(
-                "rounds", engine, partition=WARMUP_SCENARIO
+            with ctx.run_dir.rows("requests", engine, partition=partition) as req_rows, ctx.run_dir.rows(
+                "rounds", engine, partition=partition
             ) as round_rows:
-                for i, shape in enumerate(shapes, start=1):
+                for i, shape in enumerate(shapes, start=first_round):
                     plan = RoundPlan(
                         scenario=WARMUP_SCENARIO,
                         shape=shape,
@@ -99,6 +106,7 @@ def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None) -> dict[str,
                         requests=warmup_requests(shape),
                         first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
                         warmup=True,
+                        launch=launch,
                         **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url),
                     )
                     outcome = await run_round(ctx, session, plan, req_rows, progress)

@@ -69,8 +69,10 @@ class Target(Protocol):
     def pin(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
         """The engine's identity before anything starts: digests, or command line and version."""
 
-    def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any]) -> Deployment:
-        ...
+    def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any],
+               launch_index: int = 0) -> Deployment:
+        """Start the engine afresh (what an earlier start left is removed first); `launch_index` numbers
+        the starts of one engine within a scenario (measurement.launches), recorded in the handle."""
 
     def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float,
                    access: EndpointAccess | None = None) -> Readiness:

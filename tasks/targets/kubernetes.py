@@ -116,7 +116,8 @@ class KubernetesTarget:
         return {**pinned, "identity": identity, "image_digest": pinned["platform_digest"]}
 
     # ---- deploy ------------------------------------------------------------------------------
-    def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any]) -> Deployment:
+    def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any],
+               launch_index: int = 0) -> Deployment:
         run_id = config.run_id or run_dir.run_id
         config = config if config.run_id else config.model_copy(update={"run_id": run_id})
         objects = render_engine(config, engine, pinned)
@@ -143,6 +144,7 @@ class KubernetesTarget:
                 "service": name,
                 "selector": run_selector(run_id, engine.name),
                 "objects": created,
+                "launch_index": launch_index,  # a relaunch is a fresh rollout: objects deleted, created anew
             },
         )
         dep.save(run_dir)

@@ -63,7 +63,8 @@ class LocalTarget:
                 identity["env"] = recorded_env(engine.env)
         return {"identity": identity, "image_digest": identity_digest(identity)}
 
-    def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any]) -> Deployment:
+    def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any],
+               launch_index: int = 0) -> Deployment:
         self.teardown(config, engine.name, run_dir)  # a retry replaces what an earlier try started
         if engine.launcher == "external":
             dep = Deployment(engine.name, engine.endpoint.rstrip("/"), pinned["image_digest"], pinned["identity"], {})
@@ -74,14 +75,16 @@ class LocalTarget:
         spec = launcher.command(config, engine, port)
         log_path = run_dir.node_dir("logs") / f"{engine.name}.log"
         # outlives this task; teardown stops the whole group
-        proc = start_group(spec.argv, log_path, spec.env, cwd=Path(__file__).resolve().parents[2])
+        # DAYONE_LAUNCH: the start's index (measurement.launches); the simulator draws launch_speed_sd from it
+        proc = start_group(spec.argv, log_path, {**spec.env, "DAYONE_LAUNCH": str(launch_index)},
+                           cwd=Path(__file__).resolve().parents[2])
         dep = Deployment(
             engine=engine.name,
             base_url=f"http://127.0.0.1:{port}",
             image_digest=pinned["image_digest"],
             identity=pinned["identity"],
             handle={"pid": proc.pid, "port": port, "log": str(log_path), "launcher": engine.launcher,
-                    "node": this_node()},
+                    "node": this_node(), "launch_index": launch_index},
         )
         dep.save(run_dir)
         return dep

@@ -142,3 +142,20 @@ def test_every_described_interval_says_what_it_covers():
     assert describe(e).endswith("CI 1.05–1.27, covering round-to-round noise within one deployment of each engine)")
     assert describe(widen(e, 0.03, "rounds and 8 past runs")).endswith(", covering rounds and 8 past runs)")
     assert ratio_interval(1.21, 1.1, 1.33, "CI", "launch means") == "1.21× (CI 1.10–1.33, covering launch means)"
+
+
+def test_the_decision_lines_carry_what_each_interval_covers_and_why_there_is_none():
+    from tasks.report.decision import comparison_words
+    from tasks.report.schema import Comparison
+
+    def comparison(e, verdict):
+        return Comparison(scenario="short", level="c=4", figure="output_tps", base="a", engine="b", ratio=e.ratio,
+                          low=e.low, high=e.high, confidence=0.95, verdict=verdict, detectable=e.detectable,
+                          rounds_needed_for_5pct=e.rounds_needed(0.05), covers=e.covers, reason=e.reason)
+
+    better = effect([10.0, 11.0, 10.5], [12.0, 12.5, 11.8])
+    assert comparison_words(comparison(better, "better")) == (
+        "at c=4 1.15× (95% CI 1.05–1.27, covering round-to-round noise within one deployment of each engine), "
+        "better")
+    flat = effect([5.0, 5.0, 5.0], [6.0, 6.0, 6.0])
+    assert comparison_words(comparison(flat, flat.verdict)).startswith("not enough rounds at c=4 (no noise measured")

@@ -93,5 +93,7 @@ def test_a_factor_the_engine_ignores_leaves_an_interval_around_1(workdir):
     summary, _ = _experiment_run("null", {"setting": "env.DAYONE_NOTE", "levels": ["a", "b"]})
     c = _comparison(summary, "output_tps")
     assert c["paired"] and c["ratio"] is not None
+    # one launch (measurement.launches: 1): the rounds are the replicates, and the interval says so
+    assert c["launches"] == 1 and c["covers"] == "round-to-round noise within one deployment of each engine", c
     assert 0.95 <= c["ratio"] <= 1.05, c
     assert c["low"] <= 1.03 and c["high"] >= 0.97, c  # within 3% of no change, whatever the verdict

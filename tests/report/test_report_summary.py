@@ -150,7 +150,7 @@ def test_a_planted_20_percent_throughput_gain_is_better_with_an_interval_coverin
     assert (c.base, c.engine, c.verdict) == ("sim-sglang", "sim-vllm", "better")
     assert c.low < 1.2 < c.high and c.low > 1
     lead = next(d.text for d in summary.decision if d.text.startswith("short output throughput, sim-vllm vs sim-sglang"))
-    assert f"at c=4 {c.ratio:.2f}× (95% CI {c.low:.2f}–{c.high:.2f}), better" in lead
+    assert f"at c=4 {c.ratio:.2f}× (95% CI {c.low:.2f}–{c.high:.2f}, covering {c.covers}), better" in lead
 
 
 def test_rounds_that_overlap_give_no_detectable_difference_and_name_no_leader(sim_run, tmp_path):
@@ -165,7 +165,8 @@ def test_rounds_that_overlap_give_no_detectable_difference_and_name_no_leader(si
     assert c.verdict == "no detectable difference" and c.low < 1 < c.high
     assert c.ratio < 0.95  # the medians differ by more than the 5% that used to name a leader
     lead = next(d.text for d in summary.decision if d.text.startswith("short output throughput, sim-vllm vs sim-sglang"))
-    assert (f"no detectable difference at c=4 ({c.ratio:.2f}×, 95% CI {c.low:.2f}–{c.high:.2f}; "
+    assert c.covers == "round-to-round noise within one deployment of each engine"  # and the line says so
+    assert (f"no detectable difference at c=4 ({c.ratio:.2f}×, 95% CI {c.low:.2f}–{c.high:.2f}, covering {c.covers}; "
             f"this run could detect ±{c.detectable:.0%}; {c.rounds_needed_for_5pct} rounds a side would detect 5%)") in lead
     assert "better" not in lead and "worse" not in lead and "leads" not in lead
 

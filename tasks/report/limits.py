@@ -31,8 +31,8 @@ def not_proved(config: RunConfig, summary: RunSummary) -> list[str]:
     for name in ready:
         e = summary.engines[name]
         if not e.ttft.reliable:
-            out.append(f"{name}: token streaming was not shown ({e.ttft.reason}), so its TTFT, TPOT and ITL "
-                       "are unproven.")
+            out.append(f"{name}: its stream timing was never shown reliable, so TTFT, TPOT and ITL are unproven "
+                       f"({e.ttft.reason}).")
     off = [name for name in SCENARIO_SWITCHES if not getattr(config.scenarios, name).enabled]
     if off:
         out.append(f"Switched off in the config, so nothing is known of them from this run: {', '.join(off)}.")

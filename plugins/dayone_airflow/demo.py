@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         if summary is not None and summary.comparisons:
             print(f"  verdicts ({summary.measurement_design}; {summary.confidence:.0%} intervals):")
             for c in summary.comparisons:
-                print(f"    {c.scenario} {c.level} {c.figure}, {c.engine} vs {c.base}: {c.verdict}, {c.interval()}")
+                print(f"    {c.scenario} {c.level} {c.figure}, {c.engine} vs {c.base}: {c.verdict}, {c.interval(covers=True)}")
         return 0 if str(run.state) in ("success", "DagRunState.SUCCESS") else 1
     finally:
         _stop_local_engines(started_wall)  # an interrupted run never reached its teardown tasks

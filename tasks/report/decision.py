@@ -105,10 +105,10 @@ def _load(v: float) -> str:
 def comparison_words(c: Comparison) -> str:
     """One level's comparison: the interval and verdict, or what this run could have detected."""
     if c.verdict in ("better", "worse"):
-        return f"at {c.level} {c.interval()}, {c.verdict}"
+        return f"at {c.level} {c.interval(covers=True)}, {c.verdict}"
     if c.ratio is None or c.low is None or c.high is None:
-        return f"not enough rounds at {c.level} (2 good rounds a side needed)"
-    text = f"no detectable difference at {c.level} ({c.interval()[:-1].replace(' (', ', ', 1)}"
+        return f"not enough rounds at {c.level} ({c.reason or '2 good rounds a side needed'})"
+    text = f"no detectable difference at {c.level} ({c.interval(covers=True)[:-1].replace(' (', ', ', 1)}"
     if c.detectable is not None:
         text += f"; this run could detect ±{c.detectable:.0%}"
     if c.rounds_needed_for_5pct is not None:

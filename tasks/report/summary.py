@@ -439,7 +439,7 @@ def _comparison(scenario: str, level: str, figure: str, higher_is_better: bool, 
     return Comparison(scenario=scenario, level=level, figure=figure, base=base, engine=engine, ratio=e.ratio,
                       low=e.low, high=e.high, confidence=confidence, verdict=verdict, detectable=e.detectable,
                       rounds_needed_for_5pct=e.rounds_needed(SMALL_CHANGE), paired=paired, covers=e.covers,
-                      launches=launches)
+                      launches=launches, reason=e.reason)
 
 
 # ---- run level -----------------------------------------------------------------------------------

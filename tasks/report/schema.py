@@ -479,14 +479,17 @@ class Comparison(_Doc):
     # measurement.launches > 1 the engines' starts, each launch the geometric mean of its rounds.
     covers: str | None = None
     launches: int = 1  # the launches a side the interval rests on (1: its values are rounds)
+    reason: str | None = None  # why there is no interval (too few rounds, no noise measured)
 
-    def interval(self) -> str:
-        """`1.21× (95% CI 1.10–1.33)`, or the verdict when there is no interval."""
+    def interval(self, covers: bool = False) -> str:
+        """`1.21× (95% CI 1.10–1.33)` (with `covers`: `..., covering round-to-round noise ...)`), or the
+        verdict when there is no interval."""
         if self.ratio is None or self.low is None or self.high is None:
             return self.verdict
         from tasks.evidence.effects import ratio_interval
 
-        return ratio_interval(self.ratio, self.low, self.high, f"{self.confidence:.0%} CI")
+        return ratio_interval(self.ratio, self.low, self.high, f"{self.confidence:.0%} CI",
+                              self.covers if covers else None)
 
 
 class DecisionLine(_Doc):

@@ -14,8 +14,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import httpx
-
 from tasks.state import served_revision_doc
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -78,7 +76,7 @@ def record_served_revision(ctx: Any, engine: str) -> dict[str, Any]:
     """Ask the ready engine what it serves and record its `revision_identity` (the startup step)."""
     ectx = ctx.engine(engine)
     ep = ectx.endpoint
-    with httpx.Client(timeout=QUERY_TIMEOUT_S) as client:
+    with ep.http_client(QUERY_TIMEOUT_S) as client:  # the engine's API key and TLS trust
         served = ep.adapter.served_model(client, ep.base_url, ctx.config.model.name)
     weights = (ctx.deployment(engine).identity or {}).get("model_sha256")  # a local llama.cpp file's
     if weights:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -214,7 +215,13 @@ def record_cold_start(ctx: Any, engine: str) -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001 -- the count stands without its causes
         causes = []
     finding = cold_start_finding(restarts, causes)
-    with ctx.run_dir.rows("startup_findings", engine, "cold_start") as out:
+    launch = int(dep.handle.get("launch_index") or 0)
+    if launch:  # a relaunch (measurement.launches) keeps the first start's finding and adds its own
+        if finding is None:
+            return None
+        finding = {**finding, "line": f"launch {launch}: {finding['line']}"}
+    partition = f"cold_start-launch{launch}-{time.time_ns()}" if launch else "cold_start"
+    with ctx.run_dir.rows("startup_findings", engine, partition) as out:
         if finding:
             out.write({**ctx.engine(engine).endpoint.row_keys("startup"), **finding})
     return finding

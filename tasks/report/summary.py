@@ -155,7 +155,9 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         cache_trials=_cache_trials(run_dir.read_rows("cache_trials", engine),
                                    published and (prefix_cache is None or prefix_cache.withheld is None)),
         startup_findings=findings,
-        restarts_before_ready=next((f for f in findings if f.finding == COLD_START_FINDING), None),
+        # the first start's, else a relaunch's (measurement.launches: "launch N: ...")
+        restarts_before_ready=min((f for f in findings if f.finding == COLD_START_FINDING),
+                                  key=lambda f: str(f.line).startswith("launch "), default=None),
         served_revision=run_dir.read_json(state.served_revision_doc(engine)),
         restarts=engine_restarts,
         steps=steps,

@@ -101,3 +101,27 @@ def test_a_single_start_has_no_finding(apiserver, deployed):
     assert result["data"]["restarts_before_ready"] is None
     engine, decision, _ = _published(config)
     assert engine.restarts_before_ready is None and "before ready" not in decision
+
+
+def test_a_relaunch_that_started_once_keeps_the_first_starts_finding(apiserver, deployed, engine_url):
+    """measurement.launches starts the engine anew within a run: its clean readiness must not erase the
+    first start's restarts, and a relaunch's own restarts are a finding of their own, named by launch."""
+    config, dep = deployed
+    name = dep.handle["deployment"]
+    apiserver.start_pod(NS, name, running=True, ready=True, restart_count=1,
+                        last_terminated={"reason": "OOMKilled", "exitCode": 137})
+    apiserver.set_available(NS, name)
+    _ready_through_the_sensor(config)
+    target = KubernetesTarget(ClusterAccess(api_client=hook_api_client, service_url=lambda name, ns, port: engine_url))
+    engine = config.engines[0]
+    for launch, restarts in ((1, 0), (2, 3)):
+        dep = target.deploy(config, engine, RunDir(config.run_id), target.pin(config, engine), launch)
+        apiserver.start_pod(NS, dep.handle["deployment"], running=True, ready=True, restart_count=restarts,
+                            last_terminated={"reason": "Error", "exitCode": 1} if restarts else None)
+        apiserver.set_available(NS, dep.handle["deployment"])
+        _ready_through_the_sensor(config)
+    summary_engine, decision, _ = _published(config)
+    assert summary_engine.restarts_before_ready.line.startswith("restarted 1 time(s) before ready: OOMKilled")
+    lines = sorted(f.line for f in summary_engine.startup_findings if f.finding == "restarted_before_ready")
+    assert lines == ["launch 2: restarted 3 time(s) before ready: Error (exit 1)",
+                     "restarted 1 time(s) before ready: OOMKilled (exit 137): over its memory limit"]

@@ -112,7 +112,8 @@ def comparison_words(c: Comparison) -> str:
     if c.detectable is not None:
         text += f"; this run could detect ±{c.detectable:.0%}"
     if c.rounds_needed_for_5pct is not None:
-        text += f"; {c.rounds_needed_for_5pct} rounds a side would detect 5%"
+        # with replicated starts the replicate is the launch (measurement.launches), not the round
+        text += f"; {c.rounds_needed_for_5pct} {'launches' if c.launches > 1 else 'rounds'} a side would detect 5%"
     return text + ")"
 
 

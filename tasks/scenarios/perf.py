@@ -53,8 +53,8 @@ def run_perf_interleaved(ctxs: list[StepContext], scenario: str, launches: int =
     Rounds nest in launches (measurement.launches): launch 0 measures the engines as they are; before
     each launch j > 0, `relaunch(j)` starts every engine afresh and returns their contexts, and all the
     scenario's rounds run again, numbered on (launch j holds rounds j*rounds+1 .. (j+1)*rounds), in
-    partitions of their own. `watch(ctxs, block)` runs each launch's block between restart readings (a
-    relaunch is no restart) and adds each engine's `engine_restarted` and `restarts`."""
+    partitions of their own. `watch(ctxs, launch, block)` runs each launch's block between restart readings
+    (a relaunch is no restart) and adds each engine's `engine_restarted` and `restarts`."""
     if scenario not in PERF_SCENARIOS:
         raise ValueError(f"scenario {scenario!r} is not a performance scenario (use one of {', '.join(PERF_SCENARIOS)})")
     if launches > 1 and relaunch is None:

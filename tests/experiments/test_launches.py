@@ -99,6 +99,9 @@ def test_the_interval_covers_the_launches_and_holds_the_planted_between_launch_e
     # Nothing differs but each start's speed: the launch-level interval holds 1, as it must.
     assert c.verdict == "no detectable difference", c
     assert c.low < 1 < c.high, c
+    lead = next(d.text for d in summary.decision if d.topic == "leads" and "output throughput" in d.text)
+    assert "covering launch-to-launch variation (2 launches" in lead, lead  # the verdict says what it covers
+    assert "launches a side would detect 5%" in lead, lead  # the replicate is the launch
 
     # The planted effect is there: the same rounds taken as replicates call a difference that is not.
     def steady(engine):

@@ -18,12 +18,13 @@ from tasks.polling import TimedOut, poll
 
 
 def start_group(argv: Sequence[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None,
-                preexec_fn: Callable[[], None] | None = None) -> subprocess.Popen:
-    """Start `argv` in a new session, stdout and stderr appended to `log_path`."""
+                preexec_fn: Callable[[], None] | None = None, stdin: int = subprocess.DEVNULL) -> subprocess.Popen:
+    """Start `argv` in a new session, stdout and stderr appended to `log_path` (stdin=PIPE: a pipe to
+    hand it what must stay off its command line)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         return subprocess.Popen(
-            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            list(argv), stdout=log, stderr=subprocess.STDOUT, stdin=stdin,
             env={**os.environ, **(env or {})}, cwd=str(cwd) if cwd else None,
             start_new_session=True, preexec_fn=preexec_fn,
         )

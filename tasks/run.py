@@ -68,7 +68,7 @@ class RunContext:
         if self.config.target == "local":
             from tasks.targets.local import LocalTarget
 
-            return LocalTarget()
+            return LocalTarget(self.run_dir)
         from tasks.targets.kubernetes import KubernetesTarget
 
         return KubernetesTarget(self.cluster)

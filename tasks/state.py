@@ -11,6 +11,10 @@ machine or under the run's S3 staging prefix, so a later task finds them from an
     k8s/<engine>.yaml              a dry run's rendered objects
     state/<engine>/ready.json      readiness: the scenario steps run only for a ready engine
     state/<engine>/shapes.json     the (input, output, concurrency) shapes already warmed
+    state/<engine>/engine.log      a local engine's log as its keeper copies it (tasks/targets/keeper.py),
+    state/<engine>/engine-log.json  ... when it copied it last,
+    state/<engine>/keeper.json     ... what another node asks of the keeper (a fresh copy, a stop),
+    state/<engine>/exited.json     ... and how the engine ended
     state/steps/<step>.json        each step's outcome (run-level) ...
     state/steps/<engine>-<step>.json   ... or per engine: ok, skipped, failed, not_attempted
     summaries/<engine>/<scenario>.json  a performance scenario's figures
@@ -59,6 +63,22 @@ def readiness_doc(engine: str) -> str:
 
 def warmed_shapes_doc(engine: str) -> str:
     return f"state/{engine}/shapes.json"
+
+
+def engine_log_doc(engine: str) -> str:
+    return f"state/{engine}/engine.log"
+
+
+def engine_log_copied_doc(engine: str) -> str:
+    return f"state/{engine}/engine-log.json"
+
+
+def keeper_orders_doc(engine: str) -> str:
+    return f"state/{engine}/keeper.json"
+
+
+def engine_exit_doc(engine: str) -> str:
+    return f"state/{engine}/exited.json"
 
 
 def perf_summary_doc(engine: str, scenario: str) -> str:

@@ -25,13 +25,13 @@ class SimLauncher:
             "model": config.model.name,
         }
 
-    def command(self, config: RunConfig, engine: EngineSpec, port: int) -> LaunchSpec:
+    def command(self, config: RunConfig, engine: EngineSpec, port: int, host: str = "127.0.0.1") -> LaunchSpec:
         profile = {"model": config.model.name, "context_limit": config.model.context_limit_tokens}
         profile.update(engine.sim_profile)
         argv = [
             sys.executable, "-m", "tasks.sim",
             "--dialect", engine.dialect,
-            "--host", "127.0.0.1",
+            "--host", host,
             "--port", str(port),
             "--profile-json", json.dumps(profile, sort_keys=True),
         ]

@@ -133,3 +133,38 @@ def run_secret_value(config: RunConfig, api_client: Callable[[str], Any] | None)
         return None
     return lambda name, key: cluster_secret_value(api_client(config.kubernetes.conn_id),
                                                   config.kubernetes.namespace)(name, key)
+
+
+# ---- the CLIs against a running endpoint (dayone bench, check, longctx, cache) ---------------------
+
+
+def add_access_args(p: Any) -> None:
+    """--api-key-env, --ca-bundle, --insecure on an argparse parser."""
+    p.add_argument("--api-key-env", metavar="VAR",
+                   help="environment variable holding the endpoint's API key (sent as Authorization: Bearer); "
+                        "never the key itself on the command line, where ps and shell history keep it")
+    p.add_argument("--ca-bundle", metavar="PEM", help="CA certificate(s) that signed an https endpoint's certificate")
+    p.add_argument("--insecure", action="store_true", help="do not verify an https endpoint's certificate")
+
+
+def tls_fields(args: Any) -> dict[str, Any]:
+    """The engine-config fields the TLS arguments set."""
+    out: dict[str, Any] = {}
+    if args.ca_bundle:
+        out["tls_ca_bundle"] = args.ca_bundle
+    if args.insecure:
+        out["tls_verify"] = False
+    return out
+
+
+def access_from_args(args: Any, spec: EngineSpec) -> EndpointAccess:
+    """The endpoint's access: the key from the variable --api-key-env names, the TLS trust from the config."""
+    from tasks.config import ConfigError
+
+    key = None
+    if args.api_key_env:
+        key = os.environ.get(args.api_key_env, "").strip()
+        if not key:
+            raise ConfigError([("--api-key-env", f"the environment variable {args.api_key_env} is unset or empty",
+                                f"export {args.api_key_env}=<the endpoint's API key>")])
+    return EndpointAccess(api_key=key, ca_bundle=spec.tls_ca_bundle, verify=spec.tls_verify)

@@ -15,6 +15,7 @@ from typing import Any
 
 from tasks.config import DIALECTS, ConfigError, RunConfig, parse_run_config
 from tasks.context import StepContext, endpoint_for
+from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.evidence.reliability import WITHHELD
 from tasks.scenarios import SCENARIO_SWITCHES
 from tasks.staging import RunDir
@@ -35,6 +36,7 @@ def add_endpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, help="per-request timeout in seconds (default 600)")
     p.add_argument("--run-id", help="run id in the tables (default <command>-<UTC time>)")
     p.add_argument("--out", required=True, help="output directory for the tables")
+    add_access_args(p)
 
 
 def ints(text: str, field: str) -> list[int]:
@@ -65,7 +67,7 @@ def config_doc(args: argparse.Namespace, command: str, scenarios: dict[str, Any]
         "run_id": args.run_id or time.strftime(f"{command}-%Y%m%dT%H%M%SZ", time.gmtime()),
         "model": model,
         "engines": [{"name": args.engine or args.dialect, "dialect": args.dialect, "launcher": "external",
-                     "endpoint": args.endpoint}],
+                     "endpoint": args.endpoint, **tls_fields(args)}],
         "scenarios": sc,
     }
     if args.timeout is not None:
@@ -81,7 +83,8 @@ def context_for(args: argparse.Namespace, config: RunConfig) -> tuple[StepContex
     run_dir = RunDir(config.run_id or "adhoc", root=out / "staging")
     digest = identity_digest({"endpoint": args.endpoint, "dialect": args.dialect, "model": args.model})
     engine = config.engines[0].name
-    return StepContext(config, endpoint_for(config, engine, args.endpoint, digest), run_dir), out
+    access = access_from_args(args, config.engines[0])
+    return StepContext(config, endpoint_for(config, engine, args.endpoint, digest, access), run_dir), out
 
 
 def write_tables(ctx: StepContext, out: Path, tables: tuple[str, ...]) -> dict[str, int]:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from tasks.config import DIALECTS, ConfigError, parse_run_config
 from tasks.context import StepContext, endpoint_for
+from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.staging import RunDir
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
@@ -47,10 +47,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--output-tokens", type=int, help="output length in tokens (default per scenario)")
     p.add_argument("--slo", help="goodput SLOs in milliseconds, e.g. ttft=500,tpot=50,e2e=10000")
     p.add_argument("--timeout", type=float, help="per-request timeout in seconds (default 600)")
-    p.add_argument("--api-key-env", metavar="VAR",
-                   help="environment variable holding the endpoint's API key (sent as Authorization: Bearer)")
-    p.add_argument("--ca-bundle", metavar="PEM", help="CA certificate(s) that signed an https endpoint's certificate")
-    p.add_argument("--insecure", action="store_true", help="do not verify an https endpoint's certificate")
+    add_access_args(p)
     p.add_argument("--no-warmup", action="store_true", help="skip the warmup matrix (first rounds are flagged)")
     p.add_argument("--run-id", help="run id in the tables (default bench-<UTC time>)")
     p.add_argument("--out", required=True, help="output directory for the tables and summary.json")
@@ -94,11 +91,6 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         if s not in PERF_SCENARIOS:
             raise ConfigError([("--scenario", f"{s!r} is not a performance scenario", f"use {', '.join(PERF_SCENARIOS)}")])
     engine = args.engine or args.dialect
-    tls: dict[str, Any] = {}
-    if args.ca_bundle:
-        tls["tls_ca_bundle"] = args.ca_bundle
-    if args.insecure:
-        tls["tls_verify"] = False
     sc: dict[str, Any] = {name: {"enabled": name in scenarios} for name in SCENARIO_SWITCHES}
     sc["warmup"] = not args.no_warmup
     for name in scenarios:
@@ -118,26 +110,13 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "run_id": args.run_id or time.strftime("bench-%Y%m%dT%H%M%SZ", time.gmtime()),
         "model": {"name": args.model},
         "engines": [{"name": engine, "dialect": args.dialect, "launcher": "external", "endpoint": args.endpoint,
-                     **tls}],
+                     **tls_fields(args)}],
         "scenarios": sc,
         "slo": parse_slo(args.slo),
     }
     if args.timeout is not None:
         doc["request_timeout_s"] = args.timeout
     return doc
-
-
-def access_from_args(args: argparse.Namespace, spec: Any) -> Any:
-    """The endpoint's access: the key from the variable --api-key-env names, the TLS trust from the config."""
-    from tasks.endpoint_access import EndpointAccess
-
-    key = None
-    if args.api_key_env:
-        key = os.environ.get(args.api_key_env, "").strip()
-        if not key:
-            raise ConfigError([("--api-key-env", f"the environment variable {args.api_key_env} is unset or empty",
-                                f"export {args.api_key_env}=<the endpoint's API key>")])
-    return EndpointAccess(api_key=key, ca_bundle=spec.tls_ca_bundle, verify=spec.tls_verify)
 
 
 def send_brackets(rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -158,3 +158,15 @@ def test_a_key_read_by_this_process_is_scrubbed_from_published_tables_whatever_i
            "first_encounter": False, "send_ts": 1.0, "status": "error", "itl_s": None, "tokens_per_event": None,
            "error": f"HTTP 500: upstream rejected the credential {KEY} (expired)"}
     assert KEY.encode() not in to_csv_bytes(to_frame("requests", [row]))
+
+
+def test_dayone_check_sends_the_key_from_the_variable_it_names(tmp_path):
+    with KeyedServer() as server:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tasks.cli", "check", "--endpoint", server.url, "--dialect", "openai",
+             "--model", MODEL, "--api-key-env", KEY_ENV, "--out", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=180, env={**__import__("os").environ, KEY_ENV: KEY})
+        refused = list(server.refused)
+    assert refused == [], (refused[:5], proc.stderr[-2000:])
+    assert "pass" in (tmp_path / "out" / "checks.csv").read_text()
+    assert KEY.encode() not in (tmp_path / "out" / "checks.csv").read_bytes()

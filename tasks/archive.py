@@ -90,6 +90,17 @@ def json_bytes(doc: Any) -> bytes:
     return (json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n").encode()
 
 
+def comparison_record(run_dir: RunDir) -> dict[str, Any] | None:
+    """Whether the run passed its own regression comparison (the nightly's compare step, which runs before
+    the archive): what makes it a later run's "last good run" (tasks/compare.py). None: it made none."""
+    outcome = run_dir.read_json(state.outcome_doc("compare", None))
+    if outcome is None:
+        return None
+    found = run_dir.read_json(state.REGRESSIONS) or {}
+    return {"passed": outcome.get("status") == "ok", "regressions": len(found.get("regressions") or []),
+            "accepted": list(found.get("accepted") or [])}
+
+
 def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
     """Upload manifest, tables and validation for every engine. Safe to retry."""
     validation = run_dir.read_json(state.VALIDATION)
@@ -121,7 +132,8 @@ def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
             keys.append(prefix + rel)
     index = {"run_id": cfg.run_id, "model": cfg.model.name, "quarantined": quarantined, "prefixes": prefixes,
              "created_ts": manifest.get("created_ts"), "engines": {e: pinned.get(e, {}).get("image_digest")
-                                                                   for e in prefixes}}
+                                                                   for e in prefixes},
+             "comparison": comparison_record(run_dir)}
     put_once(s3, bucket, index_key(cfg), json_bytes(index), "application/json")
     keys.append(index_key(cfg))
     result = {"bucket": bucket, "quarantined": quarantined, "prefixes": prefixes, "keys": keys}

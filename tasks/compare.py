@@ -1,32 +1,54 @@
-"""Regression comparison against the last good run (the nightly's compare step).
+"""Regression comparison against the last good run and the accepted reference (the nightly's compare step).
 
-The baseline of one (model, engine, scenario) is the most recent archived run before this one that
-was validated and not quarantined, that measured that engine and scenario, and that is comparable:
-the same engine lineage (dialect; on Kubernetes the image repository, tag and digest aside; locally
-the launcher) and the same settings of that scenario (input/output tokens, concurrency levels or
-rates; `SCENARIO_SETTINGS`), read from the run config in its archived manifest.json. A candidate
-that differs is skipped with a log line naming the difference, and the next older one is tried.
-The run index under `runs/MODEL/_index/` says which runs exist and whether they were quarantined.
+Baselines. Two per (model, engine, scenario), among archived runs before this one that are not
+quarantined and are comparable (below):
+
+- the **last good run**: the most recent run that passed its own comparison (its `compare` step ended
+  ok, recorded in the run index by archive), or made none (a person's run, or an archive from before
+  comparisons were recorded), or that a person accepted. A run that regressed is never a baseline, so
+  a regression stays red night after night until it is fixed or accepted;
+- the **reference**: the level a person last accepted (the newest accepted comparable run), else the
+  lineage's first good run. Compared too, so a slow drift that stays under the threshold each night
+  is caught once its sum crosses it. Where the reference is the last good run, its rows are written once.
+
+A person accepts a new level by naming its run id in the Airflow Variable `dayone_nightly_accept`
+(plugins/dayone_airflow/pipeline.py passes it in; several ids may be given, comma-separated): that run
+becomes good and the reference. The acceptance is recorded in the accepting run's index document, so it
+outlives the Variable.
+
+Comparable: the same engine lineage (`engine_lineage`: target, dialect, the image repository on a
+cluster or the launcher locally, the engine args, GPU count and tensor parallelism, the model revision,
+and the GPU product where both runs recorded one) and the same settings of that scenario (input/output
+tokens, concurrency levels or rates; `SCENARIO_SETTINGS`), read from the run config and hardware record
+in its archived manifest.json. A candidate that differs is skipped with a line naming the difference
+("baseline X skipped for E: engine args [...] then, [...] now"), logged and kept in regressions.json
+and the summary, and the next one is tried.
 
 Compared, with the thresholds of `config.thresholds`, per shape (scenario, concurrency, rate): the
 effect new/baseline of the measured rounds' values (tasks/evidence/effects.py: ratio of geometric
-means with a `confidence` interval), so a few milliseconds of jitter between rounds is not a
-regression:
+means with a `confidence` interval), widened by the lineage's run-to-run variation where its history
+holds enough runs (tasks/evidence/history.py; the row's `covers` says which), so a few milliseconds of
+jitter between rounds or launches is not a regression:
 
 - output throughput: regressed when the whole interval lies below 1 - `output_tps_drop`;
 - P95 TTFT: regressed when the whole interval lies above 1 + `ttft_p95_rise`, only where TTFT is
   publishable on both sides (tasks/evidence/reliability.py);
 - fewer than 2 good rounds on a side: not regressed, verdict "not enough rounds";
+- the share of failed requests (performance scenarios): regressed when the Newcombe interval of the
+  difference now - then, from the request counts pooled over the measured rounds, lies wholly above
+  `failed_share_rise`, or when most of the shape's measured rounds failed now and not then (one good
+  round of three is no throughput to compare, but it is a regression);
+- a shape the baseline measured and this run, planning it, did not: regressed ("measured -> missing");
 - every functional check, needle (length x depth) and prefix-cache verdict that passed in the
   baseline and now fails;
-- the capacity under the SLO: regressed when this run failed a load the baseline passed (a search
-  knows a capacity to its bracket; overlapping brackets are no detectable difference), where
-  neither side's capacity is withheld.
+- the capacity under the SLO: regressed when this run failed a load the baseline passed, each decided
+  by its interval (a close probe orders nothing: tasks/scenarios/capacity.py order), where neither
+  side's capacity is withheld.
 
-Every comparison is a row of the `regressions` table (regressed true or false; the medians and
-their change for the reader, the ratio, its interval and the verdict for the decision); any
-regressed row makes `compare` raise RegressionFound after the rows are written, so the table is
-archived and the Airflow task fails.
+Every comparison is a row of the `regressions` table (regressed true or false; the baseline's kind; the
+medians and their change for the reader, the ratio, its interval, what it covers and the verdict for the
+decision); any regressed row makes `compare` raise RegressionFound after the rows are written, so the
+table is archived and the Airflow task fails.
 """
 
 from __future__ import annotations
@@ -34,7 +56,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import statistics
+from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -43,10 +68,12 @@ from tasks import state
 from tasks.archive import model_slug
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
-from tasks.evidence.effects import Effect, effect
-from tasks.scenarios import CAPACITY_SCENARIO
+from tasks.evidence.effects import Effect, effect, widen
+from tasks.evidence.history import HISTORY_RUNS, between_run_log_sd
+from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
 from tasks.scenarios.capacity import order as capacity_order
 from tasks.scenarios.capacity import published as published_capacity
+from tasks.scenarios.capacity import wilson
 from tasks.staging import RunDir
 
 if TYPE_CHECKING:
@@ -69,6 +96,7 @@ SCENARIO_SETTINGS: dict[str, tuple[str, ...]] = {
 }
 
 Shape = tuple[str, int, float | None]  # (scenario, concurrency, rate)
+BaselineKind = str  # "last_good" or "reference"
 
 
 class RegressionFound(RuntimeError):
@@ -138,6 +166,7 @@ class Side:
         self.checks = checks
         self.needles = needles
         self.cache_verdict = cache_verdict
+        self._shapes: dict[Shape, list[dict[str, Any]]] | None = None
 
     def scenarios(self) -> set[str]:
         found = set(self.rounds["scenario"].dropna()) if not self.rounds.empty else set()
@@ -153,16 +182,33 @@ class Side:
 
     def shape_rounds(self) -> dict[Shape, dict[str, list[float]]]:
         """(scenario, concurrency, rate) -> each headline metric's values over measured, ok rounds."""
-        r = self.rounds
-        if r.empty:
-            return {}
-        r = r[(r["warmup"].fillna(False) == False) & (r["status"] == "ok")]  # noqa: E712
         out: dict[Shape, dict[str, list[float]]] = {}
-        for (scenario, conc, rate), g in r.groupby(["scenario", "concurrency", "rate_rps"], dropna=False, sort=True):
-            key = (str(scenario), int(conc), None if pd.isna(rate) else float(rate))
-            out[key] = {m: [float(v) for v in g[m].tolist() if v is not None and not pd.isna(v)]
-                        for m in HEADLINE_METRICS}
+        for key, rounds in self._by_shape().items():
+            ok = [r for r in rounds if r.get("status") == "ok"]
+            if ok:
+                out[key] = {m: [float(r[m]) for r in ok if _present(r.get(m))] for m in HEADLINE_METRICS}
         return out
+
+    def shape_counts(self) -> dict[Shape, dict[str, int]]:
+        """(scenario, concurrency, rate) of a performance scenario -> its measured rounds' request counts
+        (ok, failed) and rounds (all, failed), failed rounds included: failures are what this counts."""
+        return {key: {"ok": sum(int(r.get("requests_ok") or 0) for r in rounds),
+                      "failed": sum(int(r.get("requests_failed") or 0) for r in rounds),
+                      "rounds": len(rounds), "rounds_failed": sum(1 for r in rounds if r.get("status") == "failed")}
+                for key, rounds in self._by_shape().items() if key[0] in PERF_SCENARIOS}
+
+    def _by_shape(self) -> dict[Shape, list[dict[str, Any]]]:
+        """Measured (not warmup) rounds by shape, read once: a side is compared as baseline, reference and history."""
+        if self._shapes is None:
+            self._shapes = {}
+            for r in self.rounds.to_dict("records"):
+                if r.get("warmup") is True or not _present(r.get("concurrency")):
+                    continue
+                rate = r.get("rate_rps")
+                key = (str(r["scenario"]), int(r["concurrency"]), float(rate) if _present(rate) else None)
+                self._shapes.setdefault(key, []).append(r)
+            self._shapes = dict(sorted(self._shapes.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)))
+        return self._shapes
 
     def check_outcomes(self) -> dict[str, str]:
         return {str(r["check"]): str(r["outcome"]) for _, r in self.checks.iterrows()}
@@ -188,6 +234,10 @@ class Side:
                 except json.JSONDecodeError:
                     pass
         return bool(ttft_verdict(rows)["reliable"])
+
+
+def _present(value: Any) -> bool:
+    return value is not None and value is not pd.NA and not (isinstance(value, float) and math.isnan(value))
 
 
 def _median(values: list[float]) -> float | None:
@@ -217,15 +267,20 @@ def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -
                 _read_table(s3, bucket, prefix, "needles"), cache, published, capacity)
 
 
-def archived_config(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:
-    """The run config recorded in an archived run's manifest.json (desensitized); None when absent."""
+def archived_manifest(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:
+    """An archived run's manifest.json (desensitized); None when absent or unreadable."""
     from botocore.exceptions import ClientError
 
     try:
         manifest = json.loads(s3.get_object(Bucket=bucket, Key=prefix + "manifest.json")["Body"].read())
     except (ClientError, ValueError):
         return None
-    config = manifest.get("config") if isinstance(manifest, dict) else None
+    return manifest if isinstance(manifest, dict) else None
+
+
+def archived_config(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:
+    """The run config recorded in an archived run's manifest.json (desensitized); None when absent."""
+    config = (archived_manifest(s3, bucket, prefix) or {}).get("config")
     return config if isinstance(config, dict) else None
 
 
@@ -246,8 +301,10 @@ def image_repository(image: str | None) -> str | None:
 
 
 def engine_lineage(config: dict[str, Any], engine: str) -> dict[str, Any]:
-    """What a baseline's engine of this name must share with this run's: target and dialect, and the
-    image repository on a cluster or the launcher locally (a new tag or digest is what is compared)."""
+    """What a baseline's engine of this name must share with this run's: target and dialect, the image
+    repository on a cluster or the launcher locally (a new tag or digest is what is compared), and what
+    changes the engine's figures by design: its args (speculative decoding, ...), GPU count and tensor
+    parallelism, and the model revision. (The GPU product, from the hardware record: `gpu_product`.)"""
     spec = next((e for e in config.get("engines") or [] if e.get("name") == engine), None)
     if spec is None:
         return {"engine": None}
@@ -257,7 +314,17 @@ def engine_lineage(config: dict[str, Any], engine: str) -> dict[str, Any]:
         lineage["launcher"] = spec.get("launcher")
     else:
         lineage["image"] = image_repository(spec.get("image"))
+    lineage["engine args"] = list(spec.get("args") or [])
+    lineage["gpus"] = spec.get("gpus", 1)
+    lineage["tensor parallel"] = spec.get("tensor_parallel") or spec.get("gpus", 1)
+    lineage["model revision"] = (config.get("model") or {}).get("revision")
     return lineage
+
+
+def gpu_product(manifest: dict[str, Any] | None, engine: str) -> str | None:
+    """The GPU product the engine ran on, from the run's hardware record (None where none was recorded)."""
+    record = ((manifest or {}).get("hardware") or {}).get(engine) or {}
+    return record.get("gpu_product") or None
 
 
 def scenario_settings(config: dict[str, Any], scenario: str) -> dict[str, Any]:
@@ -274,70 +341,188 @@ def _differences(now: dict[str, Any], then: dict[str, Any]) -> str:
                      for k in sorted(set(now) | set(then)) if now.get(k) != then.get(k))
 
 
-def baselines(s3: Any, cfg: RunConfig, engine: str, scenarios: set[str], before_ts: float | None,
-              runs: list[dict[str, Any]] | None = None) -> dict[str, Side]:
-    """scenario -> the last good run that measured it for this engine (validated, not quarantined), of
-    the same engine lineage and with the same settings of that scenario."""
-    # Archived manifests are desensitized: compare like with like (a registry host may be scrubbed).
-    now = desensitize(cfg.model_dump(mode="json"))
-    lineage = engine_lineage(now, engine)
-    found: dict[str, Side] = {}
-    for doc in runs if runs is not None else run_index(s3, cfg):
-        if len(found) == len(scenarios):
-            break
-        if doc.get("quarantined") or doc.get("run_id") == cfg.run_id or engine not in (doc.get("prefixes") or {}):
-            continue
-        if before_ts is not None and (doc.get("created_ts") or 0) >= before_ts:
-            continue  # a baseline is an earlier run
-        then = archived_config(s3, cfg.archive.bucket, doc["prefixes"][engine])
-        if then is None:
-            log.info("baseline %s skipped for %s: its manifest.json records no run config", doc.get("run_id"), engine)
-            continue
-        differs = _differences(lineage, engine_lineage(then, engine))
-        if differs:
-            log.info("baseline %s skipped for %s: another engine lineage (%s)", doc.get("run_id"), engine, differs)
-            continue
-        side = archived_side(s3, cfg, doc, engine)
-        for scenario in sorted((scenarios & side.scenarios()) - set(found)):
-            differs = _differences(scenario_settings(now, scenario), scenario_settings(then, scenario))
+# ---- choosing baselines --------------------------------------------------------------------------
+
+
+def accepted_runs(runs: list[dict[str, Any]], named: tuple[str, ...] = ()) -> set[str]:
+    """Run ids a person accepted as a level: named now (the Variable) or recorded by an earlier run."""
+    recorded = {str(r) for doc in runs for r in (doc.get("comparison") or {}).get("accepted") or []}
+    return recorded | set(named)
+
+
+def is_good(doc: dict[str, Any], accepted: set[str]) -> bool:
+    """Whether an indexed run may be a baseline: not quarantined, and it passed its own comparison, made
+    none (a person's run; an archive from before comparisons were recorded), or a person accepted it."""
+    if doc.get("quarantined"):
+        return False
+    comparison = doc.get("comparison")
+    return doc.get("run_id") in accepted or comparison is None or bool(comparison.get("passed"))
+
+
+class Candidates:
+    """Earlier archived runs of this engine, read once each (config, hardware, figures) however many
+    baselines look at them; `skipped` keeps every line that says why one was not comparable."""
+
+    def __init__(self, s3: Any, cfg: RunConfig, engine: str, manifest: dict[str, Any] | None = None):
+        self.s3, self.cfg, self.engine = s3, cfg, engine
+        # Archived manifests are desensitized: compare like with like (a registry host may be scrubbed).
+        self.now = desensitize(cfg.model_dump(mode="json"))
+        self.lineage = engine_lineage(self.now, engine)
+        self.gpu = gpu_product(manifest, engine)
+        self.skipped: list[str] = []
+        self._read: dict[str, tuple[dict[str, Any] | None, Side | None]] = {}
+
+    def _skip(self, line: str) -> None:
+        if line not in self.skipped:
+            log.info("%s", line)
+            self.skipped.append(line)
+
+    def _load(self, doc: dict[str, Any]) -> tuple[dict[str, Any] | None, Side | None]:
+        run_id = str(doc.get("run_id"))
+        if run_id not in self._read:
+            manifest = archived_manifest(self.s3, self.cfg.archive.bucket, doc["prefixes"][self.engine])
+            then = (manifest or {}).get("config")
+            if not isinstance(then, dict):
+                self._skip(f"baseline {run_id} skipped for {self.engine}: its manifest.json records no run config")
+                self._read[run_id] = (None, None)
+                return self._read[run_id]
+            differs = _differences(self.lineage, engine_lineage(then, self.engine))
+            gpu_then = gpu_product(manifest, self.engine)
+            if self.gpu and gpu_then and self.gpu != gpu_then:  # only where both runs recorded one
+                differs = "; ".join(filter(None, (differs, f"gpu product {gpu_then!r} then, {self.gpu!r} now")))
             if differs:
-                log.info("baseline %s skipped for %s/%s: other scenario settings (%s)", doc.get("run_id"), engine,
-                         scenario, differs)
+                self._skip(f"baseline {run_id} skipped for {self.engine}: another engine lineage ({differs})")
+                self._read[run_id] = (then, None)
             else:
-                found[scenario] = side
-    return found
+                self._read[run_id] = (then, archived_side(self.s3, self.cfg, doc, self.engine))
+        return self._read[run_id]
+
+    def find(self, docs: list[dict[str, Any]], scenarios: set[str], per_scenario: int = 1) -> dict[str, list[Side]]:
+        """scenario -> up to `per_scenario` comparable runs that measured it, in the order of `docs`."""
+        found: dict[str, list[Side]] = {}
+        for doc in docs:
+            if all(len(found.get(s, [])) >= per_scenario for s in scenarios):
+                break
+            then, side = self._load(doc)
+            if side is None or then is None:
+                continue
+            for scenario in sorted(scenarios & side.scenarios()):
+                if len(found.get(scenario, [])) >= per_scenario:
+                    continue
+                differs = _differences(scenario_settings(self.now, scenario), scenario_settings(then, scenario))
+                if differs:
+                    self._skip(f"baseline {side.run_id} skipped for {self.engine}/{scenario}: other scenario "
+                               f"settings ({differs})")
+                else:
+                    found.setdefault(scenario, []).append(side)
+        return found
+
+
+def _earlier(runs: list[dict[str, Any]], cfg: RunConfig, engine: str, before_ts: float | None) -> list[dict[str, Any]]:
+    """Indexed runs before this one that measured `engine`, newest first."""
+    return [doc for doc in runs if doc.get("run_id") != cfg.run_id and engine in (doc.get("prefixes") or {})
+            and (before_ts is None or (doc.get("created_ts") or 0) < before_ts)]
+
+
+def history(candidates: Candidates, runs: list[dict[str, Any]], engine: str, scenarios: set[str],
+            before_ts: float | None, accepted: tuple[str, ...] = ()) -> dict[str, list[Side]]:
+    """scenario -> the last good comparable runs that measured it, newest first (at most HISTORY_RUNS):
+    the last good run first, then the lineage's history its run-to-run variation is estimated from."""
+    ok = accepted_runs(runs, accepted)
+    docs = [d for d in _earlier(runs, candidates.cfg, engine, before_ts) if is_good(d, ok)]
+    return candidates.find(docs, scenarios, HISTORY_RUNS)
+
+
+def references(candidates: Candidates, runs: list[dict[str, Any]], engine: str, scenarios: set[str],
+               before_ts: float | None, accepted: tuple[str, ...] = ()) -> dict[str, Side]:
+    """scenario -> the reference: the newest accepted comparable run that measured it, else the lineage's
+    first good comparable run (the oldest)."""
+    ok = accepted_runs(runs, accepted)
+    earlier = [d for d in _earlier(runs, candidates.cfg, engine, before_ts) if is_good(d, ok)]
+    found = candidates.find([d for d in earlier if d.get("run_id") in ok], scenarios)
+    rest = scenarios - set(found)
+    if rest:
+        found.update(candidates.find(list(reversed(earlier)), rest))
+    return {scenario: sides[0] for scenario, sides in found.items()}
 
 
 # ---- comparing -----------------------------------------------------------------------------------
 
 
-def compare_engine(cfg: RunConfig, engine: str, digest: str | None, current: Side,
-                   bases: dict[str, Side]) -> list[dict[str, Any]]:
-    """The regressions rows of one engine: every comparison made, regressed or not."""
+def _planned_perf(cfg: RunConfig) -> set[str]:
+    """The performance scenarios this run measures: a shape of theirs the baseline has must be here."""
+    return {s for s in PERF_SCENARIOS if getattr(cfg.scenarios, s).enabled}
+
+
+def newcombe(x_now: int, n_now: int, x_then: int, n_then: int, confidence: float) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of the difference of two proportions, now - then (each side's
+    Wilson interval combined; sensible at 0 and 1, where the Wald interval collapses)."""
+    p1, p2 = x_now / n_now, x_then / n_then
+    l1, u1 = wilson(x_now, n_now, confidence)
+    l2, u2 = wilson(x_then, n_then, confidence)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
+def _mostly_failed(counts: dict[str, int]) -> bool:
+    return 2 * counts["rounds_failed"] > counts["rounds"]
+
+
+def compare_engine(cfg: RunConfig, engine: str, digest: str | None, current: Side, bases: dict[str, Side],
+                   refs: dict[str, Side] | None = None,
+                   histories: dict[str, list[Side]] | None = None) -> list[dict[str, Any]]:
+    """The regressions rows of one engine: every comparison made, regressed or not, against the last good
+    run of each scenario and, where it is another run, against the reference."""
+    rows = _compare_with(cfg, engine, digest, current, bases, "last_good", histories or {})
+    for scenario, ref in sorted((refs or {}).items()):
+        last = bases.get(scenario)
+        if last is None or last.run_id != ref.run_id:
+            rows += _compare_with(cfg, engine, digest, current, {scenario: ref}, "reference", histories or {})
+    return rows
+
+
+def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side, bases: dict[str, Side],
+                  kind: BaselineKind, histories: dict[str, list[Side]]) -> list[dict[str, Any]]:
     t = cfg.thresholds
     rows: list[dict[str, Any]] = []
 
     def row(scenario: str, metric: str, base: Side, baseline_value: float | None, value: float | None,
             change: float | None, threshold: float | None, regressed: bool, verdict: str,
-            concurrency: int | None = None, e: Effect | None = None) -> None:
+            concurrency: int | None = None, e: Effect | None = None, interval: tuple[float, float] | None = None,
+            covers: str | None = None) -> None:
+        low, high = interval if interval is not None else ((e.low, e.high) if e else (None, None))
         rows.append({"run_id": cfg.run_id, "engine": engine, "image_digest": digest, "scenario": scenario,
                      "round": 0, "concurrency": concurrency, "metric": metric, "baseline_run_id": base.run_id,
-                     "baseline_value": baseline_value, "value": value, "change": change, "threshold": threshold,
-                     "regressed": bool(regressed), "ratio": e.ratio if e else None,
-                     "ci_low": e.low if e else None, "ci_high": e.high if e else None, "verdict": verdict})
+                     "baseline_kind": kind, "baseline_value": baseline_value, "value": value, "change": change,
+                     "threshold": threshold, "regressed": bool(regressed), "ratio": e.ratio if e else None,
+                     "ci_low": low, "ci_high": high, "covers": covers or (e.covers if e and e.ratio is not None
+                                                                           else None),
+                     "verdict": verdict})
 
     # metric -> the threshold as a change, and whether worse is below it (throughput) or above (latency)
     limits = {"output_tps": (-t.output_tps_drop, "below"), "ttft_p95_s": (t.ttft_p95_rise, "above")}
     now_rounds = current.shape_rounds()
+    now_counts = current.shape_counts()
     ttft_ok_now = current.ttft_reliable()
-    for scenario in sorted({k[0] for k in now_rounds} & set(bases)):
+    planned = _planned_perf(cfg)
+    for scenario in sorted(({k[0] for k in now_rounds} | planned) & set(bases)):
         base = bases[scenario]
         base_rounds = base.shape_rounds()
+        base_counts = base.shape_counts()
         ttft_ok = ttft_ok_now and base.ttft_reliable()
-        for key in sorted((k for k in now_rounds if k[0] == scenario), key=lambda k: (k[1], k[2] or 0)):
-            if key not in base_rounds:
-                continue
+        past = [h for h in histories.get(scenario, []) if h.run_id != current.run_id]
+        shapes = {k for k in (*now_rounds, *now_counts, *base_counts) if k[0] == scenario}
+        for key in sorted(shapes, key=lambda k: (k[1], k[2] or 0)):
             suffix = f"@{key[2]:g}rps" if key[2] is not None else ""
+            was_counts, now_count = base_counts.get(key), now_counts.get(key)
+            if was_counts is not None and scenario in planned:
+                if now_count is None:
+                    row(scenario, "measured" + suffix, base, float(was_counts["rounds"]), 0.0, None, None, True,
+                        "measured -> missing", key[1])
+                    continue
+                _failed_share_row(row, cfg, scenario, suffix, base, key, was_counts, now_count)
+            if key not in base_rounds or key not in now_rounds:
+                continue
             for metric, (threshold, worse) in limits.items():
                 if metric == "ttft_p95_s" and not ttft_ok:
                     continue
@@ -346,6 +531,10 @@ def compare_engine(cfg: RunConfig, engine: str, digest: str | None, current: Sid
                 if not was_median or now_median is None:
                     continue
                 e = effect(was, now, t.confidence)
+                between = between_run_log_sd([h.shape_rounds().get(key, {}).get(metric, []) for h in reversed(past)])
+                if between is not None:  # the lineage's own run-to-run variation, from its good runs
+                    covers = f"{e.covers}, and run-to-run variation estimated from {between.runs} past runs"
+                    e = replace(widen(e, between.log_sd, covers, between.df), covers=covers)
                 regressed = _beyond(e, 1 + threshold, worse)
                 change = now_median / was_median - 1
                 _log_undecided(engine, scenario, key[1], metric + suffix, e, change, threshold, worse)
@@ -377,13 +566,33 @@ def compare_engine(cfg: RunConfig, engine: str, digest: str | None, current: Sid
         base = bases["capacity"]
         was, now = base.capacity or {}, current.capacity
         if not was.get("withheld") and not now.get("withheld"):
-            found = capacity_order(now["bracket"], was["bracket"])
+            found = capacity_order(now, was)
             words = {"more": "higher: it passed a load the baseline failed",
                      "less": "lower: it failed a load the baseline passed",
-                     "overlap": "no detectable difference: the brackets overlap"}[found]
+                     "overlap": "no detectable difference: the brackets overlap or rest on close probes"}[found]
             row("capacity", "capacity", base, was.get("capacity"), now.get("capacity"), None, None, found == "less",
                 f"{words} (baseline {was.get('text')}; now {now.get('text')})")
     return rows
+
+
+def _failed_share_row(row: Callable[..., None], cfg: RunConfig, scenario: str, suffix: str, base: Side,
+                      key: Shape, was: dict[str, int], now: dict[str, int]) -> None:
+    """The share of failed requests of one shape, then and now: a regression when the interval of the
+    difference lies wholly above `failed_share_rise`, or when most rounds failed now and not then."""
+    t = cfg.thresholds
+    n_was, n_now = was["ok"] + was["failed"], now["ok"] + now["failed"]
+    if not n_was or not n_now:
+        return
+    share_was, share_now = was["failed"] / n_was, now["failed"] / n_now
+    low, high = newcombe(now["failed"], n_now, was["failed"], n_was, t.confidence)
+    rounds_now = _mostly_failed(now) and not _mostly_failed(was)
+    regressed = low > t.failed_share_rise or rounds_now
+    verdict = "higher" if low > 0 else "lower" if high < 0 else "no detectable difference"
+    if rounds_now:
+        verdict += f"; {now['rounds_failed']} of {now['rounds']} measured rounds failed"
+    row(scenario, "failed_share" + suffix, base, share_was, share_now, share_now - share_was, t.failed_share_rise,
+        regressed, verdict, key[1], interval=(low, high),
+        covers=f"the finite number of requests ({n_was} then, {n_now} now), taken as independent")
 
 
 def _beyond(e: Effect, limit: float, worse: str) -> bool:
@@ -409,36 +618,59 @@ def _log_undecided(engine: str, scenario: str, concurrency: int, metric: str, e:
              "no number of rounds would tell: the run-to-run variation alone is as large")
 
 
-def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
-    """Write the run's regressions rows per engine; raise RegressionFound when any row regressed."""
+def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Write the run's regressions rows per engine; raise RegressionFound when any row regressed.
+    `accepted`: run ids a person accepted as the new level (the Variable dayone_nightly_accept)."""
     pinned = run_dir.read_json("pinned.json", {})
-    created = (run_dir.read_json("manifest.json", {}) or {}).get("created_ts")
+    manifest = state.manifest(run_dir) or {}
+    created = manifest.get("created_ts")
     runs = run_index(s3, cfg)
+    known = {str(d.get("run_id")) for d in runs}
+    for run_id in accepted:
+        if run_id not in known:
+            log.warning("accepted run %s is not in the run index of %s: nothing to accept", run_id, cfg.model.name)
     regressed: list[str] = []
     result: dict[str, Any] = {"engines": {}}
+    skipped: list[str] = []
     for e in cfg.engines:
         current = current_side(run_dir, e.name, cfg)
-        bases = baselines(s3, cfg, e.name, current.scenarios(), created, runs)
-        rows = compare_engine(cfg, e.name, pinned.get(e.name, {}).get("image_digest"), current, bases)
+        wanted = current.scenarios() | _planned_perf(cfg)
+        found = Candidates(s3, cfg, e.name, manifest)
+        past = history(found, runs, e.name, wanted, created, accepted)
+        bases = {scenario: sides[0] for scenario, sides in past.items()}
+        refs = references(found, runs, e.name, wanted, created, accepted)
+        rows = compare_engine(cfg, e.name, pinned.get(e.name, {}).get("image_digest"), current, bases, refs, past)
         with run_dir.rows("regressions", e.name, "compare") as out:
             for r in rows:
                 out.write(r)
         bad = [r for r in rows if r["regressed"]]
         regressed += [_describe(r) for r in bad]
+        skipped += found.skipped
         result["engines"][e.name] = {
             "baselines": {s: b.run_id for s, b in sorted(bases.items())},
+            "references": {s: b.run_id for s, b in sorted(refs.items())},
             "compared": len(rows), "regressed": len(bad),
         }
-    run_dir.write_json("regressions.json", {**result, "regressions": regressed})
+    accepted_here = sorted(set(accepted) & known)
+    run_dir.write_json("regressions.json", {**result, "regressions": regressed, "skipped": skipped,
+                                            "accepted": accepted_here})
     if regressed:
-        raise RegressionFound(f"{len(regressed)} regression(s) against the last good run: " + "; ".join(regressed))
+        raise RegressionFound(f"{len(regressed)} regression(s) against the last good run or the reference: "
+                              + "; ".join(regressed))
     return result
 
 
 def _describe(r: dict[str, Any]) -> str:
     where = f"{r['engine']}/{r['scenario']}" + (f" c={r['concurrency']}" if r.get("concurrency") is not None else "")
+    vs = f"vs {r['baseline_run_id']} ({r['baseline_kind'].replace('_', ' ')})"
+    if r["metric"].startswith("failed_share"):
+        return (f"{where} {r['metric']}: {r['baseline_value']:.1%} -> {r['value']:.1%} of requests failed "
+                f"(difference interval {r['ci_low']:+.1%} to {r['ci_high']:+.1%}, threshold "
+                f"+{r['threshold']:.0%}; {r['verdict']}) {vs}")
+    if r["metric"].startswith("measured"):
+        return f"{where} {r['metric']}: measured in {r['baseline_run_id']}, missing now {vs}"
     if r.get("ratio") is not None:
         return (f"{where} {r['metric']}: {r['baseline_value']:.4g} -> {r['value']:.4g} ({r['change']:+.1%}; ratio "
                 f"{r['ratio']:.3f}, interval {r['ci_low']:.3f}-{r['ci_high']:.3f} beyond the threshold "
-                f"{r['threshold']:+.0%}) vs {r['baseline_run_id']}")
-    return f"{where} {r['metric']}: passed in {r['baseline_run_id']}, fails now"
+                f"{r['threshold']:+.0%}" + (f", covering {r['covers']}" if r.get("covers") else "") + f") {vs}")
+    return f"{where} {r['metric']}: passed in {r['baseline_run_id']}, fails now {vs}"

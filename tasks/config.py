@@ -523,6 +523,10 @@ class ArchiveSettings(_Model):
 
 class RegressionThresholds(_Model):
     output_tps_drop: float = Field(0.10, ge=0, le=1, description="A drop of output throughput beyond this fraction is a regression.")
+    failed_share_rise: float = Field(
+        0.02, ge=0, le=1, description="A rise of the share of failed requests of a shape beyond this many share "
+        "points (0.02: 2 in 100 requests more than the baseline's) is a regression, when the whole interval of the "
+        "difference lies above it.")
     ttft_p95_rise: float = Field(0.20, ge=0, description="A rise of P95 TTFT beyond this fraction is a regression.")
     confidence: float = Field(
         0.95, gt=0.5, lt=1, description="Confidence of the interval on the ratio new/baseline of round values: "
@@ -582,6 +586,9 @@ class RunConfig(_Model):
     dry_run: bool = Field(False, description="Render and check everything, deploy nothing (target=kubernetes).")
     # finite: an infinite timeout would let a stalled stream hold its round forever
     request_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(600.0, description="Timeout of one request (s).")
+    step_failed_share_max: float = Field(
+        0.5, ge=0, le=1, description="A performance step whose measured requests failed above this share fails "
+        "(its rows are kept).")
     round_error_rate_max: float = Field(0.05, ge=0, le=1, description="A round above this error rate fails.")
     load: LoadSettings = Field(LoadSettings(), description="The load client: how many processes share a round.")
     telemetry: TelemetrySettings = Field(TelemetrySettings(), description="GPU telemetry per round (DCGM exporter).")

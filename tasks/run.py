@@ -47,6 +47,7 @@ class RunContext:
     cluster: ClusterAccess | None = None  # None: kubeconfig and environment credentials
     archive_client: Callable[[], Any] | None = None  # builds the archive's boto3 S3 client
     logical_date: dt.datetime | None = None  # a dated run pins from the digest catalog
+    accepted_run_ids: tuple[str, ...] = ()  # the nightly: runs a person accepted as the new level (tasks/compare.py)
     backfill: bool = False
     # an Airflow connection's password by id, for engines' API keys; None: AIRFLOW_CONN_<ID>
     connection_password: Callable[[str], str | None] | None = None

@@ -137,7 +137,15 @@ def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
             with contextlib.suppress(Exception):
                 record(ctx.run_dir, name, e, lambda exc=exc: _raise(exc))
         raise
-    data = {e: record(ctx.run_dir, name, e, lambda e=e: _kept(ctx, e, name, summaries[e])).data for e in names}
+    data: dict[str, Any] = {}
+    failures: list[Exception] = []
+    for e in names:  # every engine's outcome is recorded before the first failure is raised
+        try:
+            data[e] = record(ctx.run_dir, name, e, lambda e=e: _kept(ctx, e, name, summaries[e])).data
+        except Exception as exc:  # noqa: BLE001
+            failures.append(exc)
+    if failures:
+        raise failures[0]
     return StepResult(step=name, data={"engines": data, "design": summaries[names[0]]["design"]})
 
 
@@ -315,11 +323,11 @@ def pin(ctx: RunContext, _: None = None) -> dict[str, Any]:
 
 
 def compare(ctx: RunContext, _: None = None) -> dict[str, Any]:
-    """The nightly's regression check against the last good run (tasks/compare.py)."""
+    """The nightly's regression check against the last good run and the reference (tasks/compare.py)."""
     ctx.planned()
     from tasks.compare import compare_run
 
-    return compare_run(ctx.run_dir, ctx.config, ctx.s3())
+    return compare_run(ctx.run_dir, ctx.config, ctx.s3(), ctx.accepted_run_ids)
 
 
 def validate(ctx: RunContext, _: None = None) -> dict[str, Any]:
@@ -463,9 +471,22 @@ def _perf(scenario: str) -> StepFn:
     return perf
 
 
+class RequestsFailed(RuntimeError):
+    """Most of a performance step's measured requests failed: its figures are of the few that did not."""
+
+
 def _kept(ctx: RunContext, engine: str, scenario: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """Keep a performance scenario's summary for the report; the step's result."""
+    """Keep a performance scenario's summary for the report; the step's result. A step whose measured
+    requests failed above `step_failed_share_max` fails after that, naming how many and why."""
+    from tasks.load.stats import failed_requests
+
     ctx.run_dir.write_json(perf_summary_doc(engine, scenario), summary)
+    rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("scenario") == scenario]
+    reason = failed_requests(rounds, ctx.config.step_failed_share_max,
+                             lambda: [r.get("error") for r in ctx.run_dir.read_rows("requests", engine)
+                                      if r.get("scenario") == scenario and r.get("status") != "ok"])
+    if reason:
+        raise RequestsFailed(reason)  # desensitized where the outcome is recorded
     return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
 
 

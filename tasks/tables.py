@@ -208,6 +208,9 @@ REGRESSIONS = Table(
         Column("concurrency", "int"),
         Column("metric", "str", nullable=False),
         Column("baseline_run_id", "str"),
+        Column("baseline_kind", "str", values=("last_good", "reference"),
+               description="last_good: the last run that passed its comparison (or was accepted); reference: the "
+               "level a person last accepted, else the lineage's first good run (tasks/compare.py)."),
         Column("baseline_value", "float"),
         Column("value", "float"),
         Column("change", "float", description="Change of the median over rounds: value / baseline_value - 1."),
@@ -215,8 +218,11 @@ REGRESSIONS = Table(
         Column("regressed", "bool", nullable=False),
         Column("ratio", "float", min_value=0.0,
                description="Ratio new/baseline of the geometric means of the round values (tasks/evidence/effects.py)."),
-        Column("ci_low", "float", min_value=0.0, description="Lower end of the ratio's confidence interval."),
-        Column("ci_high", "float", min_value=0.0, description="Upper end of the ratio's confidence interval."),
+        Column("ci_low", "float", description="Lower end of the ratio's confidence interval; for failed_share, of "
+               "the difference of the shares now - then (Newcombe), which may be negative."),
+        Column("ci_high", "float", description="Upper end of the ratio's (or the share difference's) interval."),
+        Column("covers", "str", description="What variation the interval covers: round-to-round noise within one "
+               "deployment, and the lineage's run-to-run variation where its history was enough."),
         Column("verdict", "str", description="The effect's verdict (higher, lower, no detectable difference, not "
                "enough rounds), or a check, needle or cache verdict's outcome then and now (pass -> fail)."),
     ),

@@ -34,6 +34,7 @@ assert SCENARIO_STEPS == (*BEFORE_MEASURING, *MEASURING, *AFTER_MEASURING), "per
 
 NIGHTLY_SCHEDULE_VARIABLE = "dayone_nightly_schedule"
 NIGHTLY_CONFIG_VARIABLE = "dayone_nightly_config"
+NIGHTLY_ACCEPT_VARIABLE = "dayone_nightly_accept"
 
 
 def task_id(step: str, position: int = 0) -> str:
@@ -98,7 +99,14 @@ def _measured_together(position: int, scenario: str) -> Any:
             from airflow.sdk.exceptions import AirflowSkipException
 
             raise AirflowSkipException(f"no engine at position {position}")
-        return run_step(scenario, params, run_id, list(names))
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tasks.steps import RequestsFailed
+
+        try:
+            return run_step(scenario, params, run_id, list(names))
+        except RequestsFailed as exc:  # measured, and most requests failed: a verdict a retry cannot change
+            raise AirflowFailException(str(exc)) from None
 
     return measure()
 
@@ -148,7 +156,14 @@ def evaluation(nightly: bool = False) -> None:
 
     @task(task_id="compare", trigger_rule="all_done", **retries("compare"))
     def compare(params=None, run_id=None):
-        return run_step("compare", params, run_id)
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tasks.compare import RegressionFound
+
+        try:
+            return run_step("compare", params, run_id, accepted_run_ids=nightly_accepted())
+        except RegressionFound as exc:  # a verdict, not a hiccup: a retry would find the same
+            raise AirflowFailException(str(exc)) from None
 
     @task(trigger_rule="all_done", **retries("validate"))
     def validate(params=None, run_id=None):
@@ -249,6 +264,17 @@ def nightly_config() -> dict[str, Any] | None:
     except ConfigError as exc:
         raise ValueError(f"Variable {NIGHTLY_CONFIG_VARIABLE}: {exc}") from None
     return doc
+
+
+def nightly_accepted() -> tuple[str, ...]:
+    """Run ids a person accepted as the nightly's new level: the Airflow Variable `dayone_nightly_accept`
+    (one run id, or several separated by commas or spaces), read when compare runs. An accepted run becomes
+    a good run and the reference of later comparisons; the run that reads it records the acceptance in its
+    run index, so clearing the Variable later undoes nothing (tasks/compare.py)."""
+    from airflow.sdk import Variable
+
+    text = Variable.get(NIGHTLY_ACCEPT_VARIABLE, default=None) or ""
+    return tuple(dict.fromkeys(part for part in text.replace(",", " ").split() if part))
 
 
 def nightly_schedule() -> str | None:

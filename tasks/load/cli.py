@@ -199,8 +199,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _apply_stream_rule(summary: dict[str, Any], run_dir: RunDir, engine: str) -> None:
     """The one publication rule (tasks/evidence/reliability.py) over the measured streams: where
-    they did not stream, TTFT, TPOT and ITL are withheld from the summary and the printout."""
+    they did not stream, TTFT, TPOT and ITL are withheld from the summary and the printout, and so is
+    goodput where the SLO judges it on them (tasks/load/stats.py slo_judged_withheld)."""
     from tasks.evidence.reliability import ttft_verdict, withhold_stream_timed
+    from tasks.load.stats import withhold_slo_judged
 
     measured = [r for r in run_dir.read_rows("requests", engine) if r.get("scenario") in PERF_SCENARIOS]
     summary["ttft"] = ttft_verdict(None, measured)
@@ -208,7 +210,7 @@ def _apply_stream_rule(summary: dict[str, Any], run_dir: RunDir, engine: str) ->
         return
     for result in summary["scenarios"].values():
         for level in result["levels"]:
-            level["figures"] = withhold_stream_timed(level["figures"])
+            level["figures"] = withhold_stream_timed(withhold_slo_judged(level["figures"], False, summary["slo"]))
             level["first_encounter"] = withhold_stream_timed(level["first_encounter"])
 
 

@@ -8,7 +8,8 @@ one way everywhere. Percentiles use linear interpolation between closest ranks (
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from tasks.tables import LATENCIES, PERCENTILES
@@ -94,10 +95,50 @@ def meets_slo(request: Mapping[str, Any], slo: Any) -> bool:
 
 
 def goodput_rps(requests: Sequence[Mapping[str, Any]], duration_s: float | None, slo: Any) -> float | None:
-    """Requests per second that completed and met every SLO; with no SLO, every completed request."""
+    """Requests per second that completed and met every SLO; with no SLO, every completed request.
+    Published only under `slo_judged_withheld`'s rule, like the capacity (the same quantity)."""
     if not duration_s or duration_s <= 0:
         return None
     return sum(1 for r in requests if meets_slo(r, slo)) / duration_s
+
+
+# Figures judged on the SLO: requests within every limit (the capacity search judges its loads the same way).
+SLO_JUDGED_FIGURES = ("goodput_rps",)
+
+
+def slo_judged_withheld(ttft_reliable: bool, slo: Any) -> str | None:
+    """Why a figure judged on the SLO (goodput, the capacity) is not published, or None when it is.
+    One rule for every path (summary, report, decision, regression check, `dayone bench`): an SLO
+    on TTFT or TPOT judges each request by its stream timing, which is withheld where the engine's
+    TTFT is unreliable; an SLO on E2E alone does not."""
+    stream_timed = [name for name in ("ttft_s", "tpot_s") if name in _slo_limits(slo)]
+    if ttft_reliable or not stream_timed:
+        return None
+    return (f"judged on {' and '.join(stream_timed)}, and this engine's TTFT is unreliable "
+            "(stream timing not published)")
+
+
+def withhold_slo_judged(figures: Mapping[str, Any] | None, ttft_reliable: bool, slo: Any) -> dict[str, Any] | None:
+    """`figures` without those judged on the SLO where `slo_judged_withheld` withholds them."""
+    if figures is None or slo_judged_withheld(ttft_reliable, slo) is None:
+        return None if figures is None else dict(figures)
+    return {k: v for k, v in figures.items() if k not in SLO_JUDGED_FIGURES}
+
+
+def failed_requests(rounds: Sequence[Mapping[str, Any]], share_max: float,
+                    errors: Callable[[], Iterable[str | None]] = lambda: ()) -> str | None:
+    """Why a performance step failed for its requests, or None: more than `share_max` of its measured
+    requests (warmup rounds aside) failed, e.g. "12 of 16 measured requests failed (75%, more than 50%):
+    HTTP 500 x12". `errors` gives the failed requests' errors, read only when the step failed."""
+    measured = [r for r in rounds if not r.get("warmup")]
+    failed = sum(int(r.get("requests_failed") or 0) for r in measured)
+    sent = failed + sum(int(r.get("requests_ok") or 0) for r in measured)
+    if not sent or failed / sent <= share_max:
+        return None
+    common = Counter(str(e or "no error text")[:120] for e in errors()).most_common(3)
+    why = "; ".join(f"{text} x{n}" for text, n in common)
+    return (f"{failed} of {sent} measured requests failed ({failed / sent:.0%}, more than {share_max:.0%})"
+            + (f": {why}" if why else ""))
 
 
 def round_figures(

@@ -200,10 +200,10 @@ def ttft_chart(summary: RunSummary) -> bytes | None:
                            hatch="//", edgecolor="#ef6c00", label=f"first-encounter round {p.upper()}")
         _round_dot_legend(ax)
         ax.set_xticks(range(len(levels)), [lv.label for lv in levels])
-        ax.set_yscale("log")  # first-encounter tails can be tens of times the steady figures
-        _seconds_axis(ax)
-        if drawn:
+        if drawn:  # a level whose rounds all failed draws nothing, and a log axis needs a value
+            ax.set_yscale("log")  # first-encounter tails can be tens of times the steady figures
             ax.set_ylim(bottom=min(drawn) / 2)  # a log axis has no zero: show every bar's foot
+            _seconds_axis(ax)
         if metric == "ttft":
             title = f"{name}: TTFT by concurrency (short)"
         else:

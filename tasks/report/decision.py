@@ -14,7 +14,7 @@ from typing import Any
 from tasks.report.schema import (Capacity, Comparison, DecisionLine, EngineSummary, Regression, RunSummary,
                                  StartupFinding)
 from tasks.evidence.effects import ratio_interval
-from tasks.scenarios.capacity import order
+from tasks.scenarios.capacity import decisive_bracket, order
 
 # The figures engines are compared on: (scenario, figure, higher is better, words)
 LEAD_FIGURES = (
@@ -39,6 +39,7 @@ def decide(summary: RunSummary) -> list[DecisionLine]:
     out += [DecisionLine(topic="reliability", text=t) for t in _reliability(summary)]
     out += [DecisionLine(topic="not_tested", text=t) for t in _not_tested(summary)]
     out += [DecisionLine(topic="regressions", text=t) for t in _regressions(summary.regressions)]
+    out += [DecisionLine(topic="regressions", text=t[:1].upper() + t[1:] + ".") for t in summary.baselines_skipped]
     return out
 
 
@@ -83,14 +84,16 @@ def _capacity_leads(summary: RunSummary) -> list[str]:
 def capacity_order(mine: Capacity, base: Capacity) -> str:
     """Whether `mine` holds more load than `base`, from the probes each passed and failed."""
     unit = "concurrent requests" if mine.mode == "concurrency" else "req/s"
-    (my_pass, my_fail), (base_pass, base_fail) = mine.bracket, base.bracket
-    found = order(mine.bracket, base.bracket)
+    # Decisive probes only (their interval wholly on one side of the target): a close probe orders nothing.
+    (my_pass, my_fail), (base_pass, base_fail) = decisive_bracket(mine), decisive_bracket(base)
+    found = order(mine, base)
     if found == "more":
         return f"more: it passed {_load(my_pass)} {unit}; the base failed at {_load(base_fail)}"
     if found == "less":
         return f"less: it failed at {_load(my_fail)} {unit}; the base passed {_load(base_pass)}"
     return (f"no detectable difference: their brackets overlap ({_bracket(mine.bracket, mine.start)} and "
-            f"{_bracket(base.bracket, base.start)} {unit}); a finer step might tell them apart")
+            f"{_bracket(base.bracket, base.start)} {unit}; only probes decided by their interval order "
+            "them); a finer step or more rounds might tell them apart")
 
 
 def _bracket(bracket: list[float | None], start: float) -> str:
@@ -282,16 +285,21 @@ def _regressions(rows: list[Regression]) -> list[str]:
         return [f"No regression{against} ({len(rows)} comparisons)."]
     listed = "; ".join(
         f"{r.engine} {r.scenario}{'' if r.concurrency is None else ' c=' + str(r.concurrency)} "
-        f"{r.metric} {_change(r.change)}{_interval(r)}" for r in bad[:5]
+        f"{r.metric} {_change(r.change)}{_interval(r)}"
+        + (" vs the reference " + str(r.baseline_run_id) if r.baseline_kind == "reference" else "") for r in bad[:5]
     )
     return [f"{len(bad)} regression(s){against}: {listed}."]
 
 
 def _interval(r: Regression) -> str:
-    """` (0.70×, CI 0.66–0.74)` for a figure compared over rounds; empty for a check or a needle."""
+    """` (0.70×, CI 0.66–0.74)` for a figure compared over rounds, ` (difference CI +10.2% to +61.0%)` for a
+    share of failed requests; empty for a check or a needle."""
+    covering = f", covering {r.covers}" if r.covers else ""
+    if r.ratio is None and r.ci_low is not None and r.ci_high is not None:
+        return f" (difference CI {r.ci_low:+.1%} to {r.ci_high:+.1%}{covering})"
     if r.ratio is None or r.ci_low is None or r.ci_high is None:
         return ""
-    return " (" + ratio_interval(r.ratio, r.ci_low, r.ci_high)[:-1].replace(" (", ", ", 1) + ")"
+    return " (" + ratio_interval(r.ratio, r.ci_low, r.ci_high, covers=r.covers)[:-1].replace(" (", ", ", 1) + ")"
 
 
 def _change(change: Any) -> str:

@@ -449,6 +449,8 @@ class Regression(_Doc):
     ci_low: float | None = None
     ci_high: float | None = None
     verdict: str | None = None
+    baseline_kind: str | None = None  # last_good or reference (tasks/compare.py)
+    covers: str | None = None  # what variation the interval covers
 
 
 class NotTested(_Doc):
@@ -534,6 +536,8 @@ class RunSummary(_Doc):
     restarts: dict[str, int]  # per engine, for the report's header
     run_steps: dict[str, OutcomeSummary]
     regressions: list[Regression]
+    # Baselines the nightly comparison could not use, each with what differs ("engine args [...] then, [...] now")
+    baselines_skipped: list[str] = Field(default_factory=list)
     limits: list[str]
     # What this run did not prove, from its config and results (tasks/report/limits.py `not_proved`).
     not_proved: list[str] = Field(default_factory=list)

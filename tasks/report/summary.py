@@ -28,7 +28,7 @@ from tasks.evidence.reliability import engine_ttft_verdict, withhold_stream_time
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import COLD_START_FINDING
 from tasks.evidence.restarts import restart_summary
-from tasks.load.stats import HEADLINE_FIGURES, client_load, first_encounter_tail, over_rounds
+from tasks.load.stats import HEADLINE_FIGURES, client_load, first_encounter_tail, over_rounds, withhold_slo_judged
 from tasks.report.decision import LEAD_FIGURES, decide
 from tasks.report.limits import not_proved
 from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison, EngineRestarts, EngineSummary,
@@ -87,6 +87,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         restarts={name: e.restarts.total for name, e in engines.items()},
         run_steps=run_steps,
         regressions=regressions,
+        baselines_skipped=list((run_dir.read_json(state.REGRESSIONS) or {}).get("skipped") or []),
         limits=list(STANDING_LIMITS),
         not_tested=_not_tested(cfg, engines, run_steps, bool(regressions)),
         confidence=CONFIDENCE,
@@ -185,7 +186,7 @@ def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) ->
         for key in sorted({(r.get("concurrency"), r.get("rate_rps")) for r in mine}, key=_level_order):
             group = sorted((r for r in mine if (r.get("concurrency"), r.get("rate_rps")) == key),
                            key=lambda r: r.get("round") or 0)
-            levels.append(_level(key, group, ttft_published, warmup_rounds))
+            levels.append(_level(key, group, ttft_published, warmup_rounds, cfg.slo))
         kept = run_dir.read_json(state.perf_summary_doc(engine, scenario)) or {}
         design = kept.get("design") or {}
         together = [e for e in design.get("engines") or [] if e != engine] if design.get("order") == "interleaved" \
@@ -203,9 +204,10 @@ def _level_order(key: tuple[Any, Any]) -> tuple[float, float]:
 
 
 def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: bool,
-           warmup_rounds: list[dict[str, Any]]) -> PerfLevel:
+           warmup_rounds: list[dict[str, Any]], slo: Any = None) -> PerfLevel:
     concurrency, rate = key
-    figures = over_rounds(rounds, FIGURES)
+    # goodput obeys the capacity's rule: judged on TTFT/TPOT, it goes where the stream timing goes
+    figures = withhold_slo_judged(over_rounds(rounds, FIGURES), ttft_published, slo) or {}
     first = first_encounter_tail(rounds, warmup_rounds)
     if not ttft_published:
         figures = withhold_stream_timed(figures) or {}

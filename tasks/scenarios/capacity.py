@@ -34,7 +34,7 @@ from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
-from tasks.load.stats import meets_slo
+from tasks.load.stats import meets_slo, slo_judged_withheld
 from tasks.scenarios import CAPACITY_SCENARIO as SCENARIO
 from tasks.scenarios.warmup import is_first_encounter, mark_seen, warmup_requests
 
@@ -150,12 +150,29 @@ def outcome_of(s: CapacityScenario, probes: Sequence[tuple[float, bool]]) -> tup
     return ("at_least_max" if high is None else "found"), low
 
 
-def order(mine: Sequence[float | None], base: Sequence[float | None]) -> Literal["more", "less", "overlap"]:
-    """Two searches' brackets [highest load that passed, lowest that failed] compared: "more" when mine
-    passed a load the base failed, "less" when it failed one the base passed; otherwise the brackets
-    overlap and the searches cannot tell the two capacities apart."""
-    my_pass, my_fail = mine
-    base_pass, base_fail = base
+def decisive_bracket(result: Any) -> tuple[float | None, float | None]:
+    """The search's bracket [highest load that passed, lowest that failed] on decisive probes only (their
+    interval lay wholly on one side of the target): an end resting on a close probe (decided by its
+    point estimate) moves to the nearest decisive probe of the same verdict beyond it, or is unknown.
+    `result`: a search's result or its published Capacity (mapping or model)."""
+    low, high = _get(result, "bracket") or (None, None)
+    probes = [(float(_get(p, "load")), _get(p, "verdict"), bool(_get(p, "close"))) for p in _get(result, "probes") or []]
+    close = {load for load, _, is_close in probes if is_close}
+    if low is not None and low in close:
+        passed = [load for load, verdict, is_close in probes if verdict == "pass" and not is_close and load < low]
+        low = max(passed) if passed else None
+    if high is not None and high in close:
+        failed = [load for load, verdict, is_close in probes if verdict == "fail" and not is_close and load > high]
+        high = min(failed) if failed else None
+    return low, high
+
+
+def order(mine: Any, base: Any) -> Literal["more", "less", "overlap"]:
+    """Two searches compared on their decisive probes (`decisive_bracket`): "more" when mine passed a load
+    the base failed, "less" when it failed one the base passed; otherwise "overlap": the searches cannot
+    tell the two capacities apart (their brackets overlap, or rest on close probes)."""
+    my_pass, my_fail = decisive_bracket(mine)
+    base_pass, base_fail = decisive_bracket(base)
     if my_pass is not None and base_fail is not None and my_pass >= base_fail:
         return "more"
     if base_pass is not None and my_fail is not None and base_pass >= my_fail:
@@ -163,14 +180,18 @@ def order(mine: Sequence[float | None], base: Sequence[float | None]) -> Literal
     return "overlap"
 
 
+def _get(thing: Any, key: str) -> Any:
+    return thing.get(key) if isinstance(thing, dict) else getattr(thing, key, None)
+
+
 def published(result: dict[str, Any], ttft_reliable: bool, slo: Any) -> dict[str, Any]:
     """The result as every path publishes it (summary, report, regression check): a capacity judged
-    on TTFT or TPOT is withheld where the engine's stream timing is unreliable; the probes stay."""
-    stream_timed = [name for name in ("ttft_s", "tpot_s") if getattr(slo, name, None) is not None]
-    if ttft_reliable or not stream_timed:
+    on TTFT or TPOT is withheld where the engine's stream timing is unreliable (the rule of every
+    SLO-judged figure, goodput too: tasks/load/stats.py slo_judged_withheld); the probes stay."""
+    withheld = slo_judged_withheld(ttft_reliable, slo)
+    if withheld is None:
         return result
-    withheld = (f"judged on {' and '.join(stream_timed)}, and this engine's TTFT is unreliable "
-                "(stream timing not published); the probes are shown as measured")
+    withheld += "; the probes are shown as measured"
     return {**result, "capacity": None, "withheld": withheld, "text": "not published: " + withheld}
 
 
@@ -317,5 +338,5 @@ def probe_row(ctx: StepContext, s: CapacityScenario, probe: dict[str, Any]) -> d
             "target_goodput_share": s.target_goodput_share, "confidence": s.confidence}
 
 
-__all__ = ["EngineGone", "Judgement", "bracket", "describe", "judge", "next_load", "order", "outcome_of", "published",
+__all__ = ["EngineGone", "Judgement", "bracket", "decisive_bracket", "describe", "judge", "next_load", "order", "outcome_of", "published",
            "run_capacity", "wilson"]

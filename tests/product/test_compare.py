@@ -137,7 +137,7 @@ def test_quarantined_and_later_runs_are_never_baselines(s3_server, run_root, buc
 def test_first_run_has_no_baseline_and_passes(s3_server, run_root, bucket):
     now, cfg_now = _run(run_root, bucket, "first-5", 100.0, 0.10, GOOD_CHECKS, True, "effective", 2000.0)
     result = compare_run(now, cfg_now, s3_server.client())
-    assert result["engines"][ENGINE] == {"baselines": {}, "compared": 0, "regressed": 0}
+    assert result["engines"][ENGINE] == {"baselines": {}, "references": {}, "compared": 0, "regressed": 0}
     assert now.read_rows("regressions", ENGINE) == []
 
 
@@ -168,7 +168,10 @@ def test_a_baseline_with_other_settings_is_skipped_for_the_older_matching_one(s3
     if named == "dialect":  # another engine lineage: nothing of that run is a baseline
         assert {r["baseline_run_id"] for r in rows} == {"old-6"}
     else:  # other short settings: the other scenarios still compare with the newer run
-        assert {r["baseline_run_id"] for r in rows if r["scenario"] != "short"} == {"other-6"}
+        assert {r["baseline_run_id"] for r in rows if r["scenario"] != "short" and r["baseline_kind"] == "last_good"} \
+            == {"other-6"}
+        # ... and the lineage's first run stays their reference
+        assert {r["baseline_run_id"] for r in rows if r["baseline_kind"] == "reference"} == {"old-6"}
 
 
 def test_engine_lineage_ignores_tag_and_digest_but_not_the_repository():
@@ -196,6 +199,11 @@ def _rows(run_id: str, tps: list[list[float]], ttft: list[list[float]]) -> list[
             for rnd, (t, f) in enumerate(zip(ts, fs), start=1)]
 
 
+def _headline(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The throughput and TTFT rows (a shape's failed-share row is compared beside them)."""
+    return [r for r in rows if r["metric"] in ("output_tps", "ttft_p95_s")]
+
+
 def _sides(rows: list[dict[str, Any]]) -> dict[str, Side]:
     """run_id -> its side, from one rounds table (one frame for all: building frames is the slow part)."""
     checks, needles = to_frame("checks", []), to_frame("needles", [])
@@ -221,7 +229,7 @@ def _repeat(tps_factor: float, seed: int) -> tuple[float, float, set[str]]:
     flagged = by_median = 0
     metrics: set[str] = set()
     for i in range(REPS):
-        compared = compare_engine(cfg, ENGINE, None, sides[f"now-{i}"], {"short": sides[f"base-{i}"]})
+        compared = _headline(compare_engine(cfg, ENGINE, None, sides[f"now-{i}"], {"short": sides[f"base-{i}"]}))
         assert len(compared) == 4  # output_tps and ttft_p95_s at two levels
         flagged += any(r["regressed"] for r in compared)
         metrics |= {r["metric"] for r in compared if r["regressed"]}
@@ -269,7 +277,7 @@ def test_fewer_than_two_rounds_a_side_is_not_enough_to_regress():
     cfg = parse_run_config({**small_config("unused"), "run_id": "now"})
     sides = _sides(_rows("base", [[100.0, 102.0], [400.0, 404.0]], [[0.02, 0.021], [0.02, 0.021]])
                    + _rows("now", [[50.0], [200.0]], [[0.05], [0.05]]))  # one round only: half the throughput
-    rows = compare_engine(cfg, ENGINE, None, sides["now"], {"short": sides["base"]})
+    rows = _headline(compare_engine(cfg, ENGINE, None, sides["now"], {"short": sides["base"]}))
     assert len(rows) == 4 and not any(r["regressed"] for r in rows)
     assert {r["verdict"] for r in rows} == {"not enough rounds"}
     assert all(r["ratio"] is None and r["ci_low"] is None for r in rows)

@@ -26,13 +26,16 @@ venv-test: $(VENV)/.installed-test
 
 # Debian packages the tests drive for real: an OCI registry, a headless browser, and the distributed
 # Airflow stack's metadata database (PostgreSQL: its binaries live under /usr/lib/postgresql/VERSION/bin)
-# and Celery broker (Redis).
+# and Celery broker (Redis), and the namespaces that make its workers hosts of their own (iproute2's ip,
+# util-linux's unshare and nsenter).
 system-packages:
 	@missing=""; \
 	command -v docker-registry >/dev/null || [ -x /usr/bin/docker-registry ] || missing="$$missing docker-registry"; \
 	command -v chromium >/dev/null || missing="$$missing chromium chromium-driver"; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null || [ -x /usr/bin/redis-server ] || missing="$$missing redis-server"; \
+	command -v ip >/dev/null || [ -x /usr/sbin/ip ] || missing="$$missing iproute2"; \
+	command -v unshare >/dev/null && command -v nsenter >/dev/null || missing="$$missing util-linux"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	  else echo "missing system packages:$$missing (run as root, or: sudo apt-get install$$missing)"; exit 1; fi; \

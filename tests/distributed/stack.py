@@ -2,18 +2,23 @@
 
 PostgreSQL (metadata database and Celery result backend) and Redis (Celery broker), private instances
 on free loopback ports; a SeaweedFS S3 server (tasks/devstack.py) for the archive; Airflow's API server,
-scheduler, DAG processor and triggerer; and Celery workers (CeleryExecutor), each with its own empty
-working directory, HOME, AIRFLOW_HOME and DAYONE_WORKDIR, and its own host name for the task instances
-it runs (worker_identity.py). Every component gets the `dayone_s3` connection as AIRFLOW_CONN_DAYONE_S3,
-as `make ui` gives it, and keeps run state under the S3 prefix DAYONE_STAGING names. Only code is shared:
-the DAGs folder and the plugins, as a deployment's image carries them.
+scheduler, DAG processor and triggerer; and Celery workers (CeleryExecutor), each a host of its own
+(nodes.py): its own network namespace and address on a bridge, its own host name (UTS namespace, the
+`hostname` of the task instances it runs), its own /tmp and disk (mount namespace, a tmpfs holding its
+HOME, AIRFLOW_HOME and DAYONE_WORKDIR). A worker reaches the services on its loopback
+(loopback_forward.py), and the engines it or another worker started only at their address on the bridge
+(DAYONE_ENGINE_HOST). The file audit (file_audit.py) records every open by one worker of a file on another
+worker's disk: `assert_no_cross_node_reads` fails on any, so whatever one worker hands another goes through
+S3. Every component gets the `dayone_s3` connection as AIRFLOW_CONN_DAYONE_S3, as `make ui` gives it, and
+keeps run state under the S3 prefix DAYONE_STAGING names. Only code is shared: the DAGs folder and the
+plugins, as a deployment's image carries them (plus planted_dag.py, the audit's own test).
 
     with DistributedAirflow(state_dir) as stack:
         run_id = stack.trigger("dayone_eval", conf)
         stack.wait_for_run("dayone_eval", run_id, timeout_s=300)
 
-Debian's postgresql and redis-server provide the servers (`make system-packages` installs them; as
-root, so does `require_system_packages`). PostgreSQL refuses to run as root: when this runs as root,
+Debian's postgresql and redis-server provide the servers, iproute2 and util-linux the namespaces
+(`make system-packages` installs them; as root, so does `require_system_packages`). PostgreSQL refuses to run as root: when this runs as root,
 its cluster lives in a directory of its own under /tmp owned by the `postgres` user, who runs it.
 """
 
@@ -35,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from nodes import Node, NodeNetwork
 
 from tasks.devstack import SeaweedS3
 from tasks.ports import free_ports
@@ -59,6 +66,10 @@ class StackError(RuntimeError):
     """A component would not start or died; the message carries the tail of its log."""
 
 
+class CrossNodeRead(AssertionError):
+    """A worker opened a file another worker wrote: something one node handed another without S3."""
+
+
 # ---- system packages --------------------------------------------------------------------------------
 
 
@@ -77,7 +88,9 @@ def require_system_packages() -> tuple[Path, str]:
     """PostgreSQL's bin directory and redis-server; installed from Debian's packages when missing and we
     are root (what `make system-packages` does), else StackError saying what to install."""
     def missing() -> list[str]:
-        return [pkg for pkg, found in (("postgresql", postgres_bin()), ("redis-server", redis_server())) if not found]
+        return [pkg for pkg, found in (("postgresql", postgres_bin()), ("redis-server", redis_server()),
+                                       ("iproute2", shutil.which("ip")), ("util-linux", shutil.which("unshare")))
+                if not found]
 
     if (packages := missing()) and os.geteuid() == 0:
         env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
@@ -255,13 +268,21 @@ class RedisServer:
 
 @dataclass
 class Worker:
-    name: str  # also its task instances' hostname
-    root: Path  # its own disk: HOME, working directory, AIRFLOW_HOME, DAYONE_WORKDIR
+    node: Node  # its host: name (its task instances' hostname), address, namespaces
     component: Component | None = None
 
     @property
+    def name(self) -> str:
+        return self.node.name
+
+    @property
+    def root(self) -> Path:
+        """Its own disk: HOME, working directory, AIRFLOW_HOME, DAYONE_WORKDIR, /tmp."""
+        return self.node.root
+
+    @property
     def celery_hostname(self) -> str:
-        return f"{self.name}@dayone-stack"
+        return f"{self.name}@{self.name}"
 
     @property
     def airflow_home(self) -> Path:
@@ -281,6 +302,7 @@ class DistributedAirflow:
     s3: SeaweedS3 | None = None
     postgres: PostgresServer | None = None
     redis: RedisServer | None = None
+    network: NodeNetwork | None = None
     killed: set[str] = field(default_factory=set)  # workers killed on purpose: their exit is no failure
 
     # -- environment --------------------------------------------------------------------------------
@@ -305,8 +327,12 @@ class DistributedAirflow:
         assert self.postgres and self.redis and self.s3
         keys = self._secrets()
         home = own_root / "home"
-        for d in (home, own_root / "airflow", own_root / "runs"):
+        for d in (home, own_root / "airflow", own_root / "runs", own_root / "dags"):
             d.mkdir(parents=True, exist_ok=True)
+        # DayOne's DAG files and the audit's planted one, linked into the component's own DAGs folder
+        for dag_file in [*(REPO / "dags").glob("*.py"), HERE / "planted_dag.py"]:
+            if not (own_root / "dags" / dag_file.name).is_symlink():
+                (own_root / "dags" / dag_file.name).symlink_to(dag_file)
         inherited = {k: v for k, v in os.environ.items()
                      if not k.startswith(("AIRFLOW", "DAYONE_", "PYTEST_", "AWS_"))}
         plugins = str(REPO / "plugins")
@@ -316,9 +342,9 @@ class DistributedAirflow:
             "AIRFLOW_HOME": str(own_root / "airflow"),
             "DAYONE_WORKDIR": str(own_root / "runs"),
             "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
-            # code, as a deployment's image carries it: DayOne's DAGs and plugins, and the workers' host name
-            "PYTHONPATH": os.pathsep.join((plugins, str(HERE))),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
+            # code, as a deployment's image carries it: DayOne's DAGs (and the audit's planted one) and plugins
+            "PYTHONPATH": plugins,
+            "AIRFLOW__CORE__DAGS_FOLDER": str(own_root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
@@ -349,11 +375,28 @@ class DistributedAirflow:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def _start(self, name: str, argv: list[str], env: dict[str, str], cwd: Path) -> Component:
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None, cwd: Path) -> Component:
         log = self.state / "logs" / f"{name}.log"
         component = Component(name, start_group(argv, log, env=env, cwd=cwd), log)
         self.components.append(component)
         return component
+
+
+    def _start_nodes(self, timeout_s: float) -> list[Node]:
+        """The workers' hosts, the audit of their disks, and the services on their loopbacks."""
+        assert self.postgres and self.redis and self.s3
+        self.network = NodeNetwork(list(self.worker_names))
+        nodes = self.network.create()
+        audit = self._start("file-audit", [sys.executable, str(HERE / "file_audit.py"), str(self.audit_log),
+                                           *(f"{n.name}={n.netns_path}={n.root}" for n in nodes)], None, self.state)
+        ports = (self.postgres.port, self.redis.port, self.s3.port, self.api_port)
+        forward = self._start("loopback-forward", [sys.executable, str(HERE / "loopback_forward.py"),
+                                                   ",".join(str(n.netns_path) for n in nodes),
+                                                   ",".join(map(str, ports))], None, self.state)
+        for component in (audit, forward):
+            _wait(f"{component.name} ready", lambda c=component: "ready" in c.log.read_text() or None, timeout_s,
+                  [component], interval_s=0.1)
+        return nodes
 
     def start(self, timeout_s: float = 300) -> DistributedAirflow:
         self.state.mkdir(parents=True, exist_ok=True)
@@ -383,13 +426,13 @@ class DistributedAirflow:
         ):
             root = self.state / name
             self._start(name, argv, self.environment(root), root / "home")
-        for name in self.worker_names:
-            worker = Worker(name, self.state / name)
-            env = {**self.environment(worker.root), "DAYONE_STACK_HOSTNAME": name,
-                   "AIRFLOW__CORE__HOSTNAME_CALLABLE": "worker_identity.hostname"}
-            worker.component = self._start(name, [airflow, "celery", "worker", "--celery-hostname",
-                                                  worker.celery_hostname, "--concurrency",
-                                                  str(self.worker_concurrency), "--skip-serve-logs"],
+        for node in self._start_nodes(timeout_s):
+            worker = Worker(node)
+            # its engines listen on its address on the bridge, where the other worker reaches them
+            env = {**self.environment(worker.root), "DAYONE_ENGINE_HOST": node.address}
+            worker.component = self._start(node.name, node.enter([airflow, "celery", "worker", "--celery-hostname",
+                                                                  worker.celery_hostname, "--concurrency",
+                                                                  str(self.worker_concurrency), "--skip-serve-logs"]),
                                            env, worker.root / "home")
             self.workers.append(worker)
         self._wait_until_serving(timeout_s)
@@ -450,6 +493,19 @@ class DistributedAirflow:
         finally:
             app.close()
 
+    def consume(self, worker: str, queue: str) -> None:
+        """The worker takes tasks of `queue` too (a queue that a task names: `@task(queue=...)`)."""
+        from celery import Celery
+
+        assert self.redis
+        app = Celery(broker=self.redis.url)
+        try:
+            if not app.control.add_consumer(queue, destination=[self.worker(worker).celery_hostname], reply=True,
+                                            timeout=10):
+                raise StackError(f"{worker} did not answer a change of its queues")
+        finally:
+            app.close()
+
     def stop(self) -> None:
         """Airflow's components all at once (SIGTERM to each group, SIGKILL after a grace period), then
         the services they use."""
@@ -463,8 +519,12 @@ class DistributedAirflow:
             stop_group(component.proc.pid, grace_s=20)
         # What tasks started in sessions of their own (a local engine whose run failed before its teardown)
         # carries a worker's environment: it goes with the stack.
-        for pid in _started_within(self.state):
-            stop_group(pid, grace_s=10)
+        try:
+            for pid in _started_within([self.state, *(w.root for w in self.workers)]):
+                stop_group(pid, grace_s=10)
+        finally:
+            if self.network is not None:
+                self.network.remove()
         for service in (self.s3, self.redis, self.postgres):
             if service is not None:
                 service.stop()
@@ -519,6 +579,30 @@ class DistributedAirflow:
         """Every try of a task instance, the current one included, oldest first."""
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/{map_index}/tries"
         return sorted(self.get(path).json()["task_instances"], key=lambda t: t["try_number"])
+
+    # -- the file audit ---------------------------------------------------------------------------
+
+    @property
+    def audit_log(self) -> Path:
+        return self.state / "file-audit.jsonl"
+
+    def cross_node_reads(self, since: int = 0) -> list[dict[str, Any]]:
+        """Every open by one worker of a file on another worker's disk, from the audit's `since`-th on."""
+        if not self.audit_log.exists():
+            return []
+        return [json.loads(line) for line in self.audit_log.read_text().splitlines()[since:] if line.strip()]
+
+    def audit_mark(self) -> int:
+        return len(self.cross_node_reads())
+
+    def assert_no_cross_node_reads(self, since: int = 0) -> None:
+        """CrossNodeRead when any worker opened a file another worker wrote (since the mark `since`)."""
+        found = self.cross_node_reads(since)
+        if found:
+            lines = [f"{f['reader']} opened a file {f['writer']} wrote: {f['path']} (pid {f['pid']}: {f['command'][:160]})"
+                     for f in found[:20]]
+            raise CrossNodeRead(f"{len(found)} open(s) of another worker's files; a worker hands another nothing "
+                                "but through S3:\n" + "\n".join(lines))
 
     # -- failures -----------------------------------------------------------------------------------
 
@@ -585,9 +669,9 @@ def _session_members(session: int) -> list[int]:
     return members
 
 
-def _started_within(state: Path) -> list[int]:
-    """Session leaders whose environment puts their AIRFLOW_HOME under `state`: started by this stack."""
-    marker = f"AIRFLOW_HOME={state}/".encode()
+def _started_within(roots: list[Path]) -> list[int]:
+    """Session leaders whose environment puts their AIRFLOW_HOME under one of `roots`: started by this stack."""
+    markers = tuple(f"AIRFLOW_HOME={root}/".encode() for root in roots)
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -598,6 +682,6 @@ def _started_within(state: Path) -> list[int]:
         except OSError:
             continue
         session = int(stat[stat.rindex(")") + 2:].split()[3])
-        if session == int(entry.name) and any(v.startswith(marker) for v in environ):
+        if session == int(entry.name) and any(v.startswith(markers) for v in environ):
             found.append(session)
     return found

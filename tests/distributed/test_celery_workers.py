@@ -1,13 +1,31 @@
-"""dayone_eval on a distributed Airflow: CeleryExecutor, two workers that share no disk, only S3.
+"""dayone_eval on a distributed Airflow: CeleryExecutor, two workers that are hosts of their own, sharing
+nothing but S3 and the engine's endpoint.
 
 The stack (stack.py) is PostgreSQL, Redis, a SeaweedFS S3 server, the API server, scheduler, DAG processor
-and triggerer, and Celery workers `worker-a` and `worker-b`, each with its own empty HOME, working
-directory and DAYONE_WORKDIR, one task at a time each. A run is triggered through the REST API on the
-simulator, as a user's client would, and judged through the API and the archive in S3:
+and triggerer, and Celery workers `worker-a` and `worker-b`, one task at a time each. Each worker is a node
+(nodes.py), built with the kernel's namespaces on this one machine:
 
-- it succeeds with steps of the same engine run by both workers, its archive complete and validated;
+- network: `ip netns add` per worker, a veth from it to a bridge in a hub namespace, 10.231.0.N/24 on its
+  end; no address or route is added to this machine's own namespace, and everything is deleted at the
+  stack's end, on failure too (and a dead run's leftovers at the next start). The services (PostgreSQL,
+  Redis, S3, the API server) appear on each worker's own 127.0.0.1 through loopback_forward.py; an engine
+  listens on its worker's bridge address (DAYONE_ENGINE_HOST), the only way the other worker reaches it;
+- UTS: its own host name, which Airflow records as the task instance's `hostname` and DayOne's local
+  target as the engine's node;
+- mount: its own /tmp and /etc/hosts, and a tmpfs of its own for HOME, AIRFLOW_HOME and DAYONE_WORKDIR.
+
+The process table stays shared: the test kills a worker's processes from outside, as a host dies, and an
+engine a worker started lives on in its own session as it would in a pod of its own. The file audit
+(file_audit.py, fanotify on every worker's tmpfs) records each open by one worker of a file on another
+worker's disk; every test asserts there was none, and a planted read (planted_dag.py) proves the audit
+fails a test that has one. A run is triggered through the REST API on the simulator, as a user's client
+would, and judged through the API, the audit and the archive in S3:
+
+- it succeeds with steps of the same engine run by both workers, the engine reached at its worker's
+  address, its archive complete and validated;
 - a kill -9 of the worker running a benchmark step (everything it runs, as when its host dies) is retried on
-  the other worker, and the run still succeeds with that step's partition holding the retry's rows only.
+  the other worker, and the run still succeeds with that step's partition holding the retry's rows only;
+- a task that opens a file another worker's task wrote fails the audit, naming both workers and the path.
 """
 
 from __future__ import annotations
@@ -20,7 +38,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from stack import STAGING, TASK_HEARTBEAT_TIMEOUT_S, DistributedAirflow
+from stack import STAGING, TASK_HEARTBEAT_TIMEOUT_S, CrossNodeRead, DistributedAirflow
 
 from tasks.staging import TRY_POINTER
 
@@ -28,6 +46,7 @@ from tasks.staging import TRY_POINTER
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 DAG_ID = "dayone_eval"
+PLANTED = "planted_cross_worker_read"  # planted_dag.py
 BUCKET = "dayone-distributed"
 ENGINE = "sim-sglang"
 POSITION = "engines_0"  # the first engine position's tasks: the run's only engine
@@ -90,6 +109,7 @@ def test_a_simulator_run_succeeds_with_steps_of_one_engine_on_both_workers(distr
     of the engine's steps: whichever worker is free takes the next task otherwise, and may take them all."""
     stack = distributed_stack
     first, second = (w.name for w in stack.workers)
+    mark = stack.audit_mark()
     stack.set_consuming([first])
     phase = ["deploying"]
 
@@ -113,6 +133,10 @@ def test_a_simulator_run_succeeds_with_steps_of_one_engine_on_both_workers(distr
     assert {"deploy", KILLED_STEP, "teardown"} <= set(ran), ran
     assert ran["deploy"] == first, ran
     assert set(ran.values()) == {first, second}, f"steps of {ENGINE} by worker: {ran}"
+    # the engine listened on its worker's own address, where the other worker reached it
+    deployment = _staged(stack, run_id, f"deployments/{ENGINE}.json")
+    assert deployment["base_url"].split("//")[1].split(":")[0] == stack.worker(first).node.address, deployment
+    stack.assert_no_cross_node_reads(since=mark)
 
     index, prefix = _archive(stack, run_id)
     assert not index["quarantined"], index
@@ -130,9 +154,38 @@ def test_a_simulator_run_succeeds_with_steps_of_one_engine_on_both_workers(distr
     assert (measured["status"] == "ok").all()
 
 
+def _staged(stack: DistributedAirflow, run_id: str, name: str) -> dict[str, Any]:
+    """A document of the run's state in the staging prefix."""
+    from dayone_airflow.glue import dayone_run_id
+
+    bucket, prefix = STAGING.removeprefix("s3://").split("/", 1)
+    key = f"{prefix}/{dayone_run_id(run_id)}/{name}"
+    return json.loads(stack.s3.client().get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
 def _measured_requests() -> int:
     """Requests of the benchmark's measured rounds: `requests_per_round` per unit of concurrency."""
     return sum(SHORT["rounds"] * SHORT["requests_per_round"] for _ in SHORT["concurrency"])
+
+
+def test_a_planted_read_of_a_file_another_worker_wrote_fails_the_audit(distributed_stack):
+    """planted_dag.py: `write` on one worker, `read` of its file by path on the other. The read itself works
+    here (every worker's disk is visible to the others, as on a shared disk), so only the audit can fail it."""
+    stack = distributed_stack
+    writer, reader = (w.name for w in stack.workers)  # both alive: this runs before the kill
+    mark = stack.audit_mark()
+    stack.consume(writer, "planted-write")
+    stack.consume(reader, "planted-read")
+    run_id = stack.trigger(PLANTED, {})
+    state = stack.wait_for_run(PLANTED, run_id, 120)
+    ran = {ti["task_id"]: ti["hostname"] for ti in stack.task_instances(PLANTED, run_id)}
+    assert state == "success" and ran == {"write": writer, "read": reader}, (state, ran)
+
+    with pytest.raises(CrossNodeRead) as failed:
+        stack.assert_no_cross_node_reads(since=mark)
+    print(f"planted read, as the audit fails it:\n{failed.value}")
+    assert f"{reader} opened a file {writer} wrote: " in str(failed.value), failed.value
+    assert "planted.txt" in str(failed.value), failed.value
 
 
 def _partition(stack: DistributedAirflow, run_id: str) -> tuple[str | None, list[str]]:
@@ -154,6 +207,7 @@ def _partition(stack: DistributedAirflow, run_id: str) -> tuple[str | None, list
 def test_a_killed_worker_s_benchmark_step_is_retried_on_the_other_worker_and_replaces_its_partition(
         distributed_stack):
     stack = distributed_stack
+    mark = stack.audit_mark()
     run_id = stack.trigger(DAG_ID, RUN_CONF)
     victim: dict[str, Any] = {}
 
@@ -202,3 +256,5 @@ def test_a_killed_worker_s_benchmark_step_is_retried_on_the_other_worker_and_rep
     measured = partition[partition["round"] >= 1]
     assert len(measured) == _measured_requests(), measured[["concurrency", "round"]].value_counts()
     assert not measured.duplicated(["concurrency", "round", "request_id"]).any()
+    stack.assert_no_cross_node_reads(since=mark)
+

@@ -23,10 +23,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 TOKEN = "dayone-test-token"
-_CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
+_CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events|secrets)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
 _APPS = re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/(?P<res>deployments)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$")
 _NODES = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
-KINDS = {"pods": ("v1", "Pod"), "services": ("v1", "Service"), "events": ("v1", "Event"), "deployments": ("apps/v1", "Deployment")}
+KINDS = {"pods": ("v1", "Pod"), "services": ("v1", "Service"), "events": ("v1", "Event"), "secrets": ("v1", "Secret"), "deployments": ("apps/v1", "Deployment")}
 
 
 def rfc3339(t: dt.datetime | None = None) -> str:

@@ -1,0 +1,46 @@
+"""An engine's API key read from a Kubernetes Secret through the run's cluster connection (the provider's
+KubernetesHook against a local API server), never from the config."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from k8s_helpers import CONN_ID, MODEL
+
+from tasks.config import parse_run_config
+from tasks.run import RunContext
+from tasks.staging import RunDir
+
+KEY = "dk-secretKey-7hQ2pX9w"
+
+
+def _config(**engine):
+    return parse_run_config({
+        "run_id": "keyed", "target": "kubernetes", "model": {"name": MODEL},
+        "engines": [{"name": "vllm", "dialect": "vllm", "image": "example.org/vllm:day1", **engine}],
+        "kubernetes": {"namespace": "bench", "conn_id": CONN_ID}})
+
+
+def _ctx(tmp_path, config):
+    from dayone_airflow.connections import cluster_access
+
+    return RunContext(config, RunDir("keyed", root=tmp_path), cluster=cluster_access())
+
+
+def test_the_key_is_read_from_the_secret_the_engine_names(apiserver, kube_conn, tmp_path):
+    apiserver._store("secrets", {"apiVersion": "v1", "kind": "Secret",
+                                 "metadata": {"name": "vllm-key", "namespace": "bench"},
+                                 "data": {"api-key": base64.b64encode(KEY.encode()).decode()}})
+    ctx = _ctx(tmp_path, _config(api_key_secret={"name": "vllm-key"}))
+    access = ctx.endpoint_access("vllm")
+    assert access.headers() == {"Authorization": f"Bearer {KEY}"}
+    assert any(r["path"] == "/api/v1/namespaces/bench/secrets/vllm-key" for r in apiserver.requests)
+
+
+def test_a_secret_without_the_key_names_what_is_missing(apiserver, kube_conn, tmp_path):
+    apiserver._store("secrets", {"apiVersion": "v1", "kind": "Secret",
+                                 "metadata": {"name": "vllm-key", "namespace": "bench"}, "data": {"other": "eA=="}})
+    ctx = _ctx(tmp_path, _config(api_key_secret={"name": "vllm-key", "key": "token"}))
+    with pytest.raises(RuntimeError, match="Secret bench/vllm-key has no key 'token'"):
+        ctx.endpoint_access("vllm")

@@ -399,7 +399,7 @@ def comparisons(engines: dict[str, EngineSummary], base: str, confidence: float)
                 mine = None if name == base or level is None else level.figures.get(figure)
                 if mine is not None:
                     base_values, my_values = _steady(base_level, base_figure), _steady(level, mine)
-                    launches = max(len(set(base_level.launches)), len(set(level.launches)))
+                    launches = max(1, len(set(base_level.launches)), len(set(level.launches)))
                     if launches > 1:  # replicated starts: one value per launch, so the interval holds their variation
                         base_values, my_values = _per_launch(base_level, base_values), _per_launch(level, my_values)
                     paired = (name in engines[base].perf[scenario].interleaved_with

@@ -67,7 +67,9 @@ def test_nightly_records_digests_compares_and_fails_on_a_planted_regression(dagb
     assert {r["metric"] for r in bad} >= {"output_tps"}, bad
     tps = next(r for r in bad if r["metric"] == "output_tps")
     assert tps["verdict"] == "lower" and tps["ci_high"] < 1 - 0.5, tps  # the whole interval below the threshold
-    assert all(r["baseline_run_id"] == dirs[1].run_id for r in bad)  # the last good run, not the first
+    # against the last good run, and against the lineage's first run (the reference) as well
+    assert {r["baseline_run_id"] for r in bad if r["baseline_kind"] == "last_good"} == {dirs[1].run_id}
+    assert {r["baseline_run_id"] for r in bad if r["baseline_kind"] == "reference"} == {dirs[0].run_id}
 
     # The regressions table is archived with the run; the catalog holds each night's digest.
     prefix = dirs[2].read_json("archive.json")["prefixes"]["sim-a"]

@@ -140,7 +140,7 @@ def _night(root: Any, s3: Any, bucket: str, run_id: str, tps: float, created_ts:
         for rnd, wobble in enumerate((0.98, 1.0, 1.02), start=1):
             out.write(round_row(run_id, ENGINE, 2, rnd, tps * wobble, 0.02 * wobble))
     try:
-        record(run_dir, "compare", None, lambda: compare_run(run_dir, cfg, s3, accepted))
+        record(run_dir, "compare", None, lambda: compare_run(run_dir, cfg, s3, *((accepted,) if accepted else ())))
         passed = True
     except RegressionFound:
         passed = False

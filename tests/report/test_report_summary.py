@@ -181,7 +181,7 @@ def test_regressions_table_is_rendered_when_the_run_has_rows(sim_run, tmp_path):
                   "round": 0, "concurrency": 4, "baseline_run_id": "scheduled__2026-11-29T00-00-00-00-00"}
         out.write({**common, "metric": "output_tps", "baseline_value": 900.0, "value": 700.0, "change": -0.222,
                    "threshold": -0.10, "regressed": True, "ratio": 0.78, "ci_low": 0.74, "ci_high": 0.82,
-                   "verdict": "lower"})
+                   "verdict": "lower", "covers": "rounds of one launch and 6 past runs"})
         out.write({**common, "metric": "ttft_p95_s", "baseline_value": 0.03, "value": 0.031, "change": 0.033,
                    "threshold": 0.20, "regressed": False})
     summary = build_summary(run.run_dir(), run.cfg())
@@ -190,8 +190,10 @@ def test_regressions_table_is_rendered_when_the_run_has_rows(sim_run, tmp_path):
     section = page[page.index("id='regressions'"):]
     assert "regressed" in section and "-22.2%" in section and "scheduled__2026-11-29T00-00-00-00-00" in section
     text = next(d.text for d in summary.decision if d.topic == "regressions")
-    assert text.startswith("1 regression(s)") and "output_tps -22.2% (0.78×, CI 0.74–0.82)" in text
+    assert text.startswith("1 regression(s)")
+    assert "output_tps -22.2% (0.78×, CI 0.74–0.82, covering rounds of one launch and 6 past runs)" in text
     assert "0.78× (0.74–0.82)" in section  # the interval the verdict rests on, beside the median change
+    assert "covering rounds of one launch and 6 past runs" in section  # and what it covers
 
 
 def test_planted_secrets_never_reach_the_summary_or_the_page_and_markup_stays_text(sim_run, tmp_path):

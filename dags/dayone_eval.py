@@ -2,7 +2,9 @@
 ### dayone_eval: evaluate one model on its serving engines, end to end
 
 Trigger it for a one-off evaluation: the form's **Preset** picks a starting point (`local-sim` and
-`local-llamacpp-ab` run in minutes on a laptop; `protocol` is the full method for GPU servers).
+`local-llamacpp-ab` run in minutes on a laptop; `protocol` is the full method for GPU servers, whose
+engine images you give). The fields show the preset named by the Variable `dayone_eval_preset`
+(`make ui` sets local-sim), else `custom` (RunConfig's defaults).
 
 **What runs**, per engine: deploy, wait until ready, startup findings, functional checks, the
 performance scenarios, long context, the prefix cache, teardown (always). Then the run validates its
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import pendulum
 from airflow.sdk import dag
-from dayone_airflow.params import eval_params
+from dayone_airflow.params import eval_defaults, eval_params
 from dayone_airflow.pipeline import evaluation
 
 
@@ -27,7 +29,7 @@ from dayone_airflow.pipeline import evaluation
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,
-    params=eval_params(),
+    params=eval_params(eval_defaults()),
     tags=["dayone"],
     doc_md=__doc__,
 )

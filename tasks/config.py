@@ -573,32 +573,53 @@ class Experiment(_Model):
 
 class RunConfig(_Model):
     run_id: str | None = Field(None, description="Set by the pipeline; letters, digits, '-', '_', '.'.")
-    model: ModelSpec = Field(ModelSpec(), description="The model served by every engine, and its revision.")
+    model: ModelSpec = Field(ModelSpec(), title="Model", description="The model every engine serves: name (as "
+                             "/v1/models lists it), revision, context window in tokens.")
     engines: list[EngineSpec] = Field(
-        default_factory=lambda: [EngineSpec(name="sim-sglang", dialect="sglang")], min_length=1,
-        description="Engines to evaluate: name, dialect, image, engine args, GPU slice and node.",
+        default_factory=lambda: [EngineSpec(name="sim-sglang", dialect="sglang")], min_length=1, title="Engines",
+        description="Engines to evaluate, one JSON object each: name, dialect (sglang, vllm, llamacpp, openai), "
+                    "image (on Kubernetes), engine args, GPUs, node; launcher sim, llamacpp or external on this machine.",
     )
-    scenarios: Scenarios = Field(Scenarios(), description="Scenario switches and their sizes (PROTOCOL.md section 4).")
-    slo: SLO = Field(SLO(), description="Service level objectives for goodput; empty means no SLO.")
+    scenarios: Scenarios = Field(Scenarios(), title="Scenarios and their sizes", description="Each scenario's "
+                                 "switch (enabled), prompt and output lengths in tokens, concurrency levels, rounds "
+                                 "(PROTOCOL.md section 4).")
+    slo: SLO = Field(SLO(), title="Service level objectives (SLO)", description="Goodput counts requests within "
+                     "these latencies, in seconds: time to first token (ttft_s), per output token (tpot_s), end to "
+                     "end (e2e_s); null: no such limit.")
     target: Literal["local", "kubernetes"] = Field(
-        "local", description="Where engines run: local processes on this machine, or pods in a Kubernetes cluster."
+        "local", title="Where engines run",
+        description="local: processes on this machine; kubernetes: pods in the cluster of the Kubernetes settings."
     )
-    dry_run: bool = Field(False, description="Render and check everything, deploy nothing (target=kubernetes).")
+    dry_run: bool = Field(False, title="Dry run", description="Render and check everything, deploy nothing "
+                          "(where engines run: kubernetes).")
     # finite: an infinite timeout would let a stalled stream hold its round forever
-    request_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(600.0, description="Timeout of one request (s).")
+    request_timeout_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] = Field(
+        600.0, title="Request timeout (seconds)", description="How long one request may take before it counts as failed.")
+    round_error_rate_max: float = Field(0.05, ge=0, le=1, title="Highest error rate of a round (0 to 1)",
+                                        description="A round whose share of failed requests is above this fails "
+                                                    "(0.05: 5 in 100).")
     step_failed_share_max: float = Field(
-        0.5, ge=0, le=1, description="A performance step whose measured requests failed above this share fails "
+        0.5, ge=0, le=1, title="Highest failed share of a step (0 to 1)",
+        description="A performance step whose measured requests failed above this share fails "
         "(its rows are kept).")
-    round_error_rate_max: float = Field(0.05, ge=0, le=1, description="A round above this error rate fails.")
-    load: LoadSettings = Field(LoadSettings(), description="The load client: how many processes share a round.")
-    telemetry: TelemetrySettings = Field(TelemetrySettings(), description="GPU telemetry per round (DCGM exporter).")
-    kubernetes: KubernetesSettings = Field(KubernetesSettings(), description="Cluster settings (target=kubernetes).")
-    archive: ArchiveSettings = Field(ArchiveSettings(), description="Where the run is archived (S3).")
-    thresholds: RegressionThresholds = Field(RegressionThresholds(), description="Nightly regression thresholds.")
-    experiment: Experiment | None = Field(
-        None, description="A single-variable A/B or factor sweep over a base engine (tasks/experiment.py).")
+    load: LoadSettings = Field(LoadSettings(), title="Load client", description="How many client processes "
+                               "share a round's requests, and streams per process.")
     measurement: MeasurementSettings = Field(
-        MeasurementSettings(), description="Replicated launches: each engine started k times within the run.")
+        MeasurementSettings(), title="Launches per engine",
+        description="Replicated launches: each engine started k times within the run (launches).")
+    telemetry: TelemetrySettings = Field(TelemetrySettings(), title="GPU telemetry",
+                                         description="GPU power and use per round, from a DCGM exporter.")
+    kubernetes: KubernetesSettings = Field(KubernetesSettings(), title="Kubernetes cluster settings",
+                                           description="Namespace, Airflow connection, readiness wait in seconds, "
+                                                       "model volume (where engines run: kubernetes).")
+    archive: ArchiveSettings = Field(ArchiveSettings(), title="Archive (S3)",
+                                     description="The bucket and Airflow connection the run is archived to.")
+    thresholds: RegressionThresholds = Field(RegressionThresholds(), title="Regression thresholds (nightly)",
+                                             description="How far a value may move against the last good run before "
+                                                         "the nightly calls it a regression (fractions: 0.10 is 10%).")
+    experiment: Experiment | None = Field(
+        None, title="Experiment (optional)", description="A single-variable A/B or factor sweep over a base engine "
+        "(tasks/experiment.py): base, factors with their levels. Empty ({}): no experiment.")
 
     @field_validator("run_id")
     @classmethod

@@ -30,7 +30,12 @@ def dayone_run_id(airflow_run_id: str) -> str:
 
 
 def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in dict(params).items() if k not in CONFIG_KEYS_EXCLUDED}
+    """The run config of an Airflow run's params; the form's `experiment: {}` (its JSON editor shows a null
+    section as {}) is no experiment."""
+    config = {k: v for k, v in dict(params).items() if k not in CONFIG_KEYS_EXCLUDED}
+    if config.get("experiment") == {}:
+        config["experiment"] = None
+    return config
 
 
 def run_dir(airflow_run_id: str) -> Any:

@@ -6,26 +6,36 @@ cross-field rules a JSON schema cannot express. Each param's schema is self-cont
 the UI picks its widget from `type` alone: a JSON editor for a section or the engines list.
 
 The first param, `preset`, names a starting point (tasks/presets/) that parse_run_config lays
-under the other fields: the form cannot change its fields' values when a preset is picked.
+under the other fields: the form cannot change its fields' values when a preset is picked, so the
+fields show the DAG's default preset's values (for dayone_eval the Airflow Variable `dayone_eval_preset`,
+which `make ui` sets to local-sim), the hidden `fields_preset` says which, and every field left as shown
+takes the chosen preset's value.
 """
 
 from __future__ import annotations
 
+import logging
 from functools import lru_cache
 from typing import Any
 
 from airflow.sdk import Param
 
 from tasks.config import RunConfig
-from tasks.presets import PRESET_FIELD, PRESETS, PROTOCOL
+from tasks.presets import DEFAULT_PRESET, PRESET_FIELD, PRESETS, SHOWN_FIELD, overlay, preset_values
+
+log = logging.getLogger("dayone.airflow.params")
+
+EVAL_PRESET_VARIABLE = "dayone_eval_preset"
+NO_EXPERIMENT: dict[str, Any] = {}  # the form's JSON editor shows a null object as {}: {} says "none" outright
 
 # Form sections, in the order a person fills them in.
 SECTIONS = {
-    PRESET_FIELD: "Preset",
+    PRESET_FIELD: "Preset", SHOWN_FIELD: "Preset",
     "model": "Model",
     "engines": "Engines", "experiment": "Engines",
     "scenarios": "Scenarios", "load": "Scenarios", "measurement": "Scenarios",
     "slo": "SLOs and limits", "request_timeout_s": "SLOs and limits", "round_error_rate_max": "SLOs and limits",
+    "step_failed_share_max": "SLOs and limits",
     "target": "Where", "dry_run": "Where", "kubernetes": "Where", "telemetry": "Where",
     "archive": "Results", "thresholds": "Results",
 }
@@ -89,21 +99,68 @@ def _without_object_defaults(node: Any) -> Any:
     return node
 
 
-def _preset_param(default: str = PROTOCOL) -> Param:
-    return Param(
-        default, title="Preset", section=SECTIONS[PRESET_FIELD], type="string", enum=list(PRESETS),
-        values_display={name: f"{name}: {p.title}" for name, p in PRESETS.items()},
-        description="A named starting point for the run (tasks/presets/): protocol is the full method, for GPU "
-                    "servers; local-sim and local-llamacpp-ab run on a laptop (tasks/presets/*.yaml). Every field below "
-                    "left at the value shown takes the preset's value; a field you change keeps yours.")
+def eval_defaults() -> dict[str, Any] | None:
+    """dayone_eval's default preset: the Airflow Variable `dayone_eval_preset`, read at parse as the nightly
+    reads its config; None while it is unset (the `custom` preset: RunConfig's defaults). `make ui` sets it
+    to local-sim through the environment. An unknown name fails the DAG's import, listing the presets."""
+    from airflow.sdk import Variable
+
+    try:
+        name = Variable.get(EVAL_PRESET_VARIABLE, default=None)
+    except Exception as exc:  # noqa: BLE001  (no metadata DB or API at parse time: the params' defaults)
+        log.warning("Variable %s unreadable (%s); dayone_eval's form shows the %s preset", EVAL_PRESET_VARIABLE,
+                    exc, DEFAULT_PRESET)
+        return None
+    name = (name or "").strip()
+    if not name:
+        return None
+    if name not in PRESETS:
+        raise ValueError(f"Variable {EVAL_PRESET_VARIABLE}: unknown preset {name!r}. Fix: use one of {', '.join(PRESETS)}")
+    return {PRESET_FIELD: name}
+
+
+def _preset_summary(name: str, defaults: dict[str, Any]) -> str:
+    """One table row: what a preset runs, in the fields a person checks first."""
+    v = preset_values(name, defaults)
+    engines = ", ".join(f"{e['name']} ({e['dialect']}" + (f", image {e['image']}" if e.get("image") else
+                                                          ", image to give" if v["target"] == "kubernetes" else "")
+                        + ")" for e in v["engines"])
+    concurrency = ", ".join(str(c) for c in v["scenarios"]["short"]["concurrency"])
+    return (f"| `{name}` | {engines} | {v['target']} | {v['model']['context_limit_tokens']:,} | {concurrency} "
+            f"| {v['request_timeout_s']:g} |")
+
+
+def _preset_params(shown: str, defaults: dict[str, Any]) -> dict[str, Param]:
+    table = "\n".join(_preset_summary(name, defaults) for name in PRESETS)
+    return {
+        PRESET_FIELD: Param(
+            shown, title="Preset", section=SECTIONS[PRESET_FIELD], type="string", enum=list(PRESETS),
+            values_display={name: f"{name}: {p.title}" for name, p in PRESETS.items()}, description=None,
+            description_md=(
+                f"A named starting point (tasks/presets/*.yaml). **The fields below show `{shown}`'s values.** "
+                f"Pick another preset and every field left as shown takes that preset's value (below); a field "
+                f"you change keeps yours.\n\n| preset | engines | where | context (tokens) | short concurrency "
+                f"| request timeout (s) |\n|---|---|---|---|---|---|\n{table}")),
+        # Hidden (a `const` param): which preset's values the fields show, so "left as shown" is known.
+        SHOWN_FIELD: Param(
+            shown, const=shown, type="string", title="Fields shown from preset", section=SECTIONS[SHOWN_FIELD],
+            description="The preset whose values the form's fields show (set by the DAG, not by a person)."),
+    }
 
 
 def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
+    """The form's params: `defaults` (a run config, may name a preset; for the nightly its Variable's) over
+    its preset's values, which the fields show."""
     schema = _schema()
     defs = schema.get("$defs", {})
-    values = RunConfig().model_dump(mode="json")
-    values.update(defaults or {})
-    params: dict[str, Param] = {PRESET_FIELD: _preset_param(values.get(PRESET_FIELD, PROTOCOL))}
+    doc = dict(defaults or {})
+    shown = doc.pop(PRESET_FIELD, None) or DEFAULT_PRESET
+    doc.pop(SHOWN_FIELD, None)
+    protocol_defaults = RunConfig().model_dump(mode="json")
+    values = overlay(preset_values(shown, protocol_defaults), doc)
+    if values.get("experiment") is None:
+        values["experiment"] = NO_EXPERIMENT
+    params = _preset_params(shown, protocol_defaults)
     ordered = sorted(schema["properties"].items(), key=lambda kv: ORDER.index(kv[0]) if kv[0] in ORDER else len(ORDER))
     for name, prop in ordered:
         if name == "run_id":
@@ -113,5 +170,8 @@ def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
         description = prop.pop("description", None) or title
         for key in ("title", "default"):
             prop.pop(key, None)
+        if name == "experiment":
+            prop.pop("required", None)  # {} is "no experiment" (glue.config_from_params); parse checks the rest
         params[name] = Param(values[name], title=title, description=description, section=SECTIONS.get(name), **prop)
     return params
+

@@ -24,6 +24,7 @@ from dayone_airflow.connections import ARCHIVE_CONN_DEFAULT
 REPO = Path(__file__).resolve().parents[2]
 STATE = REPO / ".dayone"
 ARCHIVE_CONN_ENV = f"AIRFLOW_CONN_{ARCHIVE_CONN_DEFAULT.upper()}"
+LOCAL_PRESET = "local-sim"  # what runs where `make ui` runs: a laptop, no GPU, no cluster
 
 
 def executor_slots(cores: int | None = None) -> int:
@@ -52,6 +53,24 @@ def airflow_env(state: Path, port: int = 8080) -> dict[str, str]:
         "PYTHONPATH": os.pathsep.join(p for p in (plugins, os.environ.get("PYTHONPATH")) if p),
         "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
     }
+
+
+def eval_preset_env() -> dict[str, str]:
+    """dayone_eval's form shows local-sim (the Variable `dayone_eval_preset` through the environment) unless
+    the user set that Variable: in the environment or the metadata DB (a missing DB counts as not set)."""
+    from dayone_airflow.params import EVAL_PRESET_VARIABLE  # imports Airflow: after AIRFLOW_HOME is set
+
+    env_name = f"AIRFLOW_VAR_{EVAL_PRESET_VARIABLE.upper()}"
+    if os.environ.get(env_name):
+        return {}
+    try:
+        from airflow.models.variable import Variable
+
+        if Variable.get(EVAL_PRESET_VARIABLE, default_var=None):
+            return {}
+    except Exception:  # noqa: BLE001  (no DB yet: a first start)
+        pass
+    return {env_name: LOCAL_PRESET}
 
 
 def archive_connection_defined() -> bool:
@@ -129,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.default_int_handler)
     os.environ.update(airflow_env(args.state.resolve(), args.port))
+    os.environ.update(eval_preset_env())  # after AIRFLOW_HOME: the Variable is looked up in this stack's DB
 
     with local_archive(args.state.resolve()) as s3:
         if s3 is None:

@@ -1,12 +1,15 @@
 """Named starting points for a run config: the trigger form's `preset` field, or `preset:` in a config file.
 
-`protocol` is the full method: RunConfig's own defaults (a 1M-token context, needles up to 524K
-tokens, GPU servers). The others are the YAML files beside this module (`make demo` runs them), sized
-for a laptop.
+`protocol` is the full method (RunConfig's sizes: a 1M-token context, needles up to 524K tokens) with
+SGLang and vLLM on Kubernetes, whose images the user must give. `local-sim` and `local-llamacpp-ab`
+are sized for a laptop (`make demo` runs them). `custom` sets nothing: RunConfig's own defaults.
+Each is a YAML file beside this module.
 
-A preset lies UNDER the config given with it: a field left at its protocol default takes the
+A preset lies UNDER the config given with it: a field left at the value the form showed takes the
 preset's value, a field given any other value keeps it (sections merge field by field, lists are
-replaced whole). That is what the trigger form needs: it sends every field, changed or not.
+replaced whole). That is what the trigger form needs: it sends every field, changed or not. The form
+says which preset its fields show in `fields_preset` (a hidden field); without it (a config file, the
+CLI), a field equal to RunConfig's default counts as left as shown.
 """
 
 from __future__ import annotations
@@ -18,7 +21,10 @@ from pathlib import Path
 from typing import Any
 
 PRESET_FIELD = "preset"
+SHOWN_FIELD = "fields_preset"  # the preset whose values the form's fields show: what "left as shown" means
 PROTOCOL = "protocol"
+CUSTOM = "custom"
+DEFAULT_PRESET = CUSTOM  # a form whose Variable names no preset shows RunConfig's defaults, as they run
 PRESET_DIR = Path(__file__).resolve().parent  # shipped as package data: the runner image has them too
 
 
@@ -29,11 +35,14 @@ class Preset:
 
 
 PRESETS = {
-    PROTOCOL: Preset("the full method (PROTOCOL.md): 1M-token context, needles up to 524K tokens; GPU servers"),
+    PROTOCOL: Preset("the full method (PROTOCOL.md): 1M-token context, needles up to 524K tokens; SGLang and vLLM "
+                     "on Kubernetes GPUs, each engine's image to give", "protocol.yaml"),
     "local-sim": Preset("DayOne's engine simulator, SGLang and vLLM dialects, every stage; minutes on a laptop",
                         "sim.yaml"),
     "local-llamacpp-ab": Preset("llama.cpp serving SmolLM2-135M, 1 vs 4 parallel slots; minutes on a laptop CPU",
                                 "llamacpp-ab.yaml"),
+    CUSTOM: Preset("no preset: the fields below as shown (RunConfig's defaults: the full method's sizes, "
+                   "one simulated SGLang engine on this machine)"),
 }
 
 
@@ -48,7 +57,7 @@ def _preset_config(name: str) -> dict[str, Any]:
 
 
 def preset_config(name: str) -> dict[str, Any]:
-    """The fields a preset sets (a copy; empty for the protocol)."""
+    """The fields a preset sets (a copy; empty for custom)."""
     return copy.deepcopy(_preset_config(name))
 
 
@@ -56,18 +65,34 @@ def is_preset(name: Any) -> bool:
     return isinstance(name, str) and name in PRESETS
 
 
+def preset_values(name: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """Every field's value under preset `name`: its config over `defaults` (RunConfig's, dumped), sections
+    merged field by field. What the trigger form shows when `name` is its default preset."""
+    return overlay(copy.deepcopy(defaults), preset_config(name))
+
+
 def with_preset(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """`data` without its `preset` field, over that preset's config; a value equal to its protocol
-    default in `defaults` counts as not given. The preset must be known (`is_preset`)."""
-    given = {k: v for k, v in data.items() if k != PRESET_FIELD}
-    return _under(preset_config(data.get(PRESET_FIELD, PROTOCOL)), given, defaults)
+    """`data` without its `preset` and `fields_preset` fields, over that preset's config; a value equal to
+    the one the form showed (the `fields_preset` preset's; without one, RunConfig's default in `defaults`)
+    counts as not given. The preset must be known (`is_preset`)."""
+    given = {k: v for k, v in data.items() if k not in (PRESET_FIELD, SHOWN_FIELD)}
+    chosen = preset_values(data.get(PRESET_FIELD, DEFAULT_PRESET), defaults)
+    shown = data.get(SHOWN_FIELD)
+    return _under(chosen, given, preset_values(shown, defaults) if is_preset(shown) else defaults)
+
+
+def overlay(base: Any, top: Any) -> Any:
+    """`top` over `base`: sections merged field by field, lists and values replaced whole."""
+    if isinstance(base, dict) and isinstance(top, dict):
+        return {**base, **{k: overlay(base.get(k), v) for k, v in top.items()}}
+    return top
 
 
 _ABSENT = object()
 
 
 def _under(preset: Any, given: Any, default: Any) -> Any:
-    if given is _ABSENT or given == default:  # left at the protocol's value: the preset's, if it sets one
+    if given is _ABSENT or given == default:  # left at the value shown: the chosen preset's
         return given if preset is _ABSENT else preset
     if isinstance(preset, dict) and isinstance(given, dict):
         default = default if isinstance(default, dict) else {}

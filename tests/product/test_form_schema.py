@@ -66,7 +66,7 @@ def test_every_field_has_a_title_and_description(served_params):
     sections = set()
     for name in served_params:
         param = served_params.get_param(name)
-        assert param.schema.get("title") and param.description, name
+        assert param.schema.get("title") and (param.description or param.schema.get("description_md")), name
         sections.add(param.schema.get("section"))
         for path, prop in _sub_schemas(param.schema, name):
             assert prop.get("title") and prop.get("description"), path
@@ -97,6 +97,8 @@ def test_the_engine_form_shows_llamacpps_settings_and_checks_them(served_params)
 def ui_field(schema: dict, value) -> str:
     """The widget Airflow 3.3.2's trigger form picks for a param (FlexibleForm's FieldSelector, in the
     order it tries them; the bundle check below pins the predicates this mirrors)."""
+    if schema.get("const"):
+        return "hidden"
     kind = schema.get("type")
     if isinstance(kind, list):
         others = [t for t in kind if t != "null"]
@@ -124,10 +126,12 @@ def ui_field(schema: dict, value) -> str:
 
 
 EXPECTED_FIELDS = {
-    "preset": "dropdown", "model": "JSON editor", "engines": "JSON array editor", "scenarios": "JSON editor",
+    "preset": "dropdown", "fields_preset": "hidden", "model": "JSON editor", "engines": "JSON array editor",
+    "scenarios": "JSON editor",
     "slo": "JSON editor", "request_timeout_s": "number", "round_error_rate_max": "number", "target": "dropdown",
     "dry_run": "switch", "kubernetes": "JSON editor", "archive": "JSON editor", "thresholds": "JSON editor",
-    "experiment": "JSON editor", "telemetry": "JSON editor", "load": "JSON editor",
+    "experiment": "JSON editor", "telemetry": "JSON editor", "load": "JSON editor", "step_failed_share_max": "number",
+    "measurement": "JSON editor",
 }
 
 
@@ -141,6 +145,7 @@ def test_the_ui_picks_widgets_as_ui_field_says():
         r"\w+===`array`&&\(\w+\.items\?\.type===void 0\|\|\w+\.items\.type===`string`\)",  # lines of text
         r"\w+===`array`&&\w+\.items\?\.type!==`string`",  # JSON array editor
         r"\[`null`,`string`,`number`,`integer`\],\w+=\(\w+,\w+\)=>\w+\.includes\(\w+\)&&Array\.isArray\(\w+\.enum\)",
+        r"\w+=\w+=>!!\w+\.const,",  # a param with a const is a hidden input
         r"\w+\.schema\.type\?Array\.isArray\(\w+\.schema\.type\)\?\w+\.schema\.type\.find\(\w+=>\w+!==`null`\)\?\?`string`",
     ):
         assert re.search(predicate, bundle), predicate
@@ -196,14 +201,14 @@ def test_the_preset_field_lists_every_preset_with_a_label(served_params):
     from tasks.presets import PRESETS
 
     preset = served_params.get_param("preset")
-    assert preset.value == "protocol" and preset.schema["enum"][:3] == ["protocol", "local-sim", "local-llamacpp-ab"]
+    assert preset.value == "custom" and preset.schema["enum"][:3] == ["protocol", "local-sim", "local-llamacpp-ab"]
     assert set(preset.schema["values_display"]) == set(preset.schema["enum"]) == set(PRESETS)
     assert "1M-token" in preset.schema["values_display"]["protocol"]
 
 
 def test_a_preset_lies_under_the_fields_left_as_shown(served_params):
     form = _form_values(served_params)
-    assert _parsed(form) == _parsed({})  # protocol: the defaults as they are
+    assert _parsed(form) == _parsed({})  # custom, the default preset: the defaults as they are
     assert _parsed({**form, "preset": "local-sim"}) == _demo("sim.yaml")
     assert _parsed({**form, "preset": "local-llamacpp-ab"}) == _demo("llamacpp-ab.yaml")
     # a field changed in the form keeps its value; the preset fills the rest of its section
@@ -230,4 +235,92 @@ def test_an_unknown_preset_is_refused_naming_the_field_and_the_choices(served_pa
     with pytest.raises(ConfigError) as error:
         _parsed({**_form_values(served_params), "preset": "laptop"})
     assert error.value.problems == [("preset", "unknown preset 'laptop'",
-                                     "use one of protocol, local-sim, local-llamacpp-ab")]
+                                     "use one of protocol, local-sim, local-llamacpp-ab, custom")]
+
+
+def test_the_protocol_preset_names_its_engines_and_refuses_a_run_until_each_has_an_image(served_params):
+    from tasks.config import ConfigError
+
+    form = {**_form_values(served_params), "preset": "protocol"}
+    with pytest.raises(ConfigError) as error:
+        _parsed(form)
+    [(field, problem, fix)] = error.value.problems
+    assert field == "engines[0].image" and "kubernetes" in problem and "lmsysorg/sglang" in fix
+    images = [{"name": "sglang", "dialect": "sglang", "image": "lmsysorg/sglang:v0.5.0"},
+              {"name": "vllm", "dialect": "vllm", "image": "vllm/vllm-openai:v0.10.0"}]
+    cfg = _parsed({**form, "engines": images})
+    assert cfg.target == "kubernetes" and [e.dialect for e in cfg.engines] == ["sglang", "vllm"]
+    assert cfg.model.context_limit_tokens == 1_048_576  # the method's sizes: RunConfig's own
+    assert {e.launcher for e in cfg.engines} == {"sim"} and cfg.target != "local"  # no simulator runs on a cluster
+
+
+@pytest.fixture()
+def local_sim_form(airflow_db, monkeypatch):
+    """dayone_eval's params as `make ui` parses them: the Variable dayone_eval_preset = local-sim."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    monkeypatch.setenv("AIRFLOW_VAR_DAYONE_EVAL_PRESET", "local-sim")
+    bag = DagBag(dag_folder=str(REPO / "dags" / "dayone_eval.py"))
+    assert not bag.import_errors, bag.import_errors
+    return DagSerialization.from_dict(DagSerialization.to_dict(bag.get_dag("dayone_eval"))).params
+
+
+def test_the_form_shows_the_values_of_the_preset_its_variable_names(local_sim_form):
+    form = _form_values(local_sim_form)
+    sim = _demo("sim.yaml")
+    assert form["preset"] == form["fields_preset"] == "local-sim"
+    assert form["model"]["context_limit_tokens"] == sim.model.context_limit_tokens == 32768
+    assert form["scenarios"]["short"]["concurrency"] == [1, 4]
+    assert [e["name"] for e in form["engines"]] == ["sim-sglang", "sim-vllm"]
+    assert form["request_timeout_s"] == 60
+    assert _parsed(form) == sim  # what the form shows is what runs
+    description = local_sim_form.get_param("preset").schema["description_md"]
+    assert "show `local-sim`'s values" in description
+    assert "| `protocol` | sglang (sglang, image to give), vllm (vllm, image to give) | kubernetes | 1,048,576 |" in description
+
+
+def test_another_preset_replaces_every_field_left_as_shown_and_keeps_a_changed_one(local_sim_form):
+    from tasks.config import RunConfig
+
+    form = _form_values(local_sim_form)
+    assert _parsed({**form, "preset": "custom"}) == RunConfig()
+    assert _parsed({**form, "preset": "local-llamacpp-ab"}) == _demo("llamacpp-ab.yaml")
+    changed = json.loads(json.dumps(form))
+    changed["scenarios"]["short"]["rounds"] = 1
+    cfg = _parsed({**changed, "preset": "custom"})
+    assert cfg.scenarios.short.rounds == 1  # yours
+    assert cfg.scenarios.short.concurrency == [1, 4, 8, 16, 32] and cfg.model.context_limit_tokens == 1_048_576
+    # the REST API with the nested conf alone: the DAG's values under it, as Airflow merges them
+    assert _parsed({**form, "preset": "local-llamacpp-ab", "request_timeout_s": 30}).request_timeout_s == 30
+
+
+def test_an_unknown_preset_in_the_variable_fails_the_import_naming_it(airflow_db, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW_VAR_DAYONE_EVAL_PRESET", "laptop")
+    bag = DagBag(dag_folder=str(REPO / "dags" / "dayone_eval.py"))
+    [error] = bag.import_errors.values()
+    assert "dayone_eval_preset: unknown preset 'laptop'" in error and "local-sim" in error
+
+
+def test_titles_read_as_words_with_units_and_experiment_is_empty_not_null(served_params):
+    for name in served_params:
+        title = served_params.get_param(name).schema["title"]
+        assert title != name and "_" not in title, (name, title)  # never the raw name
+        assert "_" not in name or title != name.replace("_", " ").title(), (name, title)  # nor "Request Timeout S"
+    assert served_params.get_param("request_timeout_s").schema["title"] == "Request timeout (seconds)"
+    experiment = served_params.get_param("experiment")
+    assert experiment.value == {} and "Empty ({}): no experiment" in experiment.description
+    assert _parsed(_form_values(served_params)).experiment is None
+    values = served_params.deep_merge({}).validate()  # Airflow's own check takes {} too
+    assert values["experiment"] == {}
+
+
+def test_make_ui_shows_local_sim_unless_the_user_chose_a_preset(monkeypatch, tmp_path):
+    from dayone_airflow.ui import eval_preset_env
+
+    monkeypatch.delenv("AIRFLOW_VAR_DAYONE_EVAL_PRESET", raising=False)
+    assert eval_preset_env() == {"AIRFLOW_VAR_DAYONE_EVAL_PRESET": "local-sim"}
+    monkeypatch.setenv("AIRFLOW_VAR_DAYONE_EVAL_PRESET", "local-llamacpp-ab")
+    assert eval_preset_env() == {}

@@ -72,7 +72,7 @@ def test_the_config_variable_chooses_what_a_scheduled_run_measures(airflow_db, m
     assert config.model.name == "nightly-model"  # the Variable's own field
     assert config.target == "local" and {e.launcher for e in config.engines} == {"sim"}  # the preset's
     # a person's run keeps the form's defaults
-    assert bag.get_dag("dayone_eval").params["preset"] == "protocol"
+    assert bag.get_dag("dayone_eval").params["preset"] == "custom"
 
 
 def test_a_config_variable_that_is_not_a_run_config_fails_the_import_naming_the_field(airflow_db, monkeypatch):

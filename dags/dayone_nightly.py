@@ -5,7 +5,7 @@
 (cron or preset), read at parse: while it is unset, unpausing the DAG creates no run by itself.
 
 **What it measures.** A scheduled run has no conf: it evaluates the Variable `dayone_nightly_config`
-(a run config in YAML or JSON, may name a preset), else the protocol preset.
+(a run config in YAML or JSON, may name a preset), else the custom preset (RunConfig's defaults).
 
 **What it does.** Pins the images for the logical date (the digest catalog's entry if it has one,
 else today's digests, then records them), runs the same evaluation as `dayone_eval`, then compares

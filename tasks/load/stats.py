@@ -238,11 +238,12 @@ def first_encounter_tail(rounds: Sequence[Mapping[str, Any]],
             **{k: r.get(k) for k in FIRST_ENCOUNTER_FIGURES}}
 
 
-def client_load(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def client_load(rows: Sequence[dict[str, Any]], requests: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """The CPU the client got per scenario, from client_shards rows (warmup rounds left out): its most
-    processes in a round, the CPU of its busiest round (in cores: CPU / the round's longest process run),
-    its worst round's wait for a core (the worst process), and each round that waited more than
-    WAIT_FLAG_SHARE, named by level and round with its share."""
+    processes in a round and why (shards_reason), the CPU of its busiest round (in cores: CPU / the round's
+    longest process run), its worst round's wait for a core (the worst process), each round that waited
+    more than WAIT_FLAG_SHARE, named by level and round with its share, and, from the `requests` rows,
+    how many sends had a wide write bracket (send_wide)."""
     by_round: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if not r.get("warmup"):
@@ -258,8 +259,12 @@ def client_load(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         shares = [p.get("waited_share") for p in procs]
         waited = None if any(x is None for x in shares) else max(shares)  # type: ignore[type-var]
         s = out.setdefault(key[0], {"scenario": key[0], "rounds": 0, "processes": 0, "cpu_cores": None,
-                                    "waited_share": None, "busy_rounds": []})
+                                    "waited_share": None, "busy_rounds": [], "processes_reasons": [],
+                                    "wide_sends": sum(1 for q in requests if q.get("scenario") == key[0]
+                                                      and q.get("send_wide"))})
         s["rounds"] += 1
+        if first.get("shards_reason") and first["shards_reason"] not in s["processes_reasons"]:
+            s["processes_reasons"].append(first["shards_reason"])
         s["processes"] = max(s["processes"], len(procs))
         if wall > 0:
             s["cpu_cores"] = max(s["cpu_cores"] or 0.0, cpu / wall)

@@ -327,6 +327,8 @@ class ClientLoad(_Doc):
     cpu_cores: float | None  # the busiest round's client CPU / its wall time
     waited_share: float | None  # the worst round's (and process's) share waited for a core; None: not measured
     busy_rounds: list[str]  # "c=64 round 2: 7%"
+    processes_reasons: list[str] = Field(default_factory=list)  # why that many processes (client_shards.shards_reason)
+    wide_sends: int = 0  # measured requests whose write bracket was over 1 ms: sent at the stamp before the write
 
 
 class CapacityProbe(_Doc):

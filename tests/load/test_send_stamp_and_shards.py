@@ -156,3 +156,24 @@ def test_a_local_listener_is_found_by_the_endpoint_port_and_a_remote_one_is_not(
         assert shards_module.local_listener_pids(f"http://192.0.2.1:{port}") == []  # TEST-NET: not this host
     finally:
         s.close()
+
+
+def test_the_run_summary_counts_wide_sends_and_says_why_that_many_processes(tmp_path):
+    from tasks.config import parse_run_config
+    from tasks.report.summary import build_summary
+    from tasks.staging import RunDir
+
+    cfg = parse_run_config({"run_id": "rep", "engines": [{"name": "eng", "dialect": "sglang"}]})
+    run_dir = RunDir("rep", root=tmp_path)
+    keys = {"run_id": "rep", "engine": "eng", "image_digest": None, "scenario": "short", "rate_rps": None,
+            "concurrency": 128, "input_tokens": 128, "output_tokens": 64, "warmup": False}
+    why = "auto: 128 streams want 2 processes (64 each); 1 of the 2 cores this process may run on are free"
+    with run_dir.rows("client_shards", "eng", "short") as out:
+        out.write({**keys, "round": 1, "shards": 1, "shards_reason": why, "shard": 0, "offset_s": 0.0,
+                   "uncertainty_s": 0.0, "wall_s": 10.0, "cpu_s": 4.0, "waited_s": 0.1, "waited_share": 0.01})
+    with run_dir.rows("requests", "eng", "short") as out:
+        for i, wide in enumerate((False, True, False, True)):
+            out.write({**keys, "round": 1, "request_id": f"q{i}", "first_encounter": False, "send_ts": 1.0 + i,
+                       "send_bracket_s": 0.004 if wide else 0.00002, "send_wide": wide, "status": "ok"})
+    (load,) = build_summary(run_dir, cfg).engines["eng"].client_load
+    assert load.wide_sends == 2 and load.processes_reasons == [why]

@@ -170,3 +170,15 @@ def test_dayone_check_sends_the_key_from_the_variable_it_names(tmp_path):
     assert refused == [], (refused[:5], proc.stderr[-2000:])
     assert "pass" in (tmp_path / "out" / "checks.csv").read_text()
     assert KEY.encode() not in (tmp_path / "out" / "checks.csv").read_bytes()
+
+
+def test_bench_summary_publishes_the_endpoint_without_its_host(tmp_path):
+    """summary.json is published: the endpoint as typed (an in-cluster name, a node's IP) is scrubbed like
+    every other published field, keeping scheme, port and path."""
+    with PlainServer() as server:
+        url = server.url.replace("127.0.0.1", "localhost") + "/"
+        proc = _bench(url, tmp_path / "out", "--no-warmup")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    raw = (tmp_path / "out" / "summary.json").read_text()
+    assert json.loads(raw)["endpoint"] == f"http://<host>:{url.rsplit(':', 1)[1]}"
+    assert "localhost" not in raw and "127.0.0.1" not in raw

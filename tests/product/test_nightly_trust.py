@@ -350,3 +350,12 @@ def test_widened_intervals_cover_an_unchanged_run_across_launches():
     print({k: v / reps for k, v in covered.items()})
     assert covered["rounds only"] / reps < 0.5
     assert covered["widened"] / reps >= 0.9
+
+
+def test_the_accept_variable_names_one_run_or_several(monkeypatch):
+    from dayone_airflow.pipeline import NIGHTLY_ACCEPT_VARIABLE, nightly_accepted
+
+    monkeypatch.setenv(f"AIRFLOW_VAR_{NIGHTLY_ACCEPT_VARIABLE.upper()}", "run-1, run-2 run-1")
+    assert nightly_accepted() == ("run-1", "run-2")
+    monkeypatch.delenv(f"AIRFLOW_VAR_{NIGHTLY_ACCEPT_VARIABLE.upper()}")
+    assert nightly_accepted() == ()

@@ -327,6 +327,14 @@ def gpu_product(manifest: dict[str, Any] | None, engine: str) -> str | None:
     return record.get("gpu_product") or None
 
 
+def served_weights(manifest: dict[str, Any] | None, engine: str) -> tuple[str | None, bool]:
+    """(identity, moving) of the weights the engine served, from the run's served-revision record
+    (tasks/evidence/revision.py): the identity is None where neither the engine nor the config named a
+    commit or a weights hash; moving where model.revision is a branch or tag, not a commit."""
+    record = ((manifest or {}).get("served_revision") or {}).get(engine) or {}
+    return record.get("identity") or None, bool(record.get("moving"))
+
+
 def scenario_settings(config: dict[str, Any], scenario: str) -> dict[str, Any]:
     settings = (config.get("scenarios") or {}).get(scenario) or {}
     out = {k: settings.get(k) for k in SCENARIO_SETTINGS.get(scenario, ())}
@@ -369,6 +377,8 @@ class Candidates:
         self.now = desensitize(cfg.model_dump(mode="json"))
         self.lineage = engine_lineage(self.now, engine)
         self.gpu = gpu_product(manifest, engine)
+        self.weights = served_weights(manifest, engine)
+        self.weights_then: dict[str, tuple[str | None, bool]] = {}
         self.skipped: list[str] = []
         self._read: dict[str, tuple[dict[str, Any] | None, Side | None]] = {}
 
@@ -390,12 +400,27 @@ class Candidates:
             gpu_then = gpu_product(manifest, self.engine)
             if self.gpu and gpu_then and self.gpu != gpu_then:  # only where both runs recorded one
                 differs = "; ".join(filter(None, (differs, f"gpu product {gpu_then!r} then, {self.gpu!r} now")))
+            self.weights_then[run_id] = weights_then = served_weights(manifest, self.engine)
+            if self.weights[0] and weights_then[0] and self.weights[0] != weights_then[0]:  # a moving revision moved
+                differs = "; ".join(filter(None, (differs, f"served weights {weights_then[0]} then, "
+                                                           f"{self.weights[0]} now")))
             if differs:
                 self._skip(f"baseline {run_id} skipped for {self.engine}: another engine lineage ({differs})")
                 self._read[run_id] = (then, None)
             else:
                 self._read[run_id] = (then, archived_side(self.s3, self.cfg, doc, self.engine))
         return self._read[run_id]
+
+    def caveats(self, used: set[str]) -> list[str]:
+        """A line for each baseline compared although the weights may differ: a moving model revision
+        whose served weights were not identified on both sides."""
+        lines = []
+        for run_id in sorted(used):
+            then = self.weights_then.get(run_id, (None, False))
+            if (self.weights[1] or then[1]) and not (self.weights[0] and then[0]):
+                lines.append(f"baseline {run_id} compared for {self.engine} with a moving model revision whose served "
+                             "weights were not identified on both runs: its figures may come from other weights")
+        return lines
 
     def find(self, docs: list[dict[str, Any]], scenarios: set[str], per_scenario: int = 1) -> dict[str, list[Side]]:
         """scenario -> up to `per_scenario` comparable runs that measured it, in the order of `docs`."""
@@ -632,6 +657,7 @@ def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, .
     regressed: list[str] = []
     result: dict[str, Any] = {"engines": {}}
     skipped: list[str] = []
+    caveats: list[str] = []
     for e in cfg.engines:
         current = current_side(run_dir, e.name, cfg)
         wanted = current.scenarios() | _planned_perf(cfg)
@@ -646,6 +672,7 @@ def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, .
         bad = [r for r in rows if r["regressed"]]
         regressed += [_describe(r) for r in bad]
         skipped += found.skipped
+        caveats += found.caveats({b.run_id for b in (*bases.values(), *refs.values())})
         result["engines"][e.name] = {
             "baselines": {s: b.run_id for s, b in sorted(bases.items())},
             "references": {s: b.run_id for s, b in sorted(refs.items())},
@@ -653,7 +680,7 @@ def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, .
         }
     accepted_here = sorted(set(accepted) & known)
     run_dir.write_json("regressions.json", {**result, "regressions": regressed, "skipped": skipped,
-                                            "accepted": accepted_here})
+                                            "caveats": caveats, "accepted": accepted_here})
     if regressed:
         raise RegressionFound(f"{len(regressed)} regression(s) against the last good run or the reference: "
                               + "; ".join(regressed))

@@ -39,7 +39,8 @@ def decide(summary: RunSummary) -> list[DecisionLine]:
     out += [DecisionLine(topic="reliability", text=t) for t in _reliability(summary)]
     out += [DecisionLine(topic="not_tested", text=t) for t in _not_tested(summary)]
     out += [DecisionLine(topic="regressions", text=t) for t in _regressions(summary.regressions)]
-    out += [DecisionLine(topic="regressions", text=t[:1].upper() + t[1:] + ".") for t in summary.baselines_skipped]
+    out += [DecisionLine(topic="regressions", text=t[:1].upper() + t[1:] + ".")
+            for t in (*summary.baselines_skipped, *summary.baseline_caveats)]
     return out
 
 

@@ -540,6 +540,8 @@ class RunSummary(_Doc):
     regressions: list[Regression]
     # Baselines the nightly comparison could not use, each with what differs ("engine args [...] then, [...] now")
     baselines_skipped: list[str] = Field(default_factory=list)
+    # Baselines compared although the weights may differ (a moving model revision, weights not identified)
+    baseline_caveats: list[str] = Field(default_factory=list)
     limits: list[str]
     # What this run did not prove, from its config and results (tasks/report/limits.py `not_proved`).
     not_proved: list[str] = Field(default_factory=list)

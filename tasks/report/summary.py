@@ -88,6 +88,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         run_steps=run_steps,
         regressions=regressions,
         baselines_skipped=list((run_dir.read_json(state.REGRESSIONS) or {}).get("skipped") or []),
+        baseline_caveats=list((run_dir.read_json(state.REGRESSIONS) or {}).get("caveats") or []),
         limits=list(STANDING_LIMITS),
         not_tested=_not_tested(cfg, engines, run_steps, bool(regressions)),
         confidence=CONFIDENCE,

@@ -359,3 +359,42 @@ def test_the_accept_variable_names_one_run_or_several(monkeypatch):
     assert nightly_accepted() == ("run-1", "run-2")
     monkeypatch.delenv(f"AIRFLOW_VAR_{NIGHTLY_ACCEPT_VARIABLE.upper()}")
     assert nightly_accepted() == ()
+
+
+# ---- 11. the weights a moving revision served -------------------------------------------------------
+
+
+def _served(root: Any, run_id: str, served: dict[str, Any] | None) -> None:
+    from tasks import state
+    from tasks.evidence.revision import revision_identity
+
+    record = revision_identity({"model": {"revision": "main"}}, served)
+    RunDir(run_id, root).write_json(state.served_revision_doc(ENGINE), record)
+
+
+def test_a_baseline_that_served_other_weights_under_the_same_moving_revision_is_skipped(s3_server, run_root, bucket):
+    s3 = s3_server.client()
+    _served(run_root / "then", "w1", {"weights_sha256": "a" * 64})
+    _night(run_root / "then", s3, bucket, "w1", 100.0, 1000.0)
+    _served(run_root, "w2", {"weights_sha256": "b" * 64})
+    run_dir, rows, passed = _night(run_root, s3, bucket, "w2", 50.0, 2000.0)
+    assert passed and rows == []  # before: 'main' both nights, compared as equal, and -50% regressed
+    (line,) = run_dir.read_json("regressions.json")["skipped"]
+    assert f"served weights sha256:{'a' * 64} then, sha256:{'b' * 64} now" in line, line
+
+
+def test_a_baseline_whose_moving_revision_served_unidentified_weights_is_compared_with_a_caveat(
+        s3_server, run_root, bucket):
+    from tasks.report import build_summary
+
+    s3 = s3_server.client()
+    _served(run_root / "then", "u1", None)
+    _night(run_root / "then", s3, bucket, "u1", 100.0, 1000.0)
+    _served(run_root, "u2", {"weights_sha256": "c" * 64})
+    run_dir, rows, passed = _night(run_root, s3, bucket, "u2", 100.0, 2000.0)
+    assert passed and rows and not run_dir.read_json("regressions.json")["skipped"]
+    (caveat,) = run_dir.read_json("regressions.json")["caveats"]
+    assert caveat.startswith(f"baseline u1 compared for {ENGINE} with a moving model revision"), caveat
+    summary = build_summary(run_dir, parse_run_config({**small_config(bucket), "run_id": "u2"}))
+    assert summary.baseline_caveats == [caveat]
+    assert any(d.topic == "regressions" and "moving model revision" in d.text for d in summary.decision)

@@ -66,7 +66,7 @@ def main() -> None:
                 writer = node_of_disk.get(os.fstat(fd).st_dev)
                 if reader and writer and reader != writer:
                     try:
-                        command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()[:300]
+                        command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode().strip()[:300]
                     except OSError:
                         command = "?"
                     out.write(json.dumps({"reader": reader, "writer": writer, "path": _read(f"/proc/self/fd/{fd}"),

@@ -53,6 +53,7 @@ def test_deploy_creates_exactly_the_rendered_objects(apiserver, target, run_dir)
         "conn_id": CONN_ID, "namespace": NS, "deployment": "dayone-sglang-run-1", "service": "dayone-sglang-run-1",
         "selector": "app.kubernetes.io/managed-by=dayone,dayone/run-id=run-1,dayone/engine=sglang",
         "objects": ["Deployment/dayone-sglang-run-1", "Service/dayone-sglang-run-1"],
+        "launch_index": 0,  # the run's first start (measurement.launches relaunches count on)
     }
     assert dep.image_digest == "sha256:" + "1" * 64
     # the run keeps what was applied, environment values included (HOME here; secrets: see below)

@@ -47,8 +47,8 @@ class Scrape:
     values: dict[str, float]
     buckets: dict[str, list[tuple[float, float]]]
     samples: list[metrics.Sample] = field(default_factory=list, compare=False)
-
     series: dict[str, float] = field(default_factory=dict, compare=False)
+
 
 def parse_scrape(text: str, ts: float | None = None) -> Scrape:
     samples = metrics.parse_samples(text)

@@ -23,6 +23,12 @@ class _LoopbackSubCommand(standalone_command.SubCommand):
 
 
 def main() -> int:
+    # What `airflow`'s own entry point does first: write airflow.cfg with its secrets (jwt_secret among them)
+    # before any component starts; otherwise each component draws its own JWT secret and every task's
+    # token is refused ("Invalid auth token").
+    from airflow.configuration import write_default_airflow_configuration_if_needed
+
+    write_default_airflow_configuration_if_needed()
     standalone_command.SubCommand = _LoopbackSubCommand
     standalone_command.StandaloneCommand().run()
     return 0

@@ -170,6 +170,8 @@ def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
         description = prop.pop("description", None) or title
         for key in ("title", "default"):
             prop.pop(key, None)
+        if "exclusiveMinimum" in prop and "minimum" not in prop:
+            prop["minimum"] = prop["exclusiveMinimum"]  # the form's number field bounds only by minimum/maximum
         if name == "experiment":
             prop.pop("required", None)  # {} is "no experiment" (glue.config_from_params); parse checks the rest
         params[name] = Param(values[name], title=title, description=description, section=SECTIONS.get(name), **prop)

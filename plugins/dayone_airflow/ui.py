@@ -63,10 +63,10 @@ def eval_preset_env() -> dict[str, str]:
     env_name = f"AIRFLOW_VAR_{EVAL_PRESET_VARIABLE.upper()}"
     if os.environ.get(env_name):
         return {}
-    try:
-        from airflow.models.variable import Variable
+    try:  # the metadata DB alone: Variable.get would log a traceback for a DB not yet migrated
+        from airflow.secrets.metastore import MetastoreBackend
 
-        if Variable.get(EVAL_PRESET_VARIABLE, default_var=None):
+        if MetastoreBackend().get_variable(EVAL_PRESET_VARIABLE):
             return {}
     except Exception:  # noqa: BLE001  (no DB yet: a first start)
         pass

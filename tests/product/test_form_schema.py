@@ -317,10 +317,33 @@ def test_titles_read_as_words_with_units_and_experiment_is_empty_not_null(served
     assert values["experiment"] == {}
 
 
-def test_make_ui_shows_local_sim_unless_the_user_chose_a_preset(monkeypatch, tmp_path):
+def test_make_ui_shows_local_sim_unless_the_user_chose_a_preset(airflow_db, monkeypatch):
+    from airflow.models.variable import Variable
+
     from dayone_airflow.ui import eval_preset_env
 
     monkeypatch.delenv("AIRFLOW_VAR_DAYONE_EVAL_PRESET", raising=False)
     assert eval_preset_env() == {"AIRFLOW_VAR_DAYONE_EVAL_PRESET": "local-sim"}
     monkeypatch.setenv("AIRFLOW_VAR_DAYONE_EVAL_PRESET", "local-llamacpp-ab")
-    assert eval_preset_env() == {}
+    assert eval_preset_env() == {}  # the user's, in the environment
+    monkeypatch.delenv("AIRFLOW_VAR_DAYONE_EVAL_PRESET")
+    Variable.set("dayone_eval_preset", "custom")
+    try:
+        assert eval_preset_env() == {}  # the user's, in the metadata DB
+    finally:
+        Variable.delete("dayone_eval_preset")
+
+
+def test_every_number_field_carries_its_bounds_to_the_form(served_params):
+    """Airflow's number field keeps a value within the schema's minimum and maximum (it reads no
+    exclusiveMinimum): a timeout that must be above 0 gets minimum 0, and Airflow's check still refuses 0."""
+    from airflow.exceptions import ParamValidationError
+
+    for name in served_params:
+        schema = served_params.get_param(name).schema
+        if schema.get("type") in ("number", "integer"):
+            assert "minimum" in schema, name
+    assert served_params.get_param("request_timeout_s").schema["minimum"] == 0
+    assert served_params.get_param("round_error_rate_max").schema["maximum"] == 1
+    with pytest.raises(ParamValidationError):
+        served_params.deep_merge({"request_timeout_s": 0}).validate()

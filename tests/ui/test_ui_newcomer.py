@@ -1,8 +1,9 @@
 """A newcomer in the Airflow UI of `make ui`'s real stack, in headless Chromium: no `dag.test()`, the
 run goes through standalone's scheduler, DAG processor and LocalExecutor.
 
-Signs in with the admin password standalone generated, opens dayone_eval, picks the `local-sim` preset
-in the trigger form, triggers, waits for the run's success, opens the "DayOne report" tab on the run
+Signs in with the admin password standalone generated, reads both DAGs' descriptions in the DAG list,
+opens dayone_eval, finds the `local-sim` preset chosen in the trigger form (make ui's default) and
+picks it, sees a bad value caught beside its field before submit, triggers, waits for the run's success, opens the "DayOne report" tab on the run
 page and checks the report's effects table against the run's summary.json; then the report URL
 signed out (to the login page, and back after signing in), and `..` run ids (never served).
 
@@ -25,11 +26,12 @@ from tasks.evidence.effects import ratio_digits
 
 REPO = Path(__file__).resolve().parents[2]
 # Stack start (about 1.5 min), the simulator run (4-5 min on 2 cores), the browser steps.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(720)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1080)]
 
 DAG_ID = "dayone_eval"
+NIGHTLY_ID = "dayone_nightly"
 PRESET = "local-sim"
-RUN_TIMEOUT_S = 480
+RUN_TIMEOUT_S = 720  # 4-5 min alone; 8 on a machine shared with other test runs
 UI_TIMEOUT_MS = 60_000
 VIEWPORT = {"width": 1400, "height": 1000}
 REPORT_FRAME = "iframe[title='DayOne report']"
@@ -90,6 +92,7 @@ def _same_path(url: str, path: str) -> bool:
 def test_newcomer_triggers_the_simulator_preset_and_reads_the_report_from_the_run_page(ui_stack, context, shots):
     from playwright.sync_api import expect
 
+    expect.set_options(timeout=UI_TIMEOUT_MS)  # a run page renders its 60-odd tasks slowly on a loaded machine
     base = ui_stack.base_url
     page = context.new_page()
 
@@ -98,16 +101,52 @@ def test_newcomer_triggers_the_simulator_preset_and_reads_the_report_from_the_ru
     _sign_in(page, ui_stack)
     page.wait_for_url(f"{base}/dags/{DAG_ID}")
 
+    # The DAG list says what each DAG is: Airflow 3.3's DAG card shows the description over the DAG's name.
+    page.goto(f"{base}/dags")
+    for dag_id in (DAG_ID, NIGHTLY_ID):
+        description = ui_stack.api(f"/api/v2/dags/{dag_id}").json()["description"]
+        assert description, dag_id
+        page.get_by_role("link", name=dag_id, exact=True).hover()
+        expect(page.get_by_text(description, exact=True)).to_be_visible()
+    page.screenshot(path=shots / "dag-list.png")  # with the nightly's description: no schedule until ...
+    page.goto(f"{base}/dags/{DAG_ID}")
+
     # The trigger form: the preset is its first section; its options show each preset's name and title.
+    # `make ui` makes local-sim the form's default, and the fields show its values (the Preset table says so).
     page.get_by_test_id("trigger-dag-button").click()  # "Trigger", labelled "Trigger Dag"
     form = page.get_by_role("dialog")
     form.get_by_role("button", name="Preset", exact=True).click()
     field = form.locator("#element_preset")  # the `preset` param's field (a react-select combobox)
+    expect(form.locator("input[name=element_preset]")).to_have_value(PRESET)  # the default, before any click
+    expect(form).to_contain_text(f"The fields below show {PRESET}'s values")
     field.get_by_role("combobox").click()
     page.get_by_role("option", name=re.compile(rf"^{PRESET}: ")).click()
     expect(form.locator("input[name=element_preset]")).to_have_value(PRESET)
     expect(field).to_contain_text(f"{PRESET}: DayOne's engine simulator")
     page.screenshot(path=shots / "trigger-form-local-sim.png")
+
+    # A bad value is caught beside its field before submit: an emptied required number is flagged and holds
+    # the Trigger button; a value over the field's maximum is brought back into range as the field is left.
+    form.get_by_role("button", name="SLOs and limits", exact=True).click()
+    timeout = form.locator("input[name=element_request_timeout_s]")
+    shown_timeout = timeout.input_value()
+    timeout.fill("")
+    timeout_row = timeout.locator(
+        "xpath=ancestor::*[@data-scope='field' and @data-part='root'][1]")
+    expect(timeout_row).to_contain_text("This field is required")
+    expect(form.get_by_test_id("trigger-dag-submit")).to_be_disabled()
+    error_rate = form.locator("input[name=element_round_error_rate_max]")
+    shown_rate = error_rate.input_value()
+    error_rate.fill("5")
+    error_rate.press("Tab")
+    expect(error_rate).to_have_value("1")  # the schema's maximum: 5 never reaches the run
+    timeout_row.scroll_into_view_if_needed()
+    page.screenshot(path=shots / "trigger-form-bad-values.png")
+    timeout.fill(shown_timeout)
+    error_rate.fill(shown_rate)
+    error_rate.press("Tab")
+    expect(timeout_row).not_to_contain_text("This field is required")
+    expect(form.get_by_test_id("trigger-dag-submit")).to_be_enabled()
     form.get_by_test_id("trigger-dag-submit").click()
 
     # Triggering opens the new run's page.
@@ -115,6 +154,7 @@ def test_newcomer_triggers_the_simulator_preset_and_reads_the_report_from_the_ru
     run_id = unquote(urlsplit(page.url).path.rsplit("/", 1)[1])
     run = _wait_for_run(ui_stack, run_id)
     assert run["conf"]["preset"] == PRESET
+    assert run["conf"]["round_error_rate_max"] == float(shown_rate)  # restored: the run is the preset's
     page.reload()
     expect(page.get_by_test_id("state-badge").first).to_have_text("Success")
 

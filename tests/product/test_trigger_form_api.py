@@ -30,6 +30,7 @@ BAD_CONFS = [
       "scenarios": {"long_context": {"lengths": [65536]}, "boundary": {"enabled": False}}},
      "scenarios.long_context.lengths[0]"),
     ({"engines": [{"name": "sim-a", "dialect": "tgi"}]}, "engines[0].dialect"),
+    ({"preset": "protocol"}, "engines[0].image"),  # the protocol's engines wait for their images
 ]
 GOOD_CONF = {
     "model": {"name": "dayone-sim-model", "context_limit_tokens": 32768},

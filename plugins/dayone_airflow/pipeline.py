@@ -236,8 +236,8 @@ def _params_on_the_dag_only(dag: Any) -> None:
 def nightly_config() -> dict[str, Any] | None:
     """The run config a scheduled nightly run evaluates: the Airflow Variable `dayone_nightly_config`
     (YAML or JSON, may name a `preset`), read at parse as the nightly's param defaults; None while it is
-    unset (the params' own defaults: the custom preset, RunConfig's defaults). A scheduled run has no conf, so this is the
-    only way to choose what it measures. A value that is not a valid run config fails the DAG's import
+    unset (the params' own defaults: the custom preset, RunConfig's defaults). A scheduled run has no
+    conf, so this is the only way to choose what it measures. A value that is not a valid run config fails the DAG's import
     with the field and the fix: a nightly must not quietly measure some other config.
     """
     import yaml

@@ -127,8 +127,10 @@ def test_crash_mid_round_keeps_every_completed_request(faults_run, planted_s3):
     rounds = [r for r in faults_run.rows("rounds", "crash") if r["scenario"] == "short"]
     assert [r["status"] for r in sorted(rounds, key=lambda r: r["round"])] == ["failed", "failed"]
     assert "simulated engine crash" in (faults_run.run_dir.path / "logs" / "crash.log").read_text()
-    # the run went on to the next scenario: decode was attempted and its failures are rows
-    assert faults_run.outcome("crash-decode")["status"] == "ok"
+    # the run went on to the next scenario: decode was attempted, its failures are rows, and a step whose
+    # requests all failed is a failed step that says so (a broken engine never passes on its rows alone)
+    decode_outcome = faults_run.outcome("crash-decode")
+    assert decode_outcome["status"] == "failed" and "measured requests failed" in decode_outcome["detail"], decode_outcome
     decode = [r for r in faults_run.rows("requests", "crash") if r["scenario"] == "decode"]
     assert len(decode) == DECODE_REQUESTS and all(r["status"] == "error" for r in decode)
 

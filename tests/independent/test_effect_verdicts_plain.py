@@ -23,8 +23,9 @@ def two_engine_run(airflow_db, s3_server, tmp_path_factory):
             "model": {"name": MODEL, "context_limit_tokens": 4096},
             # the first engine is the base every other one is compared with
             "engines": [external("base", base.url), external("faster", faster.url)],
+            # 6 rounds: paired intervals (5 df) that a busy suite's noise does not swamp
             "scenarios": scenarios(short={"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [2],
-                                          "rounds": 4, "requests_per_round": 8}),
+                                          "rounds": 6, "requests_per_round": 8}),
             "archive": {"bucket": "effects"},
             "request_timeout_s": 30,
         }, s3_server, tmp_path_factory.mktemp("effect-runs"), datetime(2026, 11, 30, 11, 0, tzinfo=timezone.utc))

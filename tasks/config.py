@@ -193,7 +193,6 @@ class EngineSpec(_Model):
         None, description="Readiness wait for this engine in seconds; default: kubernetes.startup_timeout_s on a "
         "cluster, 120 s plus the simulator's startup delay locally."
     )
-
     api_key_connection: str | None = Field(
         None, min_length=1, description="Airflow connection whose password is the engine's API key (sent as "
         "Authorization: Bearer on every request); the key itself is never in the config.")
@@ -449,6 +448,7 @@ class LoadSettings(_Model):
             return v
         raise ValueError(f"{v!r} is neither auto nor a whole number of processes >= 1")
 
+
 class MeasurementSettings(_Model):
     """How often each engine is started within the run (PROTOCOL.md section 8, "Launches")."""
 
@@ -457,7 +457,6 @@ class MeasurementSettings(_Model):
         "readied, launches 1.. are fresh deployments (teardown, deploy, readiness, warmup), each measuring every "
         "round of the scenario. With more than 1, a comparison's interval comes from the per-launch means, so it "
         "covers launch-to-launch variation, not only the rounds of one deployment.")
-
 
 
 class EngineTelemetry(_Model):
@@ -523,11 +522,11 @@ class ArchiveSettings(_Model):
 
 class RegressionThresholds(_Model):
     output_tps_drop: float = Field(0.10, ge=0, le=1, description="A drop of output throughput beyond this fraction is a regression.")
+    ttft_p95_rise: float = Field(0.20, ge=0, description="A rise of P95 TTFT beyond this fraction is a regression.")
     failed_share_rise: float = Field(
         0.02, ge=0, le=1, description="A rise of the share of failed requests of a shape beyond this many share "
         "points (0.02: 2 in 100 requests more than the baseline's) is a regression, when the whole interval of the "
         "difference lies above it.")
-    ttft_p95_rise: float = Field(0.20, ge=0, description="A rise of P95 TTFT beyond this fraction is a regression.")
     confidence: float = Field(
         0.95, gt=0.5, lt=1, description="Confidence of the interval on the ratio new/baseline of round values: "
         "a regression only when the whole interval lies beyond the threshold, so jitter between rounds alone "

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,17 @@ NETNS_DIR = Path("/run/netns")
 DISKS = Path("/run/dayone-nodes")  # outside /tmp, which each node replaces by its own
 # In the node's namespaces: its host name, its /tmp and /etc/hosts, then the command.
 _ENTER = 'hostname "$1" && mount --bind "$3" /etc/hosts && mount --bind "$2" /tmp && shift 3 && exec "$@"'
+# The code every host has (the checkout and its virtual environment): where it lies under /tmp (a CI clone
+# may), the node's own /tmp would hide it, so it is bound back in at the same path, read-only.
+_KEEP = "mkdir -p {outer} && mount --bind /tmp {outer}"
+_KEEP_EACH = "mkdir -p {path} && mount --bind -o ro {outer}/{rel} {path}"
+
+
+def shared_code() -> list[Path]:
+    """The checkout and the interpreter's environment, where they lie under /tmp."""
+    here = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve()}
+    under_tmp = [p for p in here if Path("/tmp") in p.parents]
+    return sorted(p for p in under_tmp if not any(q in p.parents for q in under_tmp))  # a venv inside the checkout goes with it
 
 
 def _ip(*args: str) -> None:
@@ -55,8 +68,16 @@ class Node:
 
     def enter(self, argv: list[str]) -> list[str]:
         """`argv` run as this node: its network, its host name, its /tmp and /etc/hosts."""
+        script = _ENTER
+        keep = shared_code()
+        if keep:
+            outer = shlex.quote(str(self.root / ".host-tmp"))
+            binds = [_KEEP_EACH.format(path=shlex.quote(str(p)), outer=outer,
+                                       rel=shlex.quote(str(p.relative_to("/tmp")))) for p in keep]
+            script = script.replace('mount --bind "$2" /tmp', " && ".join(
+                [_KEEP.format(outer=outer), 'mount --bind "$2" /tmp', *binds, f"umount -l {outer}"]))
         return ["ip", "netns", "exec", self.netns, "unshare", "--mount", "--uts", "--propagation", "private",
-                "sh", "-c", _ENTER, self.name, self.name, str(self.root / "tmp"), str(self.root / "hosts"), *argv]
+                "sh", "-c", script, self.name, self.name, str(self.root / "tmp"), str(self.root / "hosts"), *argv]
 
 
 class NodeNetwork:

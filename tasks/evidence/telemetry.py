@@ -418,7 +418,9 @@ class TelemetryWatch:
 
     def _run(self) -> None:
         interval = self.source.interval_s
-        with httpx.Client(timeout=max(1.0, 4 * interval)) as client:
+        # A slow answer is a late reading, not a hole: wait for it as long as for the first and last
+        # (a busy node once kept a 20 ms sampler's read past a 1 s limit and voided a level's energy).
+        with httpx.Client(timeout=self.timeout_s) as client:
             while not self._stop.wait(interval):
                 self.readings.append(read(client, self.source))  # None: a failed read, a hole in the window
 

@@ -19,7 +19,7 @@ machine or under the run's S3 staging prefix, so a later task finds them from an
     state/steps/<engine>-<step>.json   ... or per engine: ok, skipped, failed, not_attempted
     summaries/<engine>/<scenario>.json  a performance scenario's figures
     verdicts/<engine>/prefix_cache.json the prefix-cache verdict
-    tables/<table>/<engine>/...    each step's partitions (tasks/staging.py: a file, or S3 chunks)
+    tables/<table>/<engine>/...    each step's partitions (tasks/partitions.py: a file, or S3 chunks)
     validation.json, archive.json, regressions.json, summary.json, report.html, charts/<name>.png
 """
 

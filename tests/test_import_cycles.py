@@ -75,3 +75,31 @@ def test_a_cycle_would_be_found():
     except graphlib.CycleError:
         return
     raise AssertionError("a planted cycle went unnoticed")
+
+
+# The run's storage, its table partitions and its documents.
+RUN_STATE = {"tasks.staging", "tasks.partitions", "tasks.state"}
+# The load client's edges to a run, the only modules of tasks/load that may reach run state: rounds.py writes a
+# round's rows into the run's partitions and reads the engine's hardware document; cli.py (`dayone bench`)
+# creates a run in its output directory.
+LOAD_RUN_EDGES = {"tasks.load.rounds", "tasks.load.cli"}
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def test_the_load_client_runs_without_a_run():
+    """The client, its connections, shards, plans and figures reach no run state, directly or through another
+    module: its process plumbing (tasks/pipes.py) is not the run's."""
+    graph = import_graph()
+    client = sorted(m for m in graph if m.startswith("tasks.load.") and m not in LOAD_RUN_EDGES)
+    assert {"tasks.load.client", "tasks.load.http", "tasks.load.shards"} <= set(client)
+    reaching = {m: sorted(_reached(graph, m) & RUN_STATE) for m in client}
+    assert not any(reaching.values()), f"load client modules reaching run state: {reaching}"

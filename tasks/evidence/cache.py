@@ -24,7 +24,7 @@ from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, plai
 from tasks.evidence.reliability import WITHHELD, judge_stream
 from tasks.evidence.stream import excerpt, stream_post
 from tasks.evidence.window import Window, by_name, hit_rate_over
-from tasks.staging import RowWriter
+from tasks.partitions import RowWriter
 from tasks.state import cache_verdict_doc
 
 SCENARIO = "prefix_cache"

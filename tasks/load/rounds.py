@@ -36,7 +36,7 @@ from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
 from tasks.load.progress import Progress
 from tasks.load.shards import ShardReport, UsageMeter, client_rows, one_process, run_sharded
 from tasks.load.stats import WAIT_FLAG_SHARE, round_figures
-from tasks.staging import RowWriter
+from tasks.partitions import RowWriter
 
 log = logging.getLogger("dayone.load")
 

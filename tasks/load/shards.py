@@ -48,7 +48,7 @@ from tasks.endpoint_access import EndpointAccess
 from tasks.engines.base import EngineAdapter
 from tasks.load import client as load_client
 from tasks.load.client import OnResult, RequestResult, RequestSpec
-from tasks.staging import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
+from tasks.pipes import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
 
 if TYPE_CHECKING:
     from tasks.config import LoadSettings

@@ -40,7 +40,7 @@ import pytest
 
 from stack import STAGING, TASK_HEARTBEAT_TIMEOUT_S, CrossNodeRead, DistributedAirflow
 
-from tasks.staging import TRY_POINTER
+from tasks.partitions import TRY_POINTER
 
 # Stack start (about 30 s), two runs of a few minutes each on two busy cores.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -189,7 +189,7 @@ def test_a_planted_read_of_a_file_another_worker_wrote_fails_the_audit(distribut
 
 
 def _partition(stack: DistributedAirflow, run_id: str) -> tuple[str | None, list[str]]:
-    """The benchmark's requests partition in the run's staging prefix (tasks/staging.py): the try its
+    """The benchmark's requests partition in the run's staging prefix (tasks/partitions.py): the try its
     pointer names, and every chunk key under it."""
     from dayone_airflow.glue import dayone_run_id
 

@@ -3,7 +3,7 @@
 Measured against an independent server: a wave of completions, each encoding, writing and
 flushing its row on the loop, held up the reads of the streams still running (inter-token errors
 above 1 ms clustered in the streams' last gaps). Rows are now queued on the loop and encoded and
-written by a writer process (tasks/staging.py QueuedRows).
+written by a writer process (tasks/partitions.py QueuedRows).
 
 The round's partition file is opened through a stand-in whose first two flushes stall 0.3 s (a
 disk that stalls), and JSON encoding in this process is watched: the old code did both on the
@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks import staging
+from tasks import partitions
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
@@ -72,15 +72,15 @@ def test_completions_neither_encode_nor_write_on_the_timing_loop(ref_server, mak
         fh = open(path, mode, **kw)
         return fh if mode == "r" else _StallingFile(fh, calls)
 
-    monkeypatch.setattr(staging, "open", stalling_open, raising=False)
+    monkeypatch.setattr(partitions, "open", stalling_open, raising=False)
     encoded_on_loop = []
 
     def dumps(obj, **kw):
         encoded_on_loop.append(_on_event_loop())
         return json.dumps(obj, **kw)
 
-    monkeypatch.setattr(staging, "json", SimpleNamespace(dumps=dumps, loads=json.loads,
-                                                         JSONDecodeError=json.JSONDecodeError))
+    monkeypatch.setattr(partitions, "json", SimpleNamespace(dumps=dumps, loads=json.loads,
+                                                            JSONDecodeError=json.JSONDecodeError))
     ctx = make_ctx(ref_server.url, "vllm", scenarios=short([50], rounds=1, requests=200, output=16))
     plan = RoundPlan(scenario="short", shape=Shape(32, 16, 50), round=1, requests=200, first_encounter=False)
 

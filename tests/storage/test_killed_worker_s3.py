@@ -1,7 +1,7 @@
 """A worker killed mid-round (kill -9 of `dayone step short`'s process group) with run state in S3,
 then the task retried on another, empty worker.
 
-The bound (tasks/staging.py): a kill loses at most the requests in flight plus the chunk not yet
+The bound (tasks/partitions.py): a kill loses at most the requests in flight plus the chunk not yet
 stored: fewer than CHUNK_ROWS rows, none completed more than CHUNK_EVERY_S (plus the 50 ms
 hand-over and one PUT) before the kill. Counted against the simulator's ground truth
 (/sim/requests). The retry replaces the partition whole: the killed try's chunks are deleted, no
@@ -20,7 +20,9 @@ import pytest
 import yaml
 from storage_helpers import fresh_worker_env
 
-from tasks.staging import CHUNK_EVERY_S, CHUNK_ROWS, FLUSH_EVERY_S, TRY_POINTER, RunDir
+from tasks.partitions import CHUNK_EVERY_S, CHUNK_ROWS, TRY_POINTER
+from tasks.pipes import FLUSH_EVERY_S
+from tasks.staging import RunDir
 
 REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 RUN_ID = "killed-worker-s3"

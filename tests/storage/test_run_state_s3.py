@@ -11,8 +11,9 @@ import time
 
 import pytest
 
-from tasks import staging as staging_mod
-from tasks.staging import ChunkSink, NoLocalPath, RunDir
+from tasks import partitions
+from tasks.partitions import ChunkSink
+from tasks.staging import NoLocalPath, RunDir
 from tasks.storage import parse_staging
 from tasks.config import ConfigError
 
@@ -83,7 +84,7 @@ def test_rows_in_order_across_writers_of_one_try(staging):
             queued.write({"request_id": "q0"})
             # the writer process stores it with its chunk: within CHUNK_EVERY_S, before the block ends
             seen = _wait_for(lambda: any(r["request_id"] == "q0" for r in rd.read_rows("requests", "e")),
-                             timeout_s=staging_mod.CHUNK_EVERY_S + 5)
+                             timeout_s=partitions.CHUNK_EVERY_S + 5)
             assert seen, "a queued row was not stored while the block ran"
             for i in range(1, 600):
                 queued.write({"request_id": f"q{i}"})
@@ -105,7 +106,7 @@ def test_a_retry_replaces_the_partition_whole_even_with_a_zombie_try_still_writi
 
     with rd.rows("checks", "e", "functional") as retry:  # the retry
         retry.write({"check": "new"})
-    time.sleep(staging_mod.CHUNK_EVERY_S + 0.5)  # the zombie's timer stores its 44 held rows now
+    time.sleep(partitions.CHUNK_EVERY_S + 0.5)  # the zombie's timer stores its 44 held rows now
     assert [r["check"] for r in rd.read_rows("checks")] == ["new"]
     assert [r["check"] for r in rd.read_rows("checks", "e")] == ["new"]
     keys = rd.store.keys(base)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from tasks.config import RunConfig
 from tasks.endpoint_access import EndpointAccess, access_for
 from tasks.engines import EngineAdapter, adapter_for
-from tasks.staging import RunDir
+from tasks.staging import RunDir, run_id_of
 
 if TYPE_CHECKING:
     import httpx
@@ -56,7 +56,7 @@ def endpoint_for(config: RunConfig, engine: str, base_url: str, image_digest: st
     names with the defaults outside Airflow (AIRFLOW_CONN_<ID>)."""
     spec = config.engine(engine)
     return EngineEndpoint(
-        run_id=config.run_id or "adhoc",
+        run_id=run_id_of(config),
         engine=engine,
         image_digest=image_digest,
         base_url=base_url,

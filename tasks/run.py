@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.config import RunConfig, parse_run_config
 from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir
+from tasks.staging import RunDir, run_id_of
 from tasks.state import manifest, readiness
 from tasks.storage import Store, staging_from_env
 
@@ -62,7 +62,7 @@ class RunContext:
 
     @property
     def run_id(self) -> str:
-        return self.config.run_id or self.run_dir.run_id
+        return run_id_of(self.config, self.run_dir)
 
     @cached_property
     def target(self) -> Target:

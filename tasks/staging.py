@@ -1,11 +1,12 @@
 """A run's storage (RunDir): its documents, objects and table partitions, on this machine or under an S3
-prefix (tasks/storage.py), so the next task finds them from any worker.
+prefix (tasks/storage.py), so the next task finds them from any worker; and the run id that names it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -18,9 +19,23 @@ from tasks.tables import TABLES
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tasks.config import RunConfig
+
+ADHOC_RUN_ID = "adhoc"  # a config used outside any run (a library call, a test): no one named it
+
 
 def default_root() -> Path:
     return Path(os.environ.get("DAYONE_WORKDIR", Path.home() / ".dayone" / "work"))
+
+
+def run_id_of(config: RunConfig, run_dir: RunDir | None = None) -> str:
+    """The run's id: the one its config carries (whoever started the run named it), else its storage's."""
+    return config.run_id or (run_dir.run_id if run_dir is not None else ADHOC_RUN_ID)
+
+
+def new_run_id(prefix: str) -> str:
+    """A CLI's name for a run it starts unnamed: `<prefix>-<UTC time>`."""
+    return time.strftime(f"{prefix}-%Y%m%dT%H%M%SZ", time.gmtime())
 
 
 class NoLocalPath(RuntimeError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ from tasks.context import StepContext, endpoint_for
 from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.evidence.reliability import WITHHELD
 from tasks.scenarios import SCENARIO_SWITCHES
-from tasks.staging import RunDir
+from tasks.staging import RunDir, new_run_id, run_id_of
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
 
 
@@ -64,7 +63,7 @@ def config_doc(args: argparse.Namespace, command: str, scenarios: dict[str, Any]
     if args.template_overhead is not None:
         model["template_overhead_tokens"] = args.template_overhead
     doc: dict[str, Any] = {
-        "run_id": args.run_id or time.strftime(f"{command}-%Y%m%dT%H%M%SZ", time.gmtime()),
+        "run_id": args.run_id or new_run_id(command),
         "model": model,
         "engines": [{"name": args.engine or args.dialect, "dialect": args.dialect, "launcher": "external",
                      "endpoint": args.endpoint, **tls_fields(args)}],
@@ -80,7 +79,7 @@ def context_for(args: argparse.Namespace, config: RunConfig) -> tuple[StepContex
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    run_dir = RunDir(config.run_id or "adhoc", root=out / "staging")
+    run_dir = RunDir(run_id_of(config), root=out / "staging")
     digest = identity_digest({"endpoint": args.endpoint, "dialect": args.dialect, "model": args.model})
     engine = config.engines[0].name
     access = access_from_args(args, config.engines[0])

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from tasks.config import DIALECTS, ConfigError, parse_run_config
 from tasks.context import StepContext, endpoint_for
 from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
-from tasks.staging import RunDir
+from tasks.staging import RunDir, new_run_id, run_id_of
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
 
 log = logging.getLogger("dayone.bench")
@@ -107,7 +106,7 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
         if name != "rate" and args.concurrency:
             sc[name]["concurrency"] = _ints(args.concurrency, "--concurrency")
     doc: dict[str, Any] = {
-        "run_id": args.run_id or time.strftime("bench-%Y%m%dT%H%M%SZ", time.gmtime()),
+        "run_id": args.run_id or new_run_id("bench"),
         "model": {"name": args.model},
         "engines": [{"name": engine, "dialect": args.dialect, "launcher": "external", "endpoint": args.endpoint,
                      **tls_fields(args)}],
@@ -164,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     engine = config.engines[0].name
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    run_dir = RunDir(config.run_id or "bench", root=out / "staging")
+    run_dir = RunDir(run_id_of(config), root=out / "staging")
     digest = identity_digest({"endpoint": args.endpoint, "dialect": args.dialect, "model": args.model})
     access = access_from_args(args, config.engines[0])
     ctx = StepContext(config, endpoint_for(config, engine, args.endpoint, digest, access), run_dir)

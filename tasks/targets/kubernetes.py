@@ -30,7 +30,7 @@ from tasks.k8s import api
 from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selector, service_url
 from tasks.k8s.rollout import assess, created_at, describe_events, newest_pod, restart_causes, restart_total
 from tasks.readiness import UP, Platform, wait_until_serving
-from tasks.staging import RunDir
+from tasks.staging import RunDir, run_id_of
 from tasks.state import applied_objects_doc, rendered_objects_doc
 from tasks.targets.base import Deployment, DeployError
 
@@ -118,7 +118,7 @@ class KubernetesTarget:
     # ---- deploy ------------------------------------------------------------------------------
     def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any],
                launch_index: int = 0) -> Deployment:
-        run_id = config.run_id or run_dir.run_id
+        run_id = run_id_of(config, run_dir)
         config = config if config.run_id else config.model_copy(update={"run_id": run_id})
         objects = render_engine(config, engine, pinned)
         k8s = config.kubernetes
@@ -161,7 +161,7 @@ class KubernetesTarget:
         rendered = run_dir.write_bytes(rendered_objects_doc(engine.name),
                                        yaml.safe_dump_all(_without_env_values(objects), sort_keys=False).encode())
         run_dir.write_json(applied_objects_doc(engine.name), _without_env_values(objects))
-        name = object_name(config.run_id or run_dir.run_id, engine.name)
+        name = object_name(run_id_of(config, run_dir), engine.name)
         dep = Deployment(
             engine=engine.name,
             base_url=self._service_url(name, config.kubernetes.namespace, adapter_for(engine.dialect).default_port),
@@ -255,7 +255,7 @@ class KubernetesTarget:
         k8s = config.kubernetes
         if config.dry_run:
             return []  # a dry run applied nothing and may have no cluster to talk to
-        return api.delete_selected(self.client(k8s.conn_id), k8s.namespace, run_selector(config.run_id or run_dir.run_id, engine))
+        return api.delete_selected(self.client(k8s.conn_id), k8s.namespace, run_selector(run_id_of(config, run_dir), engine))
 
     def cleanup(self, config: RunConfig, older_than_s: float | None = None) -> list[str]:
         """Delete DayOne's objects older than `older_than_s` (default kubernetes.cleanup_age_s).

@@ -18,7 +18,10 @@ from typing import Any
 
 from tasks.load.stats import median
 from tasks.report.decision import LEAD_WORDS
-from tasks.report.schema import Comparison, EngineSummary, Figure, PerfLevel, RunSummary
+from tasks.report.schema import RunSummary
+from tasks.report.schema.comparison import Comparison
+from tasks.report.schema.engine import EngineSummary
+from tasks.report.schema.perf import Figure, PerfLevel
 from tasks.evidence.reliability import WITHHELD
 
 DPI = 100

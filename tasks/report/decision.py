@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.report.schema import (Capacity, Comparison, DecisionLine, EngineSummary, Regression, RunSummary,
-                                 StartupFinding)
+from tasks.report.schema import RunSummary
+from tasks.report.schema.capacity import Capacity
+from tasks.report.schema.comparison import Comparison, Regression
+from tasks.report.schema.engine import EngineSummary
+from tasks.report.schema.evidence import StartupFinding
+from tasks.report.schema.run import DecisionLine
 from tasks.evidence.effects import ratio_interval
 from tasks.scenarios.capacity import decisive_bracket, order
 

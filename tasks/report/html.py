@@ -20,7 +20,10 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from tasks.report.decision import LEAD_WORDS
-from tasks.report.schema import EngineSummary, Figure, Needle, RunSummary
+from tasks.report.schema import RunSummary
+from tasks.report.schema.engine import EngineSummary
+from tasks.report.schema.functional import Needle
+from tasks.report.schema.perf import Figure
 from tasks.evidence.reliability import WITHHELD
 from tasks.evidence.effects import ratio_interval
 

@@ -1,6 +1,6 @@
 """summary.json: every figure the report shows, built from the run directory, desensitized.
 
-One schema (the models of tasks/report/schema.py), many renderings: the HTML page and its charts
+One schema (the models of the tasks/report/schema package), many renderings: the HTML page and its charts
 are drawn from this document alone, so what a reader sees and what is archived as JSON never
 disagree. Nothing here measures.
 
@@ -31,16 +31,17 @@ from tasks.evidence.restarts import restart_summary
 from tasks.load.stats import HEADLINE_FIGURES, client_load, first_encounter_tail, over_rounds, withhold_slo_judged
 from tasks.report.decision import LEAD_FIGURES, decide
 from tasks.report.limits import not_proved
-from tasks.report.schema import (Boundary, CacheTrial, CheckEvidence, Comparison, EngineRestarts, EngineSummary,
-                                 ExperimentSummary, Figure, FirstEncounter, Needle, NeedleCount, NotTested, PerfLevel, PerfScenario,
-                                 PrefixCache, Regression, RunSummary, ScenarioSettings, Slo, StartupFinding,
-                                 OutcomeSummary, TtftVerdict, Validation, Variant)
-from tasks.report.schema import EngineRound
-from tasks.report.schema import ClientLoad
-from tasks.report.schema import Capacity, CapacityProbe
-from tasks.report.schema import Hardware, KvCapacity, KvPeak
-from tasks.report.schema import Launch
-from tasks.report.schema import TelemetryRound, TelemetryWindow
+from tasks.report.schema import RunSummary
+from tasks.report.schema.cache import CacheTrial, PrefixCache
+from tasks.report.schema.capacity import Capacity, CapacityProbe
+from tasks.report.schema.comparison import Comparison, Regression
+from tasks.report.schema.engine import EngineSummary
+from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, StartupFinding, TtftVerdict
+from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
+from tasks.report.schema.perf import Figure, FirstEncounter, Launch, PerfLevel, ScenarioResults
+from tasks.report.schema.run import ExperimentSummary, NotTested, ScenarioSettings, Slo, Validation, Variant
+from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, KvCapacity, KvPeak, TelemetryRound,
+                                           TelemetryWindow)
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.staging import RunDir
@@ -174,11 +175,11 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
     )
 
 
-def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) -> dict[str, PerfScenario]:
+def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) -> dict[str, ScenarioResults]:
     all_rounds = run_dir.read_rows("rounds", engine)
     rows = [r for r in all_rounds if r.get("scenario") in PERF_SCENARIOS]
     warmup_rounds = [r for r in all_rounds if r.get("warmup")]
-    out: dict[str, PerfScenario] = {}
+    out: dict[str, ScenarioResults] = {}
     for scenario in PERF_SCENARIOS:
         mine = [r for r in rows if r.get("scenario") == scenario and not r.get("warmup")]
         if not mine:
@@ -193,10 +194,10 @@ def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) ->
         design = kept.get("design") or {}
         together = [e for e in design.get("engines") or [] if e != engine] if design.get("order") == "interleaved" \
             else []
-        out[scenario] = PerfScenario(input_tokens=settings.input_tokens, output_tokens=settings.output_tokens,
-                                     levels=levels, interleaved_with=together,
-                                     launches=[Launch.model_validate({k: x.get(k) for k in Launch.model_fields})
-                                               for x in kept.get("launches") or []])
+        out[scenario] = ScenarioResults(input_tokens=settings.input_tokens, output_tokens=settings.output_tokens,
+                                        levels=levels, interleaved_with=together,
+                                        launches=[Launch.model_validate({k: x.get(k) for k in Launch.model_fields})
+                                                  for x in kept.get("launches") or []])
     return out
 
 

@@ -146,7 +146,7 @@ def test_every_described_interval_says_what_it_covers():
 
 def test_the_decision_lines_carry_what_each_interval_covers_and_why_there_is_none():
     from tasks.report.decision import comparison_words
-    from tasks.report.schema import Comparison
+    from tasks.report.schema.comparison import Comparison
 
     def comparison(e, verdict):
         return Comparison(scenario="short", level="c=4", figure="output_tps", base="a", engine="b", ratio=e.ratio,

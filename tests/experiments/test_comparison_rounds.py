@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.report.schema import EngineSummary, Figure, PerfLevel, PerfScenario
+from tasks.report.schema.engine import EngineSummary
+from tasks.report.schema.perf import Figure, PerfLevel, ScenarioResults
 from tasks.report.summary import comparisons
 
 
@@ -14,7 +15,7 @@ def _engine(values: list[float], first_encounter: list[int], together: list[str]
         label="c=4", concurrency=4, rate_rps=None, rounds=list(range(1, len(values) + 1)),
         first_encounter_rounds=first_encounter,
         figures={"output_tps": Figure(median=sorted(values)[len(values) // 2], rounds=values, spread=False)})
-    return EngineSummary.model_construct(perf={"short": PerfScenario.model_construct(
+    return EngineSummary.model_construct(perf={"short": ScenarioResults.model_construct(
         input_tokens=64, output_tokens=32, levels=[level], interleaved_with=together)})
 
 

@@ -261,7 +261,7 @@ def test_capacities_whose_brackets_rest_on_close_probes_are_not_ordered():
 
 def test_the_decision_orders_capacities_on_decisive_probes_too():
     from tasks.report.decision import capacity_order
-    from tasks.report.schema import Capacity
+    from tasks.report.schema.capacity import Capacity
 
     def model(doc: dict[str, Any]) -> Capacity:
         probes = [{"probe": i, "phase": "bracket", "rounds": 2, "requests": 8, "requests_good": 8, "round_shares": [],

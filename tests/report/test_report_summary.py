@@ -217,7 +217,7 @@ def test_planted_secrets_never_reach_the_summary_or_the_page_and_markup_stays_te
 def test_a_run_that_measured_nothing_still_renders_and_says_why(tmp_path):
     from tasks.config import parse_run_config
     from tasks.report import write_report
-    from tasks.report.schema import NotTested
+    from tasks.report.schema.run import NotTested
     from tasks.staging import RunDir
 
     cfg = parse_run_config({"run_id": "dry-run-1", "dry_run": True})

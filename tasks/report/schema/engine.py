@@ -1,0 +1,52 @@
+"""One engine's part of summary.json: everything the run measured and found for it."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from tasks.report.schema.base import Doc
+from tasks.report.schema.cache import CacheTrial, PrefixCache
+from tasks.report.schema.capacity import Capacity
+from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, ServedRevision, StartupFinding, TtftVerdict
+from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
+from tasks.report.schema.perf import PerfLevel, ScenarioResults
+from tasks.report.schema.telemetry import ClientLoad, EngineRound, Hardware, KvCapacity, TelemetryRound, TelemetryWindow
+
+
+class EngineSummary(Doc):
+    dialect: str
+    image: str | None
+    image_digest: str | None
+    ready: bool
+    ready_detail: str | None
+    ready_waited_s: float | None
+    ttft: TtftVerdict
+    checks: dict[str, str]
+    check_evidence: dict[str, CheckEvidence]
+    perf: dict[str, ScenarioResults]
+    long_context: list[Needle]
+    boundary: Boundary
+    needles: NeedleCount
+    prefix_cache: PrefixCache | None
+    cache_trials: list[CacheTrial]
+    startup_findings: list[StartupFinding]
+    restarts: EngineRestarts
+    steps: dict[str, OutcomeSummary]
+    # Restarts while it loaded, judged once it was ready (tasks/evidence/restarts.py `cold_start_finding`).
+    restarts_before_ready: StartupFinding | None = None
+    served_revision: ServedRevision | None = None  # which weights it served (tasks/evidence/revision.py)
+    engine_rounds: list[EngineRound] = Field(default_factory=list)  # what the engine spent, per round
+    client_load: list[ClientLoad] = Field(default_factory=list)  # the CPU the load client got, per scenario
+    capacity: Capacity | None = None  # the capacity search's result, when it ran
+    kv_capacity: KvCapacity | None = None  # memory and KV capacity from the engine's startup log
+    hardware: Hardware | None = None  # where the engine ran
+    telemetry_rounds: list[TelemetryRound] = Field(default_factory=list)  # what its GPUs spent, per round
+    telemetry_windows: list[TelemetryWindow] = Field(default_factory=list)  # energy per scenario and load level
+
+    @property
+    def ttft_published(self) -> bool:
+        return self.ttft.reliable
+
+    def levels(self, scenario: str) -> list[PerfLevel]:
+        perf = self.perf.get(scenario)
+        return [] if perf is None else perf.levels

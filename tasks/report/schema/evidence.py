@@ -1,0 +1,53 @@
+"""What a run learned about an engine beside its figures: TTFT reliability, startup findings, the
+revision it served, its restarts and its steps' outcomes."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from tasks.report.schema.base import Doc
+
+
+class TtftVerdict(Doc):
+    reliable: bool
+    reason: str
+
+
+class StartupFinding(Doc):
+    finding: str | None
+    severity: str | None
+    line: str | None
+
+
+class ServedRevision(Doc):
+    """The model revision an engine served (tasks/evidence/revision.py `revision_identity`)."""
+
+    configured: str | None
+    moving: bool  # the configured revision is a branch or tag name, not a commit
+    served: str | None  # the commit (or sha256 of the weights) the engine or target reported
+    served_source: str | None
+    reported_revision: str | None
+    asked: list[str] = Field(default_factory=list)  # the endpoints that answered
+    identity: str | None
+
+
+class StepRestarts(Doc):
+    outcome: str | None
+    reason: str | None
+    restarts: int | None
+
+
+class EngineRestarts(Doc):
+    """Restarts over the run (tasks/evidence/restarts.py): `at_least` when /metrics alone saw one."""
+
+    total: int
+    at_least: bool
+    restarted_steps: list[str]
+    steps: dict[str, StepRestarts]
+
+
+class OutcomeSummary(Doc):
+    """A step's recorded outcome (tasks/state.py StepOutcome), as published."""
+
+    status: str | None
+    detail: str | None

@@ -1,0 +1,60 @@
+"""The run-level parts of summary.json: validation, the scenario settings, what was not tested, the
+decision's lines and the experiment's design."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from tasks.report.schema.base import Doc
+
+
+class Validation(Doc):
+    ran: bool
+    success: bool
+    failed_tables: list[str]
+    quarantined: bool | None
+
+
+class Slo(Doc):
+    ttft_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+
+
+class ScenarioSettings(Doc):
+    enabled: dict[str, bool]
+    warmup: bool
+    rounds: dict[str, int]
+    long_context_lengths: list[int]
+    long_context_depths: list[float]
+    prefix_cache_prompt_tokens: int
+    prefix_cache_repeats: int
+    slo: Slo
+
+
+class NotTested(Doc):
+    engine: str
+    what: str
+    why: str
+
+
+class DecisionLine(Doc):
+    topic: Literal["leads", "reliability", "not_tested", "regressions"]
+    text: str
+
+
+class Variant(Doc):
+    """One engine of an experiment: the settings where it differs from the base."""
+
+    engine: str
+    changes: dict[str, Any]
+
+
+class ExperimentSummary(Doc):
+    """How the engines were compared: the base, the factors, each variant's diff, and the design run."""
+
+    base: str
+    factors: list[str]
+    design: str  # factorial or one_at_a_time
+    base_values: dict[str, Any]  # the base's value of every setting a variant changes
+    variants: list[Variant]

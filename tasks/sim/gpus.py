@@ -11,7 +11,6 @@ import math
 import time
 import uuid
 
-from tasks.evidence.telemetry import FB_USED, GPU_UTIL, POWER_USAGE, TOTAL_ENERGY
 from tasks.sim.profile import Profile
 
 mono = time.monotonic
@@ -65,19 +64,11 @@ class SimGpus:
         return {"busy_slot_s": self.busy_slot_s, "energy_mj": self.energy_mj, "power_w": self.power_w(),
                 "utilization": self.utilization()}
 
-    def render(self, kv_usage: float, host: str) -> str:
-        """DCGM exporter's exposition: one series per GPU, labelled as dcgm-exporter labels them."""
+    def exporter_readings(self, kv_usage: float) -> tuple[float, float, float, float]:
+        """(utilization 0..1, framebuffer used MiB, power W, energy mJ) per GPU as the exporter serves
+        them now: the values of its last refresh (memory as first read after that refresh)."""
         self._advance(mono())
         if self.shown_memory is None or self.shown_memory[0] != self.shown_tick:
             self.shown_memory = (self.shown_tick, self.spec.weights_mib + self.spec.kv_cache_mib * kv_usage)
         utilization, power, energy = self.shown
-        values = ((GPU_UTIL, "gauge", 100.0 * utilization), (FB_USED, "gauge", self.shown_memory[1]),
-                  (POWER_USAGE, "gauge", power), (TOTAL_ENERGY, "counter", energy))
-        out = []
-        for name, kind, value in values:
-            out += [f"# HELP {name} (DayOne simulator)", f"# TYPE {name} {kind}"]
-            for i, gpu in enumerate(self.uuids):
-                labels = (f'gpu="{i}",UUID="{gpu}",pci_bus_id="00000000:{i + 0x18:02X}:00.0",device="nvidia{i}",'
-                          f'modelName="{self.spec.product}",Hostname="{host}"')
-                out.append(f"{name}{{{labels}}} {value!r}")
-        return "\n".join(out) + "\n"
+        return utilization, self.shown_memory[1], power, energy

@@ -21,6 +21,8 @@ from aiohttp import web
 from tasks.evidence.telemetry import SIMULATOR_PATH as SIMULATOR_DCGM_PATH
 from tasks.sim.dialects import DIALECTS, Dialect, startup_values
 from tasks.sim.engine import Engine, Record
+from tasks.sim.exposition import dcgm_metrics_text, engine_metrics_text
+from tasks.sim.faults import NEVER, StreamPlan, error_burst_status, plan_stream
 from tasks.sim.profile import Profile
 from tasks.sim.requests import (
     Answer,
@@ -147,58 +149,14 @@ async def clear_cache(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    return web.Response(text=render_metrics(engine), content_type="text/plain", charset="utf-8")
-
-
-def render_metrics(engine: Engine) -> str:
-    d = engine.dialect
-    names = dict(d.metric_names)
-    mode = engine.profile.quirks.metrics
-    cache_roles = ("queries", "hits") if d.name == "vllm" else ("prompt", "hits")
-    if mode == "renamed":
-        names.update(d.renamed)
-    elif mode == "absent":
-        for role in cache_roles:
-            names.pop(role, None)
-    labels = f'model_name="{engine.profile.model}"' + (',engine="0"' if d.name == "vllm" else "")
-    out: list[str] = []
-    spec = engine.profile.speculative is not None  # vLLM registers its spec metrics only when on
-    counters = ("queries", "hits", "prompt", "generation", "requests", "preemptions")
-    counters += ("spec_drafts", "spec_draft_tokens", "spec_accepted") if spec else ()
-    for role in counters:
-        if role in names:
-            out += [f"# HELP {names[role]} {role} (DayOne simulator)", f"# TYPE {names[role]} counter",
-                    f"{names[role]}{{{labels}}} {float(engine.counters[role] + engine.counter_base)}"]
-    if d.name == "vllm":  # prometheus_client's process collector: in vLLM's default registry, not SGLang's
-        out += ["# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.",
-                "# TYPE process_start_time_seconds gauge", f"process_start_time_seconds {engine.started_ts}"]
-    gauges = [("running", engine.running), ("waiting", len(engine.waiting)), ("hit_rate", engine.last_hit_rate),
-              ("kv_usage", engine.kv_usage())]
-    if spec:
-        gauges += [("spec_accept_length", engine.last_spec[0]), ("spec_accept_rate", engine.last_spec[1])]
-    for role, value in gauges:
-        if role in names:
-            out += [f"# TYPE {names[role]} gauge", f"{names[role]}{{{labels}}} {float(value)}"]
-    for role, hist in engine.hist.items():
-        if role not in names:
-            continue
-        name = names[role]
-        out.append(f"# TYPE {name} histogram")
-        running = 0
-        for bound, count in zip(hist.bounds, hist.counts):
-            running += count
-            out.append(f'{name}_bucket{{{labels},le="{bound}"}} {float(running)}')
-        out.append(f'{name}_bucket{{{labels},le="+Inf"}} {float(hist.n)}')
-        out.append(f"{name}_sum{{{labels}}} {hist.total}")
-        out.append(f"{name}_count{{{labels}}} {float(hist.n)}")
-    return "\n".join(out) + "\n"
+    return web.Response(text=engine_metrics_text(engine), content_type="text/plain", charset="utf-8")
 
 
 async def dcgm_metrics(request: web.Request) -> web.Response:
     """A DCGM exporter's /metrics for the simulated GPUs (a real one is a separate endpoint, usually :9400)."""
     engine = request.app[ENGINE]
-    return web.Response(text=engine.gpus.render(engine.kv_usage(), "dayone-sim"), content_type="text/plain",
-                        charset="utf-8")
+    return web.Response(text=dcgm_metrics_text(engine.gpus, engine.kv_usage(), "dayone-sim"),
+                        content_type="text/plain", charset="utf-8")
 
 
 async def model_info(request: web.Request) -> web.Response:
@@ -217,16 +175,6 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     return await generate(request, chat=False)
-
-
-def _burst(engine: Engine, number: int, arrival: float) -> bool:
-    burst = engine.profile.faults.error_burst
-    if burst is None:
-        return False
-    if burst.after_requests is not None and burst.count is not None:
-        return burst.after_requests < number <= burst.after_requests + burst.count
-    since_ready = arrival - (engine.ready_ts or arrival)
-    return burst.start_s <= since_ready < burst.start_s + burst.duration_s  # type: ignore[operator]
 
 
 async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -255,8 +203,9 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
             record.faults.append(fault)
         return error_response(dialect, status, message, _kind(status), request_id)
 
-    if _burst(engine, engine.arrivals, time.time()):
-        return fail(profile.faults.error_burst.status, "Simulated server error (faults.error_burst).", "error_burst")  # type: ignore[union-attr]
+    burst_status = error_burst_status(profile, engine.arrivals, time.time(), engine.ready_ts)
+    if burst_status is not None:
+        return fail(burst_status, "Simulated server error (faults.error_burst).", "error_burst")
     model = body.get("model")
     if model and model != profile.model and dialect.unknown_model_404:
         return fail(404, f"The model `{model}` does not exist.")
@@ -440,24 +389,123 @@ def _frame(payload: str) -> bytes:
 _WRITE_BUFFER_LIMIT = 1 << 20  # a client reading slower than this falls behind: stop writing and wait
 
 
+def _frames(head: str, payloads: list[str], plan: StreamPlan) -> list[bytes]:
+    """Every output event's bytes, the planned malformed one included."""
+    frames = [_frame(head + payload) for payload in payloads]
+    if plan.malformed_at != NEVER:
+        text = head + payloads[plan.malformed_at]
+        frames[plan.malformed_at] = _frame(text[: len(text) // 2])  # JSON cut in half
+    return frames
+
+
+def _send(engine: Engine, record: Record, transport: asyncio.Transport, event_kind: str, frame: bytes) -> None:
+    """Write one event that is not an output (role, usage, [DONE]) and note it in the ground truth."""
+    at = mono()  # taken before the write: no client can see the event earlier
+    transport.write(frame)
+    record.event_ts.append(at)
+    record.event_scheduled_ts.append(None)
+    record.event_kinds.append(event_kind)
+    record.event_tokens.append(0)
+    if record.first_event_ts is None:
+        record.first_event_ts = engine.epoch(at)
+
+
+def _write_on_schedule(engine: Engine, record: Record, transport: asyncio.Transport, frames: list[bytes],
+                       gaps: list[float], plan: StreamPlan, first_due: float) -> asyncio.Future[str]:
+    """Write each output frame when it is due, by timer callbacks straight to the transport (no task
+    wake-up per event, which keeps send times within a fraction of a ms). The future ends "done",
+    "cut" (the plan's cut) or "gone" (the client closed)."""
+    finished: asyncio.Future[str] = engine.loop.create_future()
+    timer = engine.timer
+    n_events = len(frames)
+    event_ts, event_planned = record.event_ts, record.event_scheduled_ts
+    cut_at, stall_at, stall_s = plan.cut_at, plan.stall_at, plan.stall_s
+    preempt_at, recompute_s = plan.preempt_at, plan.recompute_s
+    state = [0, first_due + (stall_s if stall_at == 0 else 0.0)]  # next event index, its scheduled time
+
+    def step() -> None:
+        """Write every event that is due (timer callback), then schedule the next one."""
+        try:
+            i, due = state
+            write = transport.write
+            while True:
+                if finished.done():
+                    return
+                if transport.is_closing():
+                    finished.set_result("gone")
+                    return
+                if transport.get_write_buffer_size() > _WRITE_BUFFER_LIMIT:
+                    state[0], state[1] = i, due
+                    timer.call_at(mono() + 0.001, step)  # the client is behind: wait for it
+                    return
+                if i == cut_at:
+                    transport.close()
+                    finished.set_result("cut")
+                    return
+                at = mono()
+                write(frames[i])
+                event_ts.append(at)
+                event_planned.append(due)
+                i += 1
+                if i == n_events:
+                    finished.set_result("done")
+                    return
+                due += gaps[i - 1] * engine.decode_slowdown()  # the batch as it is now, not at admission
+                if i == stall_at:
+                    due += stall_s
+                if i == preempt_at:  # evicted for KV room, then recomputed
+                    due += recompute_s
+                    engine.counters["preemptions"] += 1
+                    record.faults.append("preempted")
+                if due < engine.blocked_until:
+                    due = engine.blocked_until
+                if due > mono() + 20e-6:
+                    state[0], state[1] = i, due
+                    timer.call_at(due, step)
+                    return
+        except Exception as exc:  # noqa: BLE001 - surfaces in the handler, not in the timer
+            if not finished.done():
+                finished.set_exception(exc)
+
+    if not frames:
+        finished.set_result("done")
+    else:
+        state[1] = max(state[1], engine.blocked_until)
+        timer.call_at(state[1], step)
+    return finished
+
+
+def _note_outputs(engine: Engine, record: Record, events: list[tuple[str, str, int]], first_output: int,
+                  arrival: float) -> int:
+    """Complete the ground truth of the output events sent (from index first_output); returns their number."""
+    outputs = len(record.event_ts) - first_output
+    record.event_kinds.extend(["output"] * outputs)
+    record.event_tokens.extend(e[2] for e in events[:outputs])
+    if outputs:
+        at = record.event_ts[first_output]
+        record.first_output_ts = engine.epoch(at)
+        record.ttft_s = at - arrival
+        if record.first_event_ts is None:
+            record.first_event_ts = record.first_output_ts
+    return outputs
+
+
 async def stream_answer(
     request: web.Request, engine: Engine, record: Record, body: dict[str, Any], prompt: Prompt,
     answer: Answer, chat: bool, echo: str, arrival: float,
 ) -> web.StreamResponse:
-    """Stream the answer. After admission, events are written by timer callbacks straight to the
-    transport (no task wake-up per event), which keeps send times within a fraction of a ms."""
+    """Stream the answer: admitted, planned (its faults included), every frame built before the
+    first is due, then written on schedule; the ground truth follows what was written."""
     p = engine.profile
-    faults, quirks = p.faults, p.quirks
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                        "X-Request-Id": record.request_id})
     resp.enable_chunked_encoding()
     await resp.prepare(request)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    created = int(time.time())
-    kind = "chat.completion.chunk" if chat else "text_completion"
-    prefix = "chatcmpl" if chat else "cmpl"
-    head = (f'{{"id":"{prefix}-{record.request_id}","object":"{kind}","created":{created},'
-            f'"model":{json.dumps(p.model)},"choices":[{{"index":0,' + ('"delta":' if chat else '"text":'))
+    envelope = (f'{{"id":"{"chatcmpl" if chat else "cmpl"}-{record.request_id}",'
+                f'"object":"{"chat.completion.chunk" if chat else "text_completion"}","created":{int(time.time())},'
+                f'"model":{json.dumps(p.model)},')
+    head = envelope + '"choices":[{"index":0,' + ('"delta":' if chat else '"text":')
     events = _output_events(answer, p.tokens_per_event)
     transport = request.transport
     await engine.acquire_slot()
@@ -465,122 +513,29 @@ async def stream_answer(
         admit = mono()
         record.admit_ts, record.queue_wait_s = engine.epoch(admit), admit - arrival
         engine.streams += 1
-        number = engine.streams
         first_due = engine.admit(record, prompt.tokens, admit)
         if transport is None or transport.is_closing():
             raise ConnectionResetError("client closed the connection")
-
-        unstreamed = bool(quirks.unstreamed_every_nth and number % quirks.unstreamed_every_nth == 0)
-        malformed_at = len(events) // 2 if faults.malformed_sse_every_nth and number % faults.malformed_sse_every_nth == 0 else -1
-        cut_at = max(1, len(events) // 2) if faults.cut_stream_every_nth and number % faults.cut_stream_every_nth == 0 else -1
-        stall = faults.stall if faults.stall and number % faults.stall.every_nth == 0 else None
-        preemption = p.preemption if p.preemption and number % p.preemption.every_nth == 0 else None
-        preempt_at = max(1, len(events) // 2) if preemption is not None else -1
-        if unstreamed:
-            record.quirks.append("unstreamed")
-        if chat and answer.reasoning and quirks.reasoning_inline:
+        plan = plan_stream(p, engine.streams, len(events))
+        record.quirks += plan.quirks
+        if chat and answer.reasoning and p.quirks.reasoning_inline:
             record.quirks.append("reasoning_inline")
-        # Every frame is built before the first one is due: the timed path only writes.
-        payloads = _payloads(engine, answer, events, chat, echo, unstreamed)
-        frames = [_frame(head + payload) for payload in payloads]
-        if 0 <= malformed_at < len(frames):
-            text = head + payloads[malformed_at]
-            frames[malformed_at] = _frame(text[: len(text) // 2])  # JSON cut in half
-            record.faults.append("malformed_sse")
+        frames = _frames(head, _payloads(engine, answer, events, chat, echo, plan.unstreamed), plan)
         gaps = _gaps(engine, record, len(events))
-        event_ts, event_planned = record.event_ts, record.event_scheduled_ts
-        event_kinds, event_tokens = record.event_kinds, record.event_tokens
-
-        def send(event_kind: str, tokens: int, planned: float | None, frame: bytes) -> float:
-            at = mono()  # taken before the write: no client can see the event earlier
-            transport.write(frame)
-            event_ts.append(at)
-            event_planned.append(planned)
-            event_kinds.append(event_kind)
-            event_tokens.append(tokens)
-            if record.first_event_ts is None:
-                record.first_event_ts = engine.epoch(at)
-            return at
-
+        record.faults += plan.faults_from_start
         if chat:
-            send("role", 0, None, _frame(head + '{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'))
-
-        finished: asyncio.Future[str] = engine.loop.create_future()
-        timer = engine.timer
-        n_events = len(events)
-        first_output = len(event_ts)  # index of the first output event in the ground truth
-        stall_at = stall.after_events if stall is not None else -1
-        state = [0, first_due]  # next event index, its scheduled time
-
-        def step() -> None:
-            """Write every event that is due (timer callback), then schedule the next one."""
-            try:
-                i, due = state
-                write = transport.write
-                while True:
-                    if finished.done():
-                        return
-                    if transport.is_closing():
-                        finished.set_result("gone")
-                        return
-                    if transport.get_write_buffer_size() > _WRITE_BUFFER_LIMIT:
-                        state[0], state[1] = i, due
-                        timer.call_at(mono() + 0.001, step)  # the client is behind: wait for it
-                        return
-                    if i == cut_at:
-                        transport.close()
-                        finished.set_result("cut")
-                        return
-                    at = mono()
-                    write(frames[i])
-                    event_ts.append(at)
-                    event_planned.append(due)
-                    i += 1
-                    if i == n_events:
-                        finished.set_result("done")
-                        return
-                    due += gaps[i - 1] * engine.decode_slowdown()  # the batch as it is now, not at admission
-                    if i == stall_at:
-                        due += stall.seconds  # type: ignore[union-attr]
-                    if i == preempt_at:  # evicted for KV room, then recomputed
-                        due += preemption.recompute_s  # type: ignore[union-attr]
-                        engine.counters["preemptions"] += 1
-                        record.faults.append("preempted")
-                    if due < engine.blocked_until:
-                        due = engine.blocked_until
-                    if due > mono() + 20e-6:
-                        state[0], state[1] = i, due
-                        timer.call_at(due, step)
-                        return
-            except Exception as exc:  # noqa: BLE001 - surfaces in the handler, not in the timer
-                if not finished.done():
-                    finished.set_exception(exc)
-
-        if stall is not None:
-            record.faults.append("stall")
-            if stall.after_events == 0:
-                state[1] += stall.seconds
-        if not events:
-            finished.set_result("done")
-        else:
-            state[1] = max(state[1], engine.blocked_until)
-            timer.call_at(state[1], step)
+            _send(engine, record, transport, "role",
+                  _frame(head + '{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'))
+        first_output = len(record.event_ts)  # index of the first output event in the ground truth
+        finished = _write_on_schedule(engine, record, transport, frames, gaps, plan, first_due)
         try:
             outcome = await finished
         except asyncio.CancelledError:
             if not finished.done():
                 finished.set_result("cancelled")
             raise
-        outputs = len(event_ts) - first_output
-        event_kinds.extend(["output"] * outputs)
-        event_tokens.extend(e[2] for e in events[:outputs])
-        if outputs:
-            at = event_ts[first_output]
-            record.first_output_ts = engine.epoch(at)
-            record.ttft_s = at - arrival
-            if record.first_event_ts is None:
-                record.first_event_ts = record.first_output_ts
-        if stall is not None and outputs <= stall.after_events and stall.after_events > 0:
+        outputs = _note_outputs(engine, record, events, first_output, arrival)
+        if plan.stalls and not plan.stall_reached(outputs):
             record.faults.remove("stall")  # the stream ended before the stall point
         if outcome == "cut":
             record.faults.append("cut_stream")
@@ -590,18 +545,15 @@ async def stream_answer(
             raise ConnectionResetError("client closed the connection")
         record.completion_tokens = answer.completion_tokens
         record.finish_reason = answer.finish_reason
-        if event_ts:
-            record.last_event_ts = engine.epoch(event_ts[-1])
-            record.e2e_s = event_ts[-1] - arrival
-        if include_usage:
-            if quirks.usage_missing:
-                record.quirks.append("usage_missing")
-            else:
-                usage = json.dumps(_usage(engine, record, answer))
-                send("usage", 0, None, _frame(
-                    f'{{"id":"{prefix}-{record.request_id}","object":"{kind}","created":{created},'
-                    f'"model":{json.dumps(p.model)},"choices":[],"usage":{usage}}}'))
-        send("done", 0, None, _frame("[DONE]"))
+        if record.event_ts:
+            record.last_event_ts = engine.epoch(record.event_ts[-1])
+            record.e2e_s = record.event_ts[-1] - arrival
+        if include_usage and p.quirks.usage_missing:
+            record.quirks.append("usage_missing")
+        elif include_usage:
+            usage = json.dumps(_usage(engine, record, answer))
+            _send(engine, record, transport, "usage", _frame(envelope + f'"choices":[],"usage":{usage}}}'))
+        _send(engine, record, transport, "done", _frame("[DONE]"))
         await resp.write_eof()
     except (ConnectionResetError, ConnectionError) as exc:
         record.status, record.error = 499, f"client went away: {type(exc).__name__}"

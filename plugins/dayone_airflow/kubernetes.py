@@ -1,12 +1,13 @@
 """Airflow glue for the Kubernetes target: the deferrable readiness wait.
 
-`EngineReadySensor` + `EngineReadyTrigger`: wait, deferred, for the engine's Deployment to be
+`EngineReadinessOperator` + `EngineReadyTrigger`: wait, deferred, for the engine's Deployment to be
 available and then for the engine to serve; image pull errors, crash loops and unschedulable pods
 fail fast with the pod's events in the message. The wait runs in the triggerer, holding no worker
 slot for the tens of minutes a cold start takes. The loop and its messages are DayOne's one
-readiness wait (tasks/readiness.py); the end of the wait is recorded through the step protocol
-(tasks/steps.py), as the local wait_ready step records it. Cluster and registry access come from
-Airflow connections (connections.py).
+readiness wait (tasks/readiness.py); the trigger only reads the API objects that the one platform
+check judges (tasks/k8s/rollout.py `rollout_platform`, which the target's sync reader calls too).
+The end of the wait is recorded through the step protocol (tasks/steps.py), as the local
+wait_ready step records it. Cluster and registry access come from Airflow connections (connections.py).
 
 Nothing heavy is imported at module level beyond Airflow's own base classes: DAG files stay
 cheap to parse.
@@ -15,12 +16,15 @@ cheap to parse.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+if TYPE_CHECKING:
+    from tasks.readiness import Platform
 
 READY, FAILED, TIMEOUT = "ready", "failed", "timeout"
 
@@ -32,6 +36,8 @@ class EngineReadyTrigger(BaseTrigger):
     Yields one event: {"status": "ready" | "failed" | "timeout", "message", "waited_s"}.
     The deadline is wall-clock from `started_at`, so a triggerer restart does not extend it.
     """
+
+    clock: Callable[[], float] = time.time  # the platform check's now; the target's is injectable too
 
     def __init__(
         self,
@@ -99,8 +105,7 @@ class EngineReadyTrigger(BaseTrigger):
         from kubernetes_asyncio import client as aclient
 
         from tasks.engines import adapter_for
-        from tasks.k8s.rollout import assess, describe_events
-        from tasks.readiness import UP, NotReadyInTime, Platform, wait_until_serving
+        from tasks.readiness import NotReadyInTime, wait_until_serving
         from tasks.targets.base import DeployError
 
         hook = AsyncKubernetesHook(conn_id=self.kubernetes_conn_id)
@@ -109,32 +114,11 @@ class EngineReadyTrigger(BaseTrigger):
             return {"status": status, "message": message, "waited_s": round(time.time() - self.started_at, 3)}
 
         async with hook.get_conn() as api_client:
-            apps, core = aclient.AppsV1Api(api_client), aclient.CoreV1Api(api_client)
-
-            async def platform() -> Platform:
-                try:
-                    dep = api_client.sanitize_for_serialization(
-                        await apps.read_namespaced_deployment_status(self.deployment, self.namespace))
-                except aclient.ApiException as exc:
-                    if exc.status != 404:
-                        raise
-                    dep = None
-                pods = api_client.sanitize_for_serialization(
-                    await core.list_namespaced_pod(self.namespace, label_selector=self.selector)).get("items") or []
-                state = assess(dep, pods, time.time())
-                if state.failed:
-                    events = "no pod"
-                    if state.pod:
-                        found = await hook.get_pod_events(state.pod, self.namespace)
-                        events = describe_events(api_client.sanitize_for_serialization(found).get("items") or [])
-                    return Platform(failed=f"{state.reason}. Events: {events}")
-                return UP if state.available else Platform(waiting=state.reason)
-
-            access = await self._access(core)
+            access = await self._access(aclient.CoreV1Api(api_client))
             # The deadline is wall-clock from started_at, so a triggerer restart does not extend it.
             try:
                 probe = await wait_until_serving(self.engine, adapter_for(self.dialect), self.base_url, self.model,
-                                                 platform=platform, timeout_s=self.timeout_s,
+                                                 platform=lambda: self.platform(api_client), timeout_s=self.timeout_s,
                                                  interval_s=self.poll_interval_s, started_at=self.started_at,
                                                  access=access)
             except NotReadyInTime as exc:
@@ -142,6 +126,31 @@ class EngineReadyTrigger(BaseTrigger):
             except DeployError as exc:
                 return event(FAILED, str(exc))
             return event(READY, probe.detail)
+
+    async def platform(self, api_client: Any) -> Platform:
+        """The rollout as the API tells it now (the async reader, kubernetes_asyncio): judged by
+        tasks/k8s/rollout.py `rollout_platform`, as the target's sync reader is."""
+        from kubernetes_asyncio import client as aclient
+
+        from tasks.k8s.api import pod_events_selector
+        from tasks.k8s.rollout import pods_to_explain, rollout_platform
+
+        apps, core = aclient.AppsV1Api(api_client), aclient.CoreV1Api(api_client)
+
+        def plain(found: Any) -> Any:
+            return api_client.sanitize_for_serialization(found)
+
+        try:
+            dep = plain(await apps.read_namespaced_deployment_status(self.deployment, self.namespace))
+        except aclient.ApiException as exc:
+            if exc.status != 404:
+                raise
+            dep = None
+        pods = plain(await core.list_namespaced_pod(self.namespace, label_selector=self.selector)).get("items") or []
+        now = self.clock()
+        events = {pod: plain(await core.list_namespaced_event(self.namespace, field_selector=pod_events_selector(pod)))
+                  .get("items") or [] for pod in pods_to_explain(dep, pods, now)}
+        return rollout_platform(dep, pods, events, now)
 
     async def _access(self, core: Any) -> Any:
         """The engine's API key, read here in the triggerer from its connection or Secret, and TLS trust."""
@@ -161,14 +170,14 @@ class EngineReadyTrigger(BaseTrigger):
         return EndpointAccess(api_key=key, ca_bundle=self.tls_ca_bundle, verify=self.tls_verify)
 
 
-class EngineReadySensor(BaseOperator):
+class EngineReadinessOperator(BaseOperator):
     """Wait until the engine deployed by the deploy step serves, then mark it ready for the steps.
 
-    On Kubernetes it defers to EngineReadyTrigger, holding no worker slot through a cold start; the
-    trigger's event is recorded through the step protocol like the local wait. For a local engine
-    (or a dry run) it runs the wait_ready step in place (seconds).
+    An operator, not a sensor: on Kubernetes it defers once to EngineReadyTrigger, holding no worker
+    slot through a cold start, and the trigger's event is recorded through the step protocol like the
+    local wait. For a local engine (or a dry run) it runs the wait_ready step in place (seconds).
 
-    `engine` is templated, so the sensor maps over engines like the other per-engine tasks. The
+    `engine` is templated, so the operator maps over engines like the other per-engine tasks. The
     timeout defaults to the engine's ready_timeout_s, else `kubernetes.startup_timeout_s`.
     """
 

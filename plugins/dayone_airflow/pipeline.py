@@ -73,10 +73,10 @@ def _engines_up(position: int, handles: dict[str, Any]) -> Any:
             run_step("deploy", params, run_id, name)
             return name
 
-        from dayone_airflow.kubernetes import EngineReadySensor
+        from dayone_airflow.kubernetes import EngineReadinessOperator
 
         deployed = deploy(name)
-        ready = EngineReadySensor(task_id="wait_ready", engine=deployed)  # deferrable on Kubernetes
+        ready = EngineReadinessOperator(task_id="wait_ready", engine=deployed)  # deferrable on Kubernetes
         steps = [_step_task(s)(name) for s in BEFORE_MEASURING]
         chain(ready, *steps)
         handles.update(deployed=deployed, last=(steps or [ready])[-1])

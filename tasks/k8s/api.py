@@ -61,10 +61,13 @@ def read_node(api_client: k8s.ApiClient, name: str) -> dict[str, Any] | None:
         raise
 
 
+def pod_events_selector(pod: str) -> str:
+    """The field selector a pod's events are listed with, by this client and the trigger's async one."""
+    return f"involvedObject.kind=Pod,involvedObject.name={pod}"
+
+
 def pod_events(api_client: k8s.ApiClient, namespace: str, pod: str) -> list[dict[str, Any]]:
-    events = k8s.CoreV1Api(api_client).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={pod}"
-    )
+    events = k8s.CoreV1Api(api_client).list_namespaced_event(namespace, field_selector=pod_events_selector(pod))
     return _plain(api_client, events).get("items") or []
 
 

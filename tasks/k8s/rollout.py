@@ -1,16 +1,19 @@
 """Reading a rollout: is the engine's Deployment available, still coming, or never going to be?
 
-Pure functions over API objects as plain dicts (the JSON form, camelCase), so the synchronous
-target and the asynchronous Airflow trigger judge a rollout the same way.
+Pure functions over API objects as plain dicts (the JSON form, camelCase). `rollout_platform` is the
+Kubernetes platform's one answer to the readiness wait (tasks/readiness.py); its two API readers, the
+target (sync client) and the Airflow trigger (async client), only fetch what it reads and call it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tasks.k8s.manifests import ANNOTATION_CREATED, CONTAINER
+from tasks.readiness import UP, Platform
 
 # Waiting reasons that never heal by waiting: the kubelet retries them forever.
 FATAL_WAITING = {
@@ -120,6 +123,25 @@ def describe_events(events: list[dict[str, Any]], limit: int = 8) -> str:
         count = f" (x{e['count']})" if (e.get("count") or 1) > 1 else ""
         lines.append(f"{e.get('type', 'Normal')} {e.get('reason', '')}: {(e.get('message') or '').strip()}{count}")
     return "; ".join(lines) if lines else "no events"
+
+
+# ---- the platform check: one decision, two API readers ---------------------------------------
+def pods_to_explain(deployment: dict[str, Any] | None, pods: list[dict[str, Any]], now: float) -> list[str]:
+    """The pods whose events `rollout_platform` quotes: the one a failure names, none otherwise (so a
+    reader lists events only when they explain something)."""
+    state = assess(deployment, pods, now)
+    return [state.pod] if state.failed and state.pod else []
+
+
+def rollout_platform(deployment: dict[str, Any] | None, pods: list[dict[str, Any]],
+                     events: Mapping[str, list[dict[str, Any]]], now: float) -> Platform:
+    """Failed for good (with the pod's events), still coming (and why), or up, from the Deployment
+    (None: not found), its pods and the events of the pods `pods_to_explain` named."""
+    state = assess(deployment, pods, now)
+    if state.failed:
+        found = describe_events(events.get(state.pod) or []) if state.pod else "no pod"
+        return Platform(failed=f"{state.reason}. Events: {found}")
+    return UP if state.available else Platform(waiting=state.reason)
 
 
 def restart_total(pods: list[dict[str, Any]], container: str = CONTAINER) -> int | None:

@@ -28,8 +28,9 @@ from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness, adapter_for
 from tasks.k8s import api
 from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selector, service_url
-from tasks.k8s.rollout import assess, created_at, describe_events, newest_pod, restart_causes, restart_total
-from tasks.readiness import UP, Platform, wait_until_serving
+from tasks.k8s.rollout import (created_at, newest_pod, pods_to_explain, restart_causes, restart_total,
+                                rollout_platform)
+from tasks.readiness import Platform, wait_until_serving
 from tasks.staging import RunDir, run_id_of
 from tasks.state import applied_objects_doc, rendered_objects_doc
 from tasks.targets.base import Deployment, DeployError
@@ -174,19 +175,16 @@ class KubernetesTarget:
         return dep
 
     # ---- readiness ---------------------------------------------------------------------------
-    def rollout_state(self, deployment: Deployment):
+    def platform(self, deployment: Deployment) -> Platform:
+        """The rollout as the API tells it now (the sync reader): judged by tasks/k8s/rollout.py
+        `rollout_platform`, as the Airflow trigger's async reader is."""
         h = deployment.handle
         client = self.client(h["conn_id"])
         dep = api.read_deployment(client, h["namespace"], h["deployment"])
         pods = api.list_pods(client, h["namespace"], h["selector"])
-        return assess(dep, pods, self.clock())
-
-    def failure_message(self, deployment: Deployment, state) -> str:
-        h = deployment.handle
-        events = "no pod"
-        if state.pod:
-            events = describe_events(api.pod_events(self.client(h["conn_id"]), h["namespace"], state.pod))
-        return f"{state.reason}. Events: {events}"
+        now = self.clock()
+        events = {pod: api.pod_events(client, h["namespace"], pod) for pod in pods_to_explain(dep, pods, now)}
+        return rollout_platform(dep, pods, events, now)
 
     def wait_ready(self, config: RunConfig, deployment: Deployment, timeout_s: float,
                    access: EndpointAccess | None = None) -> Readiness:
@@ -196,10 +194,7 @@ class KubernetesTarget:
             )
 
         async def platform() -> Platform:
-            state = self.rollout_state(deployment)
-            if state.failed:
-                return Platform(failed=self.failure_message(deployment, state))
-            return UP if state.available else Platform(waiting=state.reason)
+            return self.platform(deployment)
 
         adapter = adapter_for(config.engine(deployment.engine).dialect)
         return asyncio.run(wait_until_serving(deployment.engine, adapter, deployment.base_url, config.model.name,

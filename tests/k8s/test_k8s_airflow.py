@@ -1,9 +1,10 @@
-"""The Airflow side: the deferrable readiness sensor and its trigger (AsyncKubernetesHook,
+"""The Airflow side: the deferrable readiness operator and its trigger (AsyncKubernetesHook,
 kubernetes_asyncio), and the teardown step through Airflow's connections."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import importlib
 import time
 
@@ -14,7 +15,8 @@ from k8s_helpers import CONN_ID, MODEL, later, run_config
 
 from dayone_airflow.connections import hook_api_client
 from dayone_airflow.glue import dayone_run_id, run_step
-from dayone_airflow.kubernetes import FAILED, READY, TIMEOUT, EngineReadySensor, EngineReadyTrigger
+from dayone_airflow.kubernetes import FAILED, READY, TIMEOUT, EngineReadinessOperator, EngineReadyTrigger
+from tasks.readiness import UP
 from tasks.staging import RunDir
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget
 
@@ -88,15 +90,64 @@ def test_trigger_times_out_with_the_last_state(apiserver, deployed):
     assert "0/1 replicas ready" in event["message"]
 
 
+# ---- one platform check, two readers -------------------------------------------------------------
+def _unschedulable(apiserver, name, minutes):
+    since = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=minutes)
+    pod = apiserver.start_pod(NS, name, unschedulable_since=since)
+    apiserver.add_event(NS, pod, "FailedScheduling", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+
+
+ROLLOUTS = {  # what the cluster shows -> what both readers must say of it
+    "no pod yet": (lambda api, name: None, "waiting"),
+    "loading weights": (lambda api, name: api.start_pod(NS, name, running=True), "waiting"),
+    "unschedulable within its grace": (lambda api, name: _unschedulable(api, name, 1), "waiting"),
+    "image pull error": (lambda api, name: api.add_event(
+        NS, api.start_pod(NS, name, waiting=("ImagePullBackOff", "Back-off pulling image")), "Failed",
+        'Failed to pull image "example.org/sglang@sha256:111": manifest unknown'), "failed"),
+    "crash loop": (lambda api, name: api.start_pod(NS, name, waiting=("CrashLoopBackOff", "back-off 40s"),
+                                                   restart_count=3,
+                                                   last_terminated={"exitCode": 137, "reason": "OOMKilled"}), "failed"),
+    "unschedulable past its grace": (lambda api, name: _unschedulable(api, name, 10), "failed"),
+    "deployment deleted": (lambda api, name: api.objects.pop(("deployments", NS, name)), "failed"),
+    "available": (lambda api, name: (api.start_pod(NS, name, running=True, ready=True), api.set_available(NS, name)),
+                  "up"),
+}
+
+
+@pytest.mark.parametrize("rollout", list(ROLLOUTS))
+def test_trigger_and_target_judge_the_same_api_objects_alike(apiserver, deployed, rollout):
+    """The target's sync reader and the trigger's async reader fetch; one decision judges what they fetched."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+    _, dep = deployed
+    show, expected = ROLLOUTS[rollout]
+    show(apiserver, dep.handle["deployment"])
+    now = time.time()  # one clock for both: "unschedulable for N s" must not straddle a second
+    target = KubernetesTarget(ClusterAccess(api_client=hook_api_client), clock=lambda: now)
+    trigger = trigger_for(dep)
+    trigger.clock = lambda: now
+
+    async def through_the_trigger():
+        async with AsyncKubernetesHook(conn_id=CONN_ID).get_conn() as api_client:
+            return await trigger.platform(api_client)
+
+    synchronous, asynchronous = target.platform(dep), asyncio.run(through_the_trigger())
+    assert synchronous == asynchronous
+    assert {"failed": bool(synchronous.failed), "waiting": bool(synchronous.waiting and not synchronous.failed),
+            "up": synchronous == UP}[expected], synchronous
+    if expected == "failed":
+        assert "Events: " in synchronous.failed
+
+
 def _context(config):
     return {"params": config.model_dump(mode="json", exclude={"run_id"}), "run_id": AIRFLOW_RUN_ID}
 
 
-def test_sensor_defers_to_the_trigger_and_marks_the_engine_ready(apiserver, deployed):
+def test_operator_defers_to_the_trigger_and_marks_the_engine_ready(apiserver, deployed):
     config, dep = deployed
-    sensor = EngineReadySensor(task_id="wait_ready", engine="sglang", poll_interval_s=0.05)
+    operator = EngineReadinessOperator(task_id="wait_ready", engine="sglang", poll_interval_s=0.05)
     with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute(_context(config))
+        operator.execute(_context(config))
     trigger = deferred.value.trigger
     assert isinstance(trigger, EngineReadyTrigger)
     assert trigger.timeout_s == config.kubernetes.startup_timeout_s == 1800
@@ -105,17 +156,17 @@ def test_sensor_defers_to_the_trigger_and_marks_the_engine_ready(apiserver, depl
     apiserver.start_pod(NS, name, running=True, ready=True)
     apiserver.set_available(NS, name)
     event = asyncio.run(first_event(trigger))
-    result = sensor.execute_complete(_context(config), event)
+    result = operator.execute_complete(_context(config), event)
     assert result["data"]["ready"] is True and result["step"] == "wait_ready"
     assert RunDir(config.run_id).read_json("state/sglang/ready.json")["ready"] is True
 
 
-def test_sensor_failure_raises_and_records_the_reason(deployed):
+def test_operator_failure_raises_and_records_the_reason(deployed):
     config, _ = deployed
-    sensor = EngineReadySensor(task_id="wait_ready", engine="sglang")
+    operator = EngineReadinessOperator(task_id="wait_ready", engine="sglang")
     event = {"status": FAILED, "message": "pod x container engine: ImagePullBackOff", "waited_s": 1.0}
     with pytest.raises(AirflowException, match="ImagePullBackOff"):
-        sensor.execute_complete(_context(config), event)
+        operator.execute_complete(_context(config), event)
     ready = RunDir(config.run_id).read_json("state/sglang/ready.json")
     assert ready["ready"] is False and "ImagePullBackOff" in ready["detail"]
     outcome = RunDir(config.run_id).read_json("state/steps/sglang-wait_ready.json")

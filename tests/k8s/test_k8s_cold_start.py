@@ -1,5 +1,5 @@
 """Restarts during the cold start (the Day-1 report's "meaningless restarts"), judged once the engine
-is ready: the readiness sensor, as the DAG runs it, records a startup finding with the restarts' causes
+is ready: the readiness operator, as the DAG runs it, records a startup finding with the restarts' causes
 from the pod's status and events, and summary.json, the decision summary and the report say it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from k8s_helpers import run_config
 
 from dayone_airflow.connections import hook_api_client
 from dayone_airflow.glue import dayone_run_id
-from dayone_airflow.kubernetes import READY, EngineReadySensor
+from dayone_airflow.kubernetes import READY, EngineReadinessOperator
 from tasks.report.html import render_html
 from tasks.report.summary import build_summary
 from tasks.staging import RunDir
@@ -31,14 +31,14 @@ def deployed(kube_conn, engine_url, tmp_path, monkeypatch):
     return config, target.deploy(config, engine, RunDir(run_id), target.pin(config, engine))
 
 
-def _ready_through_the_sensor(config):
+def _ready_through_the_operator(config):
     """The deferrable wait as the DAG runs it: defer, the trigger's ready event, execute_complete."""
     from airflow.sdk.exceptions import TaskDeferred
 
     context = {"params": config.model_dump(mode="json", exclude={"run_id"}), "run_id": AIRFLOW_RUN_ID}
-    sensor = EngineReadySensor(task_id="wait_ready", engine="sglang", poll_interval_s=0.05)
+    operator = EngineReadinessOperator(task_id="wait_ready", engine="sglang", poll_interval_s=0.05)
     with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute(context)
+        operator.execute(context)
 
     async def first():
         async for event in deferred.value.trigger.run():
@@ -46,7 +46,7 @@ def _ready_through_the_sensor(config):
 
     event = asyncio.run(first())
     assert event["status"] == READY, event
-    return sensor.execute_complete(context, event)
+    return operator.execute_complete(context, event)
 
 
 def _published(config):
@@ -66,7 +66,7 @@ def test_oom_kills_and_a_liveness_kill_before_ready_are_an_error_finding_in_the_
                         "connection refused", count=3)
     apiserver.add_event(NS, pod, "Killing", "Container engine failed liveness probe, will be restarted")
     apiserver.set_available(NS, name)
-    result = _ready_through_the_sensor(config)
+    result = _ready_through_the_operator(config)
     assert result["data"]["restarts_before_ready"].startswith("restarted 2 time(s) before ready")
     engine, decision, html = _published(config)
     finding = engine.restarts_before_ready
@@ -85,7 +85,7 @@ def test_a_probe_kill_alone_before_ready_warns(apiserver, deployed):
                               last_terminated={"reason": "Error", "exitCode": 137})
     apiserver.add_event(NS, pod, "Killing", "Container engine failed startup probe, will be restarted")
     apiserver.set_available(NS, name)
-    _ready_through_the_sensor(config)
+    _ready_through_the_operator(config)
     engine, decision, _ = _published(config)
     assert engine.restarts_before_ready.severity == "warning"
     assert ("sglang restarted 1 time(s) before ready: Container engine failed startup probe, will be restarted: "
@@ -97,7 +97,7 @@ def test_a_single_start_has_no_finding(apiserver, deployed):
     name = dep.handle["deployment"]
     apiserver.start_pod(NS, name, running=True, ready=True, restart_count=0)
     apiserver.set_available(NS, name)
-    result = _ready_through_the_sensor(config)
+    result = _ready_through_the_operator(config)
     assert result["data"]["restarts_before_ready"] is None
     engine, decision, _ = _published(config)
     assert engine.restarts_before_ready is None and "before ready" not in decision
@@ -111,7 +111,7 @@ def test_a_relaunch_that_started_once_keeps_the_first_starts_finding(apiserver, 
     apiserver.start_pod(NS, name, running=True, ready=True, restart_count=1,
                         last_terminated={"reason": "OOMKilled", "exitCode": 137})
     apiserver.set_available(NS, name)
-    _ready_through_the_sensor(config)
+    _ready_through_the_operator(config)
     target = KubernetesTarget(ClusterAccess(api_client=hook_api_client, service_url=lambda name, ns, port: engine_url))
     engine = config.engines[0]
     for launch, restarts in ((1, 0), (2, 3)):
@@ -119,7 +119,7 @@ def test_a_relaunch_that_started_once_keeps_the_first_starts_finding(apiserver, 
         apiserver.start_pod(NS, dep.handle["deployment"], running=True, ready=True, restart_count=restarts,
                             last_terminated={"reason": "Error", "exitCode": 1} if restarts else None)
         apiserver.set_available(NS, dep.handle["deployment"])
-        _ready_through_the_sensor(config)
+        _ready_through_the_operator(config)
     summary_engine, decision, _ = _published(config)
     assert summary_engine.restarts_before_ready.line.startswith("restarted 1 time(s) before ready: OOMKilled")
     lines = sorted(f.line for f in summary_engine.startup_findings if f.finding == "restarted_before_ready")

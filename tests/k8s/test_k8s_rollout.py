@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.k8s.rollout import assess, created_at, describe_events, restart_total
+from tasks.k8s.rollout import assess, created_at, describe_events, pods_to_explain, restart_total, rollout_platform
+from tasks.readiness import UP, Platform
 
 NOW = 1_800_000_000.0
 
@@ -48,6 +49,42 @@ def test_progress_deadline_and_failed_pods_fail():
     assert "progress deadline" in assess(deployment(exceeded), [pod()], NOW).reason
     assert assess(deployment(), [pod(phase="Failed")], NOW).failed
     assert "does not exist" in assess(None, [], NOW).reason
+
+
+# ---- the platform check: what both API readers call ------------------------------------------------
+PULL_EVENTS = [
+    {"type": "Normal", "reason": "Scheduled", "message": "assigned", "lastTimestamp": "2027-01-15T08:00:00Z"},
+    {"type": "Warning", "reason": "Failed", "message": "manifest unknown", "lastTimestamp": "2027-01-15T08:00:02Z"},
+]
+
+
+def test_platform_failed_for_good_quotes_the_failing_pods_events():
+    pods = [pod("p", statuses=[waiting("ImagePullBackOff")])]
+    assert pods_to_explain(deployment(), pods, NOW) == ["p"]
+    state = rollout_platform(deployment(), pods, {"p": PULL_EVENTS}, NOW)
+    assert state.failed == ("pod p container engine: ImagePullBackOff: the image cannot be pulled. "
+                            "Events: Warning Failed: manifest unknown; Normal Scheduled: assigned")
+    assert state.waiting is None
+    assert rollout_platform(deployment(), pods, {}, NOW).failed.endswith("Events: no events")
+    gone = rollout_platform(None, [], {}, NOW)
+    assert gone == Platform(failed="the Deployment does not exist (deleted, or never created). Events: no pod")
+
+
+def test_platform_still_coming_says_why_and_reads_no_events():
+    running = [pod(phase="Running", statuses=[{"name": "engine", "restartCount": 0, "state": {"running": {}}}])]
+    assert pods_to_explain(deployment(), running, NOW) == []
+    assert rollout_platform(deployment(), running, {}, NOW) == Platform(waiting="0/1 replicas ready")
+    pending = [pod(conditions=[{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                                "message": "0/3 nodes are available", "lastTransitionTime": "2027-01-15T08:00:00Z"}])]
+    assert rollout_platform(deployment(), pending, {}, NOW) == Platform(  # unschedulable since NOW: within its grace
+        waiting="pod p not scheduled yet: 0/3 nodes are available")
+
+
+def test_platform_up_once_the_current_generation_is_available():
+    ready = {"observedGeneration": 1, "availableReplicas": 1, "readyReplicas": 1}
+    up = [pod(phase="Running")]
+    assert pods_to_explain(deployment(ready), up, NOW) == []
+    assert rollout_platform(deployment(ready), up, {}, NOW) == UP
 
 
 def test_restart_total_counts_only_the_engine_container():

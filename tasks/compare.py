@@ -249,7 +249,7 @@ def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
     from tasks.evidence.reliability import engine_ttft_verdict
 
     stream = engine_ttft_verdict(run_dir, engine)
-    verdict = published_verdict(run_dir.read_json(f"verdicts/{engine}/prefix_cache.json") or {}, stream)
+    verdict = published_verdict(run_dir.read_json(state.cache_verdict_doc(engine)) or {}, stream)
     searched = run_dir.read_json(state.perf_summary_doc(engine, CAPACITY_SCENARIO))
     capacity = None if searched is None else published_capacity(searched, bool(stream["reliable"]), cfg.slo)
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
@@ -258,7 +258,7 @@ def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
 
 def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
     bucket, prefix = cfg.archive.bucket, index["prefixes"][engine]
-    summary = archived_summary(s3, bucket, prefix + "summary.json")
+    summary = archived_summary(s3, bucket, prefix + state.SUMMARY)
     mine = None if summary is None else summary.engines.get(engine)
     cache = None if mine is None or mine.prefix_cache is None else mine.prefix_cache.verdict
     published = None if mine is None else mine.ttft.reliable
@@ -272,7 +272,7 @@ def archived_manifest(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | Non
     from botocore.exceptions import ClientError
 
     try:
-        manifest = json.loads(s3.get_object(Bucket=bucket, Key=prefix + "manifest.json")["Body"].read())
+        manifest = json.loads(s3.get_object(Bucket=bucket, Key=prefix + state.MANIFEST)["Body"].read())
     except (ClientError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) else None
@@ -646,7 +646,7 @@ def _log_undecided(engine: str, scenario: str, concurrency: int, metric: str, e:
 def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, ...] = ()) -> dict[str, Any]:
     """Write the run's regressions rows per engine; raise RegressionFound when any row regressed.
     `accepted`: run ids a person accepted as the new level (the Variable dayone_nightly_accept)."""
-    pinned = run_dir.read_json("pinned.json", {})
+    pinned = state.pinned(run_dir)
     manifest = state.manifest(run_dir) or {}
     created = manifest.get("created_ts")
     runs = run_index(s3, cfg)
@@ -679,8 +679,8 @@ def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, .
             "compared": len(rows), "regressed": len(bad),
         }
     accepted_here = sorted(set(accepted) & known)
-    run_dir.write_json("regressions.json", {**result, "regressions": regressed, "skipped": skipped,
-                                            "caveats": caveats, "accepted": accepted_here})
+    run_dir.write_json(state.REGRESSIONS, {**result, "regressions": regressed, "skipped": skipped,
+                                           "caveats": caveats, "accepted": accepted_here})
     if regressed:
         raise RegressionFound(f"{len(regressed)} regression(s) against the last good run or the reference: "
                               + "; ".join(regressed))

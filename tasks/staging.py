@@ -93,7 +93,7 @@ class RunDir:
         return self.store.get(name)
 
     def names(self, folder: str) -> list[str]:
-        """The objects directly in `folder` (e.g. "state/steps"), by name, sorted."""
+        """The objects directly in `folder` (e.g. the step outcomes, tasks/state.py OUTCOMES_DIR), by name, sorted."""
         prefix = folder.rstrip("/") + "/"
         return sorted({k[len(prefix):] for k in self.store.keys(prefix) if "/" not in k[len(prefix):]})
 

@@ -39,10 +39,11 @@ REGRESSIONS = "regressions.json"
 SUMMARY = "summary.json"
 REPORT = "report.html"
 OUTCOMES_DIR = "state/steps"
+DEPLOYMENTS_DIR = "deployments"
 
 
 def deployment_doc(engine: str) -> str:
-    return f"deployments/{engine}.json"
+    return f"{DEPLOYMENTS_DIR}/{engine}.json"
 
 
 def applied_objects_doc(engine: str) -> str:

@@ -91,13 +91,14 @@ def main(argv: list[str] | None = None) -> int:
 def _stop_local_engines(since: float) -> None:
     """Stop the local engines of the runs this demo started (a no-op after their teardown)."""
     from tasks.staging import RunDir, default_root
+    from tasks.state import DEPLOYMENTS_DIR
     from tasks.targets.local import LocalTarget
 
     root = default_root()
     for run in root.iterdir() if root.is_dir() else ():
         if run.is_dir() and run.stat().st_mtime >= since:
             run_dir = RunDir(run.name, root)
-            for doc in run_dir.names("deployments"):
+            for doc in run_dir.names(DEPLOYMENTS_DIR):
                 LocalTarget().teardown(None, doc.removesuffix(".json"), run_dir)
 
 

@@ -47,9 +47,9 @@ def publish_report(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
         raise RuntimeError(f"run {cfg.run_id}: not archived yet; the archive step must run before the report")
     built = write_report(run_dir, cfg)
     objects = {
-        "summary.json": (json_bytes(built["summary"].model_dump(mode="json")), "application/json"),
-        "report.html": (built["page"].encode("utf-8"), "text/html; charset=utf-8"),
-        **{f"charts/{name}.png": (png, "image/png") for name, png in built["charts"].items()},
+        state.SUMMARY: (json_bytes(built["summary"].model_dump(mode="json")), "application/json"),
+        state.REPORT: (built["page"].encode("utf-8"), "text/html; charset=utf-8"),
+        **{state.chart_doc(name): (png, "image/png") for name, png in built["charts"].items()},
     }
     keys = []
     for prefix in archived["prefixes"].values():

@@ -257,7 +257,7 @@ def _needle_rows(rows: list[dict[str, Any]], ttft_published: bool) -> list[Needl
 
 
 def _prefix_cache(run_dir: RunDir, engine: str, ttft: dict[str, Any]) -> PrefixCache | None:
-    doc = run_dir.read_json(f"verdicts/{engine}/prefix_cache.json")
+    doc = run_dir.read_json(state.cache_verdict_doc(engine))
     return None if doc is None else PrefixCache.model_validate(published_verdict(doc, ttft))
 
 

@@ -156,7 +156,7 @@ REQUEST_S = TTFT_S + OUTPUT * ITL_S  # one request's nominal duration: the ramp 
 
 def worker(url: str, streams: int, waves: int, out: str, ramp: bool, processes: str) -> None:
     """One level's DayOne client run (a subprocess pinned to the client cores); its records to `out`."""
-    from tasks.config import LoadSettings
+    from tasks.config.load import LoadSettings
     from tasks.engines import adapter_for
     from tasks.load.client import new_session, run_async, run_closed_loop
     from tasks.load.plan import Shape, plan_requests

@@ -26,7 +26,8 @@ from tasks.desensitize import register_secret
 if TYPE_CHECKING:
     import httpx
 
-    from tasks.config import EngineSpec, RunConfig
+    from tasks.config import RunConfig
+    from tasks.config.engines import EngineSpec
 
 # Looks up an Airflow connection's password by id (the glue: BaseHook; elsewhere AIRFLOW_CONN_<ID>).
 ConnectionPassword = Callable[[str], "str | None"]

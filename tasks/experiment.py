@@ -14,9 +14,10 @@ out in `engines` by hand (factors without levels): then every difference between
 base must be a declared factor, else the config is refused naming the setting. A setting is a path
 into the engine spec: `image`, `args`, `gpus`, `env.NAME`, `llamacpp.parallel`, `sim_profile.slots`.
 
-Pure functions over raw config dicts and parsed engine specs (tasks/config.py EngineSpec, which calls
-them while it validates: hence no import of it here). Which design a run measures with is placement,
-so it lives in tasks/lanes.py.
+Pure functions over raw config dicts and parsed engine specs. The experiment's config section
+(Experiment, Factor) is tasks/config/experiment.py: the run config calls these functions while it
+validates, so nothing here imports the config. Which design a run measures with is placement, so it
+lives in tasks/lanes.py.
 """
 
 from __future__ import annotations
@@ -158,6 +159,16 @@ def expand(base_doc: dict[str, Any], base_effective: dict[str, Any], factors: li
         doc = {**doc, "name": name}
         out.append((doc, dict(changes)))
     return out
+
+
+def factor_level(factors: list[tuple[str, list[Any]]], changes: dict[str, Any]) -> tuple[int, int]:
+    """Which factor and level made a variant invalid: the last change (the others made valid variants
+    before, or are the only one)."""
+    for i in reversed(range(len(factors))):
+        setting, levels = factors[i]
+        if setting in changes:
+            return i, levels.index(changes[setting])
+    return 0, 0
 
 
 def _base_value(base_doc: dict[str, Any], base_effective: dict[str, Any], setting: str) -> Any:

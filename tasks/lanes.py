@@ -9,7 +9,8 @@ run side by side within a position. Pure: no Airflow import, so the API check an
 
 from __future__ import annotations
 
-from tasks.config import ConfigError, EngineSpec, RunConfig
+from tasks.config import ConfigError, RunConfig
+from tasks.config.engines import EngineSpec
 from tasks.experiment import randomized_order
 
 MAX_ENGINES_PER_NODE = 4

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tasks.checks import CHECK_NAMES
 from tasks.config import ConfigError, parse_run_config
 
 
@@ -43,6 +44,16 @@ def test_bad_input_names_the_field_and_the_fix(bad, field, fix):
     message = str(info.value)
     assert message.startswith(field + ":"), message
     assert "Fix:" in message and fix in message
+
+
+def test_functional_skip_names_are_checked_when_the_config_is_parsed():
+    with pytest.raises(ConfigError) as info:
+        parse_run_config({"scenarios": {"functional": {"skip": ["image_input", "imagee_input"]}}})
+    [(path, message, fix)] = info.value.problems
+    assert (path, message) == ("scenarios.functional.skip", "unknown check(s) ['imagee_input']")
+    assert fix == f"use names from {', '.join(CHECK_NAMES)}"  # the checks' own registry (tasks/checks)
+    known = parse_run_config({"scenarios": {"functional": {"skip": ["image_input", "openai_sdk"]}}})
+    assert known.scenarios.functional.skip == ["image_input", "openai_sdk"]
 
 
 # ---- launcher settings: typed, and checked against the launcher that reads them ----------------

@@ -101,7 +101,7 @@ class DayOneReportLink(BaseOperatorLink):
 
 def archive_settings(run_conf: dict[str, Any] | None) -> Any:
     """The run's archive settings: its conf's `archive` section over the defaults."""
-    from tasks.config import ArchiveSettings
+    from tasks.config.archive import ArchiveSettings
 
     try:
         return ArchiveSettings(**((run_conf or {}).get("archive") or {}))

@@ -1,6 +1,6 @@
 """The trigger form: one Param per top-level field of the run config, with its JSON schema.
 
-The schema comes from tasks/config.py (RunConfig), so the form and the validation that every
+The schema comes from tasks/config/ (RunConfig), so the form and the validation that every
 other entry point uses cannot drift apart; the plan step re-validates everything with the
 cross-field rules a JSON schema cannot express. Each param's schema is self-contained (no `$ref`), so
 the UI picks its widget from `type` alone: a JSON editor for a section or the engines list.

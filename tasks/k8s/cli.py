@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from tasks.config import EngineSpec, RunConfig, parse_run_config, read_config_file
+from tasks.config import RunConfig, parse_run_config, read_config_file
+from tasks.config.engines import EngineSpec
 from tasks.k8s.manifests import ManifestError, render_engine, runner_pod_template, validate_objects
 
 RUNNER_POD_TEMPLATE_FILE = "runner-pod-template.yaml"

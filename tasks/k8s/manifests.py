@@ -20,7 +20,8 @@ import math
 import re
 from typing import Any
 
-from tasks.config import EngineSpec, RunConfig
+from tasks.config import RunConfig
+from tasks.config.engines import EngineSpec
 from tasks.engines import adapter_for
 from tasks.evidence.hardware import GPU_REPORT_SCRIPT
 

@@ -17,7 +17,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from tasks.config import DIALECTS, ConfigError, parse_run_config
+from tasks.config import ConfigError, parse_run_config
+from tasks.config.engines import DIALECTS
 from tasks.context import StepContext, endpoint_for
 from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES

@@ -51,7 +51,7 @@ from tasks.load.client import OnResult, RequestResult, RequestSpec
 from tasks.pipes import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
 
 if TYPE_CHECKING:
-    from tasks.config import LoadSettings
+    from tasks.config.load import LoadSettings
     from tasks.load.plan import Shape
 
 START_MARGIN_S = 0.2  # from the jobs' hand-over to the common start: every shard is waiting by then

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from scipy import stats
 
-from tasks.config import CapacityScenario
+from tasks.config.scenarios import CapacityScenario
 from tasks.context import StepContext
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape

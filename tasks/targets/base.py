@@ -11,7 +11,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from tasks.config import EngineSpec, RunConfig
+from tasks.config import RunConfig
+from tasks.config.engines import EngineSpec
 from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness
 from tasks.staging import RunDir

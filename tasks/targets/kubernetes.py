@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.config import EngineSpec, RunConfig
+from tasks.config import RunConfig
+from tasks.config.engines import EngineSpec
 from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness, adapter_for
 from tasks.k8s import api

@@ -1,7 +1,8 @@
 """The local launcher for llama.cpp's server (PyPI xllamacpp) with a PyPI-shipped GGUF model.
 
-Settings come from `engines[i].llamacpp`, validated with the run config (tasks.config.LlamaCppSettings:
-each key, its default and bounds). What depends on this machine (threads) is filled in here, at launch.
+Settings come from `engines[i].llamacpp`, validated with the run config (LlamaCppSettings in
+tasks/config/llamacpp.py: each key, its default and bounds). What depends on this machine (threads) is
+filled in here, at launch.
 
 The server always listens on 127.0.0.1, serves /metrics and /slots, and has a slot save path
 (needed by the adapter's cache clear, which erases every slot).
@@ -18,7 +19,8 @@ from typing import Any
 
 import httpx
 
-from tasks.config import EngineSpec, RunConfig
+from tasks.config import RunConfig
+from tasks.config.engines import EngineSpec
 from tasks.models import ModelNotFound, file_sha256, model_path
 from tasks.targets.base import DeployError, LaunchSpec
 

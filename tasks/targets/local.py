@@ -22,7 +22,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tasks.config import EngineSpec, RunConfig
+from tasks.config import RunConfig
+from tasks.config.engines import EngineSpec
 from tasks.desensitize import recorded_env
 from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness, adapter_for

@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 
-from tasks.config import EngineSpec, RunConfig
+from tasks.config import RunConfig
+from tasks.config.engines import EngineSpec
 from tasks.targets.base import LaunchSpec
 
 

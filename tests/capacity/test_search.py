@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.config import CapacityScenario
+from tasks.config.scenarios import CapacityScenario
 from tasks.scenarios.capacity import bracket, judge, next_load, outcome_of, wilson
 
 

@@ -1,5 +1,5 @@
 """The experiment in the run config: factors expand into variants that differ in declared settings only
-(tasks/experiment.py, tasks/config.py), the plan records each variant's diff, and the placement follows
+(tasks/experiment.py, tasks/config/experiment.py), the plan records each variant's diff, and the placement follows
 the design (tasks/lanes.py)."""
 
 from __future__ import annotations

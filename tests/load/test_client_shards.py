@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.config import ConfigError, LoadSettings, parse_run_config
+from tasks.config import ConfigError, parse_run_config
+from tasks.config.load import LoadSettings
 from tasks.load import shards as shards_module
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from raw_server import RawServer
 
-from tasks.config import LoadSettings
+from tasks.config.load import LoadSettings
 from tasks.engines import adapter_for
 from tasks.load import http as load_http
 from tasks.load import shards as shards_module
@@ -116,7 +116,7 @@ def test_auto_leaves_a_core_to_a_server_on_this_host(monkeypatch, busy_server):
 def test_auto_on_one_core_of_affinity_runs_one_process_and_says_why(busy_server):
     _, url = busy_server
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-            "from tasks.config import LoadSettings; from tasks.load.plan import Shape; "
+            "from tasks.config.load import LoadSettings; from tasks.load.plan import Shape; "
             "from tasks.load.shards import choose_shards; "
             f"c = choose_shards(LoadSettings(), Shape(128, 64, 256), {url!r}); print(c.processes); print(c.reason)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from tasks.config import SLO
+from tasks.config.thresholds import SLO
 from tasks.load import stats
 
 

@@ -76,7 +76,7 @@ def test_every_field_has_a_title_and_description(served_params):
 def test_the_engine_form_shows_llamacpps_settings_and_checks_them(served_params):
     from airflow.exceptions import ParamValidationError
 
-    from tasks.config import LlamaCppSettings
+    from tasks.config.llamacpp import LlamaCppSettings
 
     engine = served_params.get_param("engines").schema["items"]["properties"]
     settings = engine["llamacpp"]

@@ -181,13 +181,19 @@ def bad_configs(draw: st.DrawFn) -> tuple[dict[str, Any], str, str]:
 
 
 def _known_fields(section: tuple[Any, ...]) -> set[str]:
-    from tasks import config as c
+    from tasks.config import RunConfig
+    from tasks.config.archive import ArchiveSettings
+    from tasks.config.engines import EngineSpec
+    from tasks.config.kubernetes import KubernetesSettings
+    from tasks.config.model import ModelSpec
+    from tasks.config.scenarios import LongContextScenario, RateScenario, Scenarios, ShortScenario
+    from tasks.config.thresholds import SLO, RegressionThresholds
 
-    model = {(): c.RunConfig, ("model",): c.ModelSpec, ("engines", 0): c.EngineSpec, ("scenarios",): c.Scenarios,
-             ("scenarios", "short"): c.ShortScenario, ("scenarios", "rate"): c.RateScenario,
-             ("scenarios", "long_context"): c.LongContextScenario, ("slo",): c.SLO,
-             ("kubernetes",): c.KubernetesSettings, ("archive",): c.ArchiveSettings,
-             ("thresholds",): c.RegressionThresholds}[section]
+    model = {(): RunConfig, ("model",): ModelSpec, ("engines", 0): EngineSpec, ("scenarios",): Scenarios,
+             ("scenarios", "short"): ShortScenario, ("scenarios", "rate"): RateScenario,
+             ("scenarios", "long_context"): LongContextScenario, ("slo",): SLO,
+             ("kubernetes",): KubernetesSettings, ("archive",): ArchiveSettings,
+             ("thresholds",): RegressionThresholds}[section]
     return set(model.model_fields)
 
 

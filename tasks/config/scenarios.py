@@ -1,0 +1,184 @@
+"""The scenarios a run measures and their sizes (PROTOCOL.md section 4)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from tasks.config.base import ConfigModel, Fix, PositiveInt
+
+Concurrencies = Annotated[list[PositiveInt], Fix("give a list of integers >= 1, e.g. [1, 4, 8]")]
+Rounds = Annotated[PositiveInt, Fix("give an integer >= 1")]
+Lengths = Annotated[list[PositiveInt],
+                    Fix("keep every length below model.context_limit_tokens minus the output and template tokens")]
+
+
+class PerfScenario(ConfigModel):
+    enabled: bool = Field(True, description="Run this scenario.")
+    input_tokens: PositiveInt = Field(..., description="Prompt length in tokens (exact: random token IDs).")
+    output_tokens: PositiveInt = Field(..., description="Output length in tokens (exact where the engine allows).")
+    concurrency: Concurrencies = Field(..., min_length=1, description="Concurrency levels, one round set each.")
+    rounds: Rounds = Field(3, description="Measured rounds per concurrency level; the headline is their median.")
+    requests_per_round: PositiveInt | None = Field(
+        None, description="Requests per round; default 8 per unit of concurrency, at least 32."
+    )
+
+    @field_validator("concurrency")
+    @classmethod
+    def _non_empty(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("at least one concurrency level is needed")
+        return v
+
+    def requests_for(self, concurrency: int) -> int:
+        return self.requests_per_round or max(8 * concurrency, 32)
+
+
+class ShortScenario(PerfScenario):
+    input_tokens: PositiveInt = Field(128, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(64, description="Output length in tokens.")
+    concurrency: Concurrencies = Field(default_factory=lambda: [1, 4, 8, 16, 32], min_length=1,
+                                       description="Concurrency levels, one round set each.")
+
+
+class PrefillScenario(PerfScenario):
+    input_tokens: PositiveInt = Field(4096, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(128, description="Output length in tokens.")
+    concurrency: Concurrencies = Field(default_factory=lambda: [4], min_length=1,
+                                       description="Concurrency levels, one round set each.")
+
+
+class DecodeScenario(PerfScenario):
+    input_tokens: PositiveInt = Field(128, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(1024, description="Output length in tokens.")
+    concurrency: Concurrencies = Field(default_factory=lambda: [1, 8], min_length=1,
+                                       description="Concurrency levels, one round set each.")
+
+
+class RateScenario(ConfigModel):
+    enabled: bool = Field(False, description="Run Poisson arrivals at fixed request rates (for goodput).")
+    input_tokens: PositiveInt = Field(128, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(64, description="Output length in tokens.")
+    rates: Annotated[list[Annotated[float, Field(gt=0)]], Fix("give request rates > 0 in requests per second")] = Field(
+        default_factory=lambda: [1.0, 4.0], min_length=1, description="Request rates in requests per second.")
+    rounds: Rounds = Field(3, description="Measured rounds per rate.")
+    requests_per_round: PositiveInt = Field(32, description="Requests sent per round.")
+    seed: int = Field(0, description="Seed of the arrival times, so two runs send on the same schedule.")
+
+
+Load = Annotated[int | float, Field(gt=0, allow_inf_nan=False)]
+
+
+class CapacityScenario(ConfigModel):
+    """Capacity under SLO (tasks/scenarios/capacity.py): the highest load at which the goodput share
+    stays at or above a target, found by doubling from `start` until a probe fails, then bisecting."""
+
+    enabled: bool = Field(False, description="Search each engine's capacity under the run's SLO (needs an slo).")
+    mode: Annotated[Literal["concurrency", "rate"],
+                    Fix("use concurrency (closed loop) or rate (Poisson arrivals)")] = Field(
+        "concurrency", description="The load searched: concurrent requests (closed loop), or Poisson arrivals "
+                                   "in requests per second.")
+    input_tokens: PositiveInt = Field(128, description="Prompt length in tokens.")
+    output_tokens: PositiveInt = Field(64, description="Output length in tokens.")
+    target_goodput_share: Annotated[float, Fix("give a fraction between 0 and 1, e.g. 0.9")] = Field(
+        0.9, gt=0, lt=1, description="A load passes when at least this share of its requests complete within "
+                                     "every SLO (goodput / requests sent).")
+    start: Annotated[Load, Fix("give the first load: a concurrency >= 1, or a request rate > 0 with mode: rate")] = (
+        Field(1, description="First load probed (concurrency, or req/s in mode rate)."))
+    max: Annotated[Load, Fix("give the highest load to probe, at least start")] = Field(
+        64, description="Highest load probed; a search that never fails reports 'at least max'.")
+    step: Annotated[Load, Fix("give the resolution in load units, e.g. 1 (concurrent requests) or 0.5 (req/s)")] = (
+        Field(1, description="Resolution in load units: the search stops when the load that passed and "
+                             "the one that failed are at most this far apart."))
+    resolution: Annotated[float,
+                          Fix("give a fraction between 0 and 1 of the load, e.g. 0.1, or 0 for step alone")] = Field(
+        0.0, ge=0, lt=1, description="Relative resolution: also stop when the two are within this fraction of "
+                                     "the load that passed (0: step alone).")
+    rounds: Rounds = Field(3, description="Measured rounds per probed load.")
+    extra_rounds: Annotated[int, Fix("give an integer >= 0")] = Field(
+        3, ge=0, description="Rounds added one at a time, at most this many, while the probe's goodput-share "
+                             "interval holds the target.")
+    confidence: Annotated[float, Fix("give a confidence between 0.5 and 1, e.g. 0.95")] = Field(
+        0.95, gt=0.5, lt=1, description="Confidence of each probe's goodput-share interval.")
+    requests_per_round: PositiveInt | None = Field(
+        None, description="Requests per round; default 8 per unit of load (per concurrent request, or per "
+                          "req/s: 8 s of arrivals), at least 32.")
+    seed: int = Field(0, description="Seed of the arrival times (mode rate).")
+
+    @model_validator(mode="after")
+    def _loads(self) -> CapacityScenario:
+        if self.mode == "concurrency":
+            for name in ("start", "max", "step"):
+                value = getattr(self, name)
+                if float(value) != int(value):
+                    raise ValueError(f"{name}: {value} is not a whole number of concurrent requests. "
+                                     f"Fix: give an integer >= 1, or set mode: rate")
+        if self.max < self.start:
+            raise ValueError(f"max: {self.max} is below start {self.start}. Fix: give max >= start")
+        return self
+
+    def requests_for(self, load: float) -> int:
+        return self.requests_per_round or max(math.ceil(8 * load), 32)
+
+
+class LongContextScenario(ConfigModel):
+    enabled: bool = Field(True, description="Run needle-in-a-haystack requests at long prompt lengths.")
+    lengths: Lengths = Field(
+        default_factory=lambda: [32_768, 131_072, 263_168, 524_288],
+        description="Prompt lengths in tokens; each must fit the model limit minus output and template tokens.",
+    )
+    include_model_limit: bool = Field(True, description="Also run at the model limit minus output and template.")
+    depths: Annotated[list[Annotated[float, Field(ge=0, le=1)]],
+                      Fix("give fractions between 0 and 1, e.g. [0.1, 0.5, 0.9]")] = Field(
+        default_factory=lambda: [0.1, 0.5, 0.9], description="Needle depths as fractions of the prompt (0 to 1)."
+    )
+    output_tokens: PositiveInt = Field(128, description="Output tokens per needle request.")
+    prompt_style: Literal["chat", "completion"] = Field("chat", description="Send the haystack as chat or completion.")
+
+
+class BoundaryScenario(ConfigModel):
+    enabled: bool = Field(True, description="Send cold requests at lengths around a known risk; count restarts.")
+    lengths: Lengths = Field(default_factory=lambda: [261_000, 263_000, 289_000],
+                             description="Prompt lengths in tokens around the risk.")
+    output_tokens: PositiveInt = Field(16, description="Output tokens per request.")
+
+
+class PrefixCacheScenario(ConfigModel):
+    enabled: bool = Field(True, description="One cold request after a cache clear, then exact repeats.")
+    prompt_tokens: PositiveInt = Field(4400, description="Prompt length in tokens.")
+    repeats: PositiveInt = Field(5, description="Hot repeats after the cold request.")
+    output_tokens: PositiveInt = Field(16, description="Output tokens per request.")
+
+
+class FunctionalScenario(ConfigModel):
+    enabled: bool = Field(True, description="Run the functional checks (chat, streaming, tools, reasoning, ...).")
+    skip: list[str] = Field(default_factory=list, description="Check names to skip (reported not_applicable).")
+
+    @field_validator("skip")
+    @classmethod
+    def _known_checks(cls, v: list[str]) -> list[str]:
+        if not v:
+            return v
+        from tasks.checks.names import CHECK_NAMES  # here: loading tasks.checks loads the run config first
+
+        unknown = [name for name in v if name not in CHECK_NAMES]
+        if unknown:
+            raise ValueError(f"unknown check(s) {unknown}. Fix: use names from {', '.join(CHECK_NAMES)}")
+        return v
+
+
+class Scenarios(ConfigModel):
+    functional: FunctionalScenario = Field(FunctionalScenario(), description="Functional checks: pass, fail or n/a.")
+    warmup: bool = Field(True, description="Warm every (input, output, concurrency) shape before measuring.")
+    short: ShortScenario = Field(ShortScenario(), description="Short prompts and outputs over a concurrency sweep.")
+    prefill: PrefillScenario = Field(PrefillScenario(), description="Long prompts, short outputs.")
+    decode: DecodeScenario = Field(DecodeScenario(), description="Short prompts, long outputs.")
+    rate: RateScenario = Field(RateScenario(), description="Poisson arrivals at fixed rates.")
+    capacity: CapacityScenario = Field(
+        CapacityScenario(), description="The highest load whose goodput share meets a target under the SLO.")
+    long_context: LongContextScenario = Field(LongContextScenario(), description="Long-context TTFT and needles.")
+    boundary: BoundaryScenario = Field(BoundaryScenario(), description="Cold requests around a length risk.")
+    prefix_cache: PrefixCacheScenario = Field(PrefixCacheScenario(), description="Prefix cache cold vs hot.")
+

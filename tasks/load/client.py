@@ -358,11 +358,11 @@ async def _exchange(
     wall0, t0 = time.time(), clock()
     send_ts, t_send = wall0, t0
     try:
-        target = session.target(base_url)
-        head = session.request_head(target, spec.path, spec.request_id, len(spec.payload))
+        destination = session.destination(base_url)
+        head = session.request_head(destination, spec.path, spec.request_id, len(spec.payload))
         async with asyncio.timeout(timeout_s):
             for fresh in (False, True):
-                conn = await session.connect(target, fresh=fresh)
+                conn = await session.connect(destination, fresh=fresh)
                 wall0, t0 = time.time(), clock()
                 exchange = conn.send(head + spec.payload, parser.feed)
                 t_send = clock()
@@ -376,7 +376,7 @@ async def _exchange(
                 await exchange.done
                 if not (exchange.stale and not fresh):
                     break
-                session.release(target, conn)  # closed: leaves the pool
+                session.release(destination, conn)  # closed: leaves the pool
         http_status = exchange.status
         failure = exchange.failure
         if http_status is not None and http_status != 200:
@@ -399,7 +399,7 @@ async def _exchange(
         return _failed(spec, send_ts, t_send, parser, "error", f"{type(exc).__name__}: {exc}", http_status)
     finally:
         if conn is not None:
-            session.release(target, conn)
+            session.release(destination, conn)
     result = build_result(spec, send_ts, t_send, parser)
     result.http_status = http_status
     return result

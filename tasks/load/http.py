@@ -38,7 +38,7 @@ MAX_ERROR_BODY = 500  # bytes of a non-200 body kept in the error text
 
 
 @dataclass(frozen=True)
-class Target:
+class RequestDestination:
     """Where requests go: host, port, TLS, and the base URL's path prefix."""
 
     host: str
@@ -48,7 +48,7 @@ class Target:
     host_header: str
 
     @classmethod
-    def parse(cls, base_url: str) -> "Target":
+    def parse(cls, base_url: str) -> "RequestDestination":
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
@@ -229,35 +229,35 @@ class StreamSession:
     def __init__(self, keep_alive: bool = True, access: EndpointAccess | None = None) -> None:
         self.keep_alive = keep_alive
         self.access = access
-        self._idle: dict[Target, list[Connection]] = {}
+        self._idle: dict[RequestDestination, list[Connection]] = {}
         self._open: set[Connection] = set()
-        self._targets: dict[str, Target] = {}
+        self._destinations: dict[str, RequestDestination] = {}
         self._tls: ssl.SSLContext | None = None
         key = access.api_key if access is not None else None
         self._auth = f"Authorization: Bearer {key}\r\n" if key else ""
 
-    def target(self, base_url: str) -> Target:
-        t = self._targets.get(base_url)
-        if t is None:
-            t = self._targets[base_url] = Target.parse(base_url)
-        return t
+    def destination(self, base_url: str) -> RequestDestination:
+        d = self._destinations.get(base_url)
+        if d is None:
+            d = self._destinations[base_url] = RequestDestination.parse(base_url)
+        return d
 
-    async def connect(self, target: Target, fresh: bool = False) -> Connection:
-        """A pooled idle connection to `target`, or a new one (always new with `fresh`)."""
-        idle = self._idle.get(target)
+    async def connect(self, destination: RequestDestination, fresh: bool = False) -> Connection:
+        """A pooled idle connection to `destination`, or a new one (always new with `fresh`)."""
+        idle = self._idle.get(destination)
         while idle and not fresh:
             conn = idle.pop()
             if not conn.closed:
                 return conn
         tls = None
-        if target.tls:
+        if destination.tls:
             if self._tls is None:
                 self._tls = self.access.ssl_context() if self.access is not None else ssl.create_default_context()
             tls = self._tls
         loop = asyncio.get_running_loop()
         _, conn = await loop.create_connection(
-            lambda: Connection(self._lost), target.host, target.port, ssl=tls,
-            server_hostname=target.host if tls else None
+            lambda: Connection(self._lost), destination.host, destination.port, ssl=tls,
+            server_hostname=destination.host if tls else None
         )
         self._open.add(conn)
         return conn
@@ -272,17 +272,17 @@ class StreamSession:
     def idle_connections(self) -> int:
         return sum(len(v) for v in self._idle.values())
 
-    def release(self, target: Target, conn: Connection) -> None:
+    def release(self, destination: RequestDestination, conn: Connection) -> None:
         if self.keep_alive and conn.reusable():
-            self._idle.setdefault(target, []).append(conn)
+            self._idle.setdefault(destination, []).append(conn)
         else:
             conn.close()
             self._open.discard(conn)
 
-    def request_head(self, target: Target, path: str, request_id: str, body_len: int) -> bytes:
+    def request_head(self, destination: RequestDestination, path: str, request_id: str, body_len: int) -> bytes:
         close = "" if self.keep_alive else "Connection: close\r\n"
         return (
-            f"POST {target.prefix}{path} HTTP/1.1\r\nHost: {target.host_header}\r\n"
+            f"POST {destination.prefix}{path} HTTP/1.1\r\nHost: {destination.host_header}\r\n"
             f"Content-Type: application/json\r\nAccept: */*\r\nUser-Agent: dayone\r\n"
             f"Content-Length: {body_len}\r\nX-Request-Id: {request_id}\r\n{self._auth}{close}\r\n"
         ).encode("latin-1")

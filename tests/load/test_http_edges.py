@@ -40,9 +40,10 @@ def test_a_body_framed_by_the_connection_close_ends_complete_not_failed():
     with CloseFramed() as server:
         async def one():
             async with new_session() as session:
-                target = session.target(server.url)
-                conn = await session.connect(target)
-                exchange = conn.send(session.request_head(target, "/v1/completions", "r", 2) + b"{}", lambda b, t: None)
+                destination = session.destination(server.url)
+                conn = await session.connect(destination)
+                head = session.request_head(destination, "/v1/completions", "r", 2)
+                exchange = conn.send(head + b"{}", lambda b, t: None)
                 await exchange.done
                 return exchange.complete, exchange.failure, exchange.keep_alive
 

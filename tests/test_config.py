@@ -46,6 +46,15 @@ def test_bad_input_names_the_field_and_the_fix(bad, field, fix):
     assert "Fix:" in message and fix in message
 
 
+def test_each_field_says_its_own_fix_where_fields_share_a_name():
+    with pytest.raises(ConfigError) as info:
+        parse_run_config({"engines": [{"name": "Bad Name", "dialect": "vllm", "api_key_secret": {"name": ""}}]})
+    fixes = {path: fix for path, _, fix in info.value.problems}
+    assert set(fixes) == {"engines[0].name", "engines[0].api_key_secret.name"}
+    assert fixes["engines[0].name"].startswith("use lowercase letters, digits and '-'")
+    assert fixes["engines[0].api_key_secret.name"].startswith("give the Secret's name and key")
+
+
 def test_functional_skip_names_are_checked_when_the_config_is_parsed():
     with pytest.raises(ConfigError) as info:
         parse_run_config({"scenarios": {"functional": {"skip": ["image_input", "imagee_input"]}}})

@@ -18,7 +18,7 @@ from tasks.context import StepContext
 from tasks.engines import Readiness
 from tasks.evidence.needles import NeedleTrial, needle_request, refuse_over_limit, template_tokens_for
 from tasks.evidence.prompts import tokenize_counter
-from tasks.polling import TimedOut, poll_async
+from tasks.readiness import poll_serving
 
 SCENARIO = "boundary"
 CHECK = "boundary_restarts"
@@ -37,22 +37,14 @@ def _read(restart_count: Callable[[], int | None]) -> int | None:
 
 
 def wait_ready(ctx: StepContext, timeout_s: float = READY_WAIT_S) -> tuple[bool, str]:
-    """Poll the adapter's readiness (health, model list, 1-token generation) until ready."""
+    """Poll the adapter's readiness (health, model list, 1-token generation) until ready: the
+    readiness wait's own poll (tasks/readiness.py), without a platform to ask; not ready at the
+    deadline, the last probe says at which stage."""
     ep = ctx.endpoint
 
     async def wait() -> Readiness:
-        last: Readiness | None = None
-        async with ctx.endpoint.access.async_http_client(timeout=10.0) as client:
-
-            async def probe() -> Readiness | None:
-                nonlocal last
-                last = await ep.adapter.probe_ready(client, ep.base_url, ep.model)
-                return last if last.ready else None
-
-            try:
-                return await poll_async(probe, timeout_s=timeout_s, interval_s=0.5)
-            except TimedOut:
-                return last  # not ready: the last probe says at which stage
+        async with ep.access.async_http_client(timeout=10.0) as client:
+            return await poll_serving(ep.adapter, ep.base_url, ep.model, client, timeout_s=timeout_s, interval_s=0.5)
 
     ready = asyncio.run(wait())
     return ready.ready, f"{ready.stage}: {ready.detail}"

@@ -1,1 +1,1 @@
-"""DayOne's Airflow glue: operators, sensors/triggers, links, listeners that call into tasks/."""
+"""DayOne's Airflow glue: operators, triggers, links, listeners that call into tasks/."""

@@ -6,9 +6,9 @@ Trigger it for a one-off evaluation: the form's **Preset** picks a starting poin
 engine images you give). The fields show the preset named by the Variable `dayone_eval_preset`
 (`make ui` sets local-sim), else `custom` (RunConfig's defaults).
 
-**What runs**, per engine: deploy, wait until ready, startup findings, functional checks, the
-performance scenarios, long context, the prefix cache, teardown (always). Then the run validates its
-tables (Great Expectations), archives them to S3 and writes its report (the **DayOne report** tab).
+**What runs**: each engine is deployed, checked, measured and torn down (always); then the run
+validates its tables (Great Expectations), archives them to S3 and writes its report (the **DayOne
+report** tab). The steps, in order: docs/ARCHITECTURE.md, "The step order".
 
 **Where to read more**: docs/PROTOCOL.md (the method), docs/ARCHITECTURE.md (the graph and the step
 registry). Wiring only: the graph is `plugins/dayone_airflow/pipeline.py`, every step lives in `tasks/`.
@@ -24,7 +24,7 @@ from dayone_airflow.pipeline import evaluation
 
 @dag(
     dag_id="dayone_eval",
-    description="Evaluate a model on its serving engines: deploy, check, measure, validate, archive, report",
+    description="Evaluate a model on its serving engines: API checks, performance, long context, prefix cache; archived with a report",
     schedule=None,
     start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
     catchup=False,

@@ -7,9 +7,10 @@
 **What it measures.** A scheduled run has no conf: it evaluates the Variable `dayone_nightly_config`
 (a run config in YAML or JSON, may name a preset), else the custom preset (RunConfig's defaults).
 
-**What it does.** Pins the images for the logical date (the digest catalog's entry if it has one,
-else today's digests, then records them), runs the same evaluation as `dayone_eval`, then compares
-with the last good run: a regression fails `compare`, so Airflow's alerting applies.
+**What it does.** The steps of `dayone_eval` and the nightly's own (docs/ARCHITECTURE.md, "The step
+order"): it pins the images for the logical date (the digest catalog's entry if it has one, else
+today's digests, then records them) and compares with the last good run: a regression fails
+`compare`, so Airflow's alerting applies.
 
 **Backfill.** `airflow backfill create --dag-id dayone_nightly --from-date ... --to-date ...`
 (docs/backfill.md).

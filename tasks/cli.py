@@ -22,7 +22,7 @@ COMMANDS: dict[str, str] = {
     "cache": "tasks.evidence.cli",
     "pin": "tasks.registry",
     "render": "tasks.k8s.cli",
-    "step": "tasks.steps",
+    "step": "tasks.steps.cli",
 }
 
 

@@ -51,18 +51,18 @@ def test_each_dag_says_what_it_is_in_the_dag_list():
 
 def test_eval_dag_has_every_stage_in_order():
     tasks = _dagbag()["tasks"]["dayone_eval"]
-    for stage in ("plan", "pin_images", "engines_0.deploy", "engines_0.wait_ready",
+    for stage in ("plan", "pin", "engines_0.deploy", "engines_0.wait_ready",
                   "engines_0.functional", "engines_0.warmup", "engines_0_short", "engines_0_after.prefix_cache",
                   "engines_0_after.teardown", "validate", "archive", "report", "conclude"):
         assert stage in tasks, stage
 
 
 def test_the_graph_follows_the_step_registry():
-    """Step names, their order and their retries come from tasks/steps.py; the nightly cleans up first."""
+    """Step names, their order and their retries come from tasks/steps/registry.py; the nightly cleans up first."""
     from airflow.dag_processing.dagbag import DagBag
 
     from dayone_airflow.pipeline import task_id
-    from tasks.steps import SCENARIO_STEPS, STEPS
+    from tasks.steps.registry import SCENARIO_STEPS, STEPS
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
     step_of = {task_id(s, 0): s for s in (*SCENARIO_STEPS, "teardown")}
@@ -76,7 +76,7 @@ def test_the_graph_follows_the_step_registry():
             task = following[0]
             chain.append(step_of[task.task_id])
         assert tuple(chain) == (*SCENARIO_STEPS, "teardown"), dag_id
-        for tid, step in (("pin_images", "pin"), (task_id("deploy"), "deploy"), (task_id("short"), "short"),
+        for tid, step in (("pin", "pin"), (task_id("deploy"), "deploy"), (task_id("short"), "short"),
                           (task_id("teardown"), "teardown"), ("archive", "archive"), ("report", "report")):
             assert dag.get_task(tid).retries == STEPS[step].retries, (dag_id, tid)
     # a measurement is retried only after a killed try: one that failed keeps its rows (tests/test_step_retry.py)
@@ -84,6 +84,27 @@ def test_the_graph_follows_the_step_registry():
     nightly = bag.dags["dayone_nightly"]
     assert nightly.get_task("cleanup").downstream_task_ids == {"plan"}
     assert "cleanup" not in bag.dags["dayone_eval"].task_ids
+
+
+def test_the_run_level_tasks_follow_the_registrys_order():
+    """Before and after the engine positions, each DAG chains the registry's run-level steps in its
+    order; dayone_eval leaves out the steps the registry runs in the nightly alone."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    from tasks.steps.registry import AFTER_ENGINES, BEFORE_ENGINES, STEPS
+
+    bag = DagBag(dag_folder=str(REPO / "dags"))
+    for dag_id, nightly in (("dayone_eval", False), ("dayone_nightly", True)):
+        dag = bag.dags[dag_id]
+        before, after = ([s for s in steps if nightly or not STEPS[s].nightly_only]
+                         for steps in (BEFORE_ENGINES, AFTER_ENGINES))
+        assert [s for s in (*BEFORE_ENGINES, *AFTER_ENGINES) if s in dag.task_ids] == [*before, *after], dag_id
+        for earlier, later in (*zip(before, before[1:]), *zip(after, after[1:])):
+            assert later in dag.get_task(earlier).downstream_task_ids, (dag_id, earlier, later)
+        due = {t for t in dag.task_ids if t.endswith("_due")}
+        assert due and due <= dag.get_task(before[-1]).downstream_task_ids, dag_id  # the engine positions
+        assert {t for t in dag.task_ids if t.endswith("_after.teardown")} == dag.get_task(after[0]).upstream_task_ids
+        assert dag.get_task(after[-1]).downstream_task_ids == {"conclude"}, dag_id
 
 
 def test_serialized_dags_stay_small_with_the_params_on_the_dag_alone():

@@ -29,7 +29,7 @@ def test_times_of_day_are_not_mistaken_for_ipv6_but_ipv6_goes():
 
 def test_step_results_carry_no_key_a_masker_takes_for_a_secret():
     """A count under the key `pass` was logged as '<redacted>'; step results name their counts otherwise."""
-    from tasks.steps import check_counts
+    from tasks.steps.engine_steps import check_counts
 
     counts = check_counts(["pass", "pass", "fail", "not_applicable"])
     assert counts == {"checks_passed": 2, "checks_failed": 1, "checks_not_applicable": 1}

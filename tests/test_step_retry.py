@@ -20,7 +20,7 @@ CONFIG = {
 @pytest.fixture()
 def ready_engine(tmp_path, monkeypatch):
     from tasks.run import RunContext
-    from tasks.steps import execute
+    from tasks.steps.execution import execute
 
     monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path))
     ctx = RunContext.build(CONFIG, "retry")
@@ -37,7 +37,7 @@ def _short_rows(ctx):
 @pytest.mark.parametrize("together", [False, True], ids=["one engine", "engines measured together"])
 def test_a_try_that_failed_is_not_measured_again(ready_engine, together):
     from tasks.state import StepOutcome, write_outcome
-    from tasks.steps import FailedBefore, execute, execute_group
+    from tasks.steps.execution import FailedBefore, execute, execute_group
 
     ctx = ready_engine
     execute(ctx, "short", "sim")
@@ -52,7 +52,8 @@ def test_a_try_that_failed_is_not_measured_again(ready_engine, together):
 
 
 def test_a_try_that_left_no_outcome_is_measured_again(ready_engine):
-    from tasks.steps import STEPS, execute
+    from tasks.steps.execution import execute
+    from tasks.steps.registry import STEPS
 
     ctx = ready_engine
     STEPS["short"].run(ctx, "sim")  # a try whose worker died before it recorded an outcome
@@ -65,7 +66,8 @@ def test_a_try_that_left_no_outcome_is_measured_again(ready_engine):
 
 def test_a_planned_step_that_left_no_outcome_fails_the_run(ready_engine):
     """A killed try with no retry left records nothing: the run must not pass on partial rows."""
-    from tasks.steps import STEPS, execute, verdict
+    from tasks.steps.execution import execute, verdict
+    from tasks.steps.registry import STEPS
 
     ctx = ready_engine
     execute(ctx, "startup_findings", "sim")

@@ -1,10 +1,10 @@
-"""The one bridge between Airflow tasks and DayOne's steps (tasks/steps.py).
+"""The one bridge between Airflow tasks and DayOne's steps (tasks/steps/).
 
 It builds the run context from Airflow's (the config from params, a run id that is a valid
 object-store path segment, cluster, registry and archive access from Airflow connections, and the
 run's storage: under DAYONE_STAGING in S3 through the `dayone_s3` connection, so any worker or pod
 finds what earlier tasks left, else the worker's DAYONE_WORKDIR), runs the step through
-`tasks.steps.execute`, which records its outcome, and maps "not attempted" to a skipped task.
+`tasks.steps.execution.execute`, which records its outcome, and maps "not attempted" to a skipped task.
 """
 
 from __future__ import annotations
@@ -70,7 +70,8 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
     """Run one step for an Airflow task; its StepResult becomes the task's XCom."""
     from airflow.sdk.exceptions import AirflowSkipException
 
-    from tasks.steps import NotAttempted, execute_with
+    from tasks.run import NotAttempted
+    from tasks.steps.execution import execute_with
 
     try:
         result = execute_with(lambda: run_context(params, airflow_run_id, **context), run_dir(airflow_run_id),
@@ -82,7 +83,7 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
 
 def conclude(params: dict[str, Any], airflow_run_id: str, required: tuple[str, ...]) -> dict[str, Any]:
     """Fail the Airflow run (so its alerting applies) when the run's verdict lists problems."""
-    from tasks.steps import verdict
+    from tasks.steps.execution import verdict
 
     state = run_dir(airflow_run_id)
     problems = verdict(state, required)

@@ -6,7 +6,7 @@ fail fast with the pod's events in the message. The wait runs in the triggerer, 
 slot for the tens of minutes a cold start takes. The loop and its messages are DayOne's one
 readiness wait (tasks/readiness.py); the trigger only reads the API objects that the one platform
 check judges (tasks/k8s/rollout.py `rollout_platform`, which the target's sync reader calls too).
-The end of the wait is recorded through the step protocol (tasks/steps.py), as the local
+The end of the wait is recorded through the step protocol (tasks/steps/execution.py), as the local
 wait_ready step records it. Cluster and registry access come from Airflow connections (connections.py).
 
 Nothing heavy is imported at module level beyond Airflow's own base classes: DAG files stay
@@ -191,7 +191,7 @@ class EngineReadinessOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         from tasks.state import set_readiness
-        from tasks.steps import ready_timeout_s
+        from tasks.steps.engine_steps import ready_timeout_s
         from tasks.targets.base import Deployment
 
         from dayone_airflow.glue import run_context, run_step
@@ -226,7 +226,8 @@ class EngineReadinessOperator(BaseOperator):
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowException
 
-        from tasks.steps import readiness_reached, record
+        from tasks.steps.engine_steps import readiness_reached
+        from tasks.steps.execution import record
         from tasks.targets.base import DeployError
 
         from dayone_airflow.glue import run_context

@@ -1,12 +1,10 @@
 """The evaluation's task graph, shared by dayone_eval (a person's run) and dayone_nightly.
 
-plan -> pin -> engine positions (lanes by node, tasks/lanes.py) -> [compare] -> validate -> archive
-(an Asset) -> report -> conclude. In a position, each engine is deployed and readied and runs the steps
-before measuring (task group engines_<p>); then each performance scenario measures the position's
-engines together, their rounds alternating (task engines_<p>_<scenario>); then each engine runs the
-evidence steps after measuring and its teardown (task group engines_<p>_after). The DAG files only call `evaluation()`; each task runs one step of
-the registry in tasks/steps.py through glue.run_step, which records its outcome; the steps' order,
-scenarios and retries come from that registry.
+The graph follows the step registry (tasks/steps/registry.py) alone: its order, its retries, which
+steps the nightly alone runs; the order is stated in docs/ARCHITECTURE.md, "The step order". Each task
+runs one step through glue.run_step, which records its outcome; the engines of a position (lanes by
+node, tasks/lanes.py) run in task groups engines_<p> and engines_<p>_after around one task per
+performance scenario (engines_<p>_<scenario>) that measures them together.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from dayone_airflow.assets import ARCHIVED_RUN, archive_event_extra
 from dayone_airflow.glue import conclude, dayone_run_id, run_step
 from tasks.lanes import MAX_ENGINES_PER_NODE
 from tasks.scenarios import PERF_SCENARIOS
-from tasks.steps import REQUIRED_RUN_STEPS, SCENARIO_STEPS, STEPS
+from tasks.steps.registry import AFTER_ENGINES, BEFORE_ENGINES, ENGINE_STEPS, SCENARIO_STEPS, STEPS, required_run_steps
 
 log = logging.getLogger("dayone.airflow")
 
@@ -31,6 +29,8 @@ MEASURING = tuple(s for s in SCENARIO_STEPS if s in PERF_SCENARIOS)
 BEFORE_MEASURING = SCENARIO_STEPS[:SCENARIO_STEPS.index(MEASURING[0])]
 AFTER_MEASURING = SCENARIO_STEPS[SCENARIO_STEPS.index(MEASURING[-1]) + 1:]
 assert SCENARIO_STEPS == (*BEFORE_MEASURING, *MEASURING, *AFTER_MEASURING), "performance steps must be consecutive"
+# deploy, readiness and teardown have tasks of their own around the scenario steps
+assert ENGINE_STEPS == ("deploy", "wait_ready", *SCENARIO_STEPS, "teardown"), "the engine tasks must follow the registry"
 
 NIGHTLY_SCHEDULE_VARIABLE = "dayone_nightly_schedule"
 NIGHTLY_CONFIG_VARIABLE = "dayone_nightly_config"
@@ -47,7 +47,7 @@ def task_id(step: str, position: int = 0) -> str:
 
 
 def retries(step: str) -> dict[str, Any]:
-    """The step's Airflow retries, from the registry (tasks/steps.py)."""
+    """The step's Airflow retries, from the registry (tasks/steps/registry.py)."""
     n = STEPS[step].retries
     return {"retries": n, "retry_delay": pendulum.duration(seconds=10)} if n else {"retries": 0}
 
@@ -101,7 +101,7 @@ def _measured_together(position: int, scenario: str) -> Any:
             raise AirflowSkipException(f"no engine at position {position}")
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tasks.steps import RequestsFailed
+        from tasks.steps.engine_steps import RequestsFailed
 
         try:
             return run_step(scenario, params, run_id, list(names))
@@ -133,7 +133,8 @@ def _is_backfill(dag_run: Any) -> bool:
 
 
 def evaluation(nightly: bool = False) -> None:
-    """Add the evaluation's tasks to the DAG being defined. `nightly` adds the catalog, cleanup and compare."""
+    """Add the evaluation's tasks to the DAG being defined, in the registry's order. `nightly` adds the
+    steps the registry runs in the nightly alone, and pins from the digest catalog."""
 
     # all_done: on the nightly the plan follows the cleanup whatever became of it (a failed cleanup fails
     # the run's verdict, not its measurements)
@@ -141,11 +142,11 @@ def evaluation(nightly: bool = False) -> None:
     def plan(params=None, run_id=None):
         return run_step("plan", params, run_id)
 
-    @task(task_id="pin_images", **retries("pin"))
-    def pin_images(params=None, run_id=None):
+    @task(task_id="pin", **retries("pin"))
+    def pin(params=None, run_id=None):
         return run_step("pin", params, run_id)
 
-    @task(task_id="pin_images", **retries("pin"))
+    @task(task_id="pin", **retries("pin"))
     def pin_dated(params=None, run_id=None, logical_date=None, dag_run=None):
         # a manual run without a logical date has no catalog entry to read or write: it pins now
         return run_step("pin", params, run_id, logical_date=logical_date, backfill=_is_backfill(dag_run))
@@ -182,7 +183,7 @@ def evaluation(nightly: bool = False) -> None:
     # all_done: a config the plan rejects skips everything after it; the verdict must still fail the run
     @task(task_id="conclude", trigger_rule="all_done")
     def conclude_run(params=None, run_id=None):
-        return conclude(params, run_id, REQUIRED_RUN_STEPS + (("compare",) if nightly else ()))
+        return conclude(params, run_id, required_run_steps(nightly))
 
     def engines_due(position: int):
         # Position p starts after the pin and after every teardown of position p-1 (skipped when that
@@ -193,16 +194,20 @@ def evaluation(nightly: bool = False) -> None:
 
         return due
 
-    planned = plan()
-    if nightly:  # engines that killed runs left on the cluster hold GPUs: removed before this run's deploys
-        cleanup() >> planned
-    pinned = pin_dated() if nightly else pin_images()
-    planned >> pinned
+    # each run-level step's task; the registry says where it runs and whether dayone_eval has it
+    run_level = {"cleanup": cleanup, "plan": plan, "pin": pin_dated if nightly else pin, "compare": compare,
+                 "validate": validate, "archive": archive, "report": report}
+    in_graph = [s for s in (*BEFORE_ENGINES, *AFTER_ENGINES) if nightly or not STEPS[s].nightly_only]
+    made = {s: run_level[s]() for s in in_graph}
+    before = [made[s] for s in BEFORE_ENGINES if s in made]
+    after = [made[s] for s in AFTER_ENGINES if s in made]
+    chain(*before)
+    planned = made["plan"]
     engine_ends: list[Any] = []
     previous_teardown = None
     for p in range(MAX_ENGINES_PER_NODE):
         names = engines_due(p)(planned)
-        pinned >> names.operator
+        before[-1] >> names.operator
         if previous_teardown is not None:
             previous_teardown >> names.operator
         handles: dict[str, Any] = {}
@@ -213,12 +218,8 @@ def evaluation(nightly: bool = False) -> None:
         chain(handles["last"], *measured, handles["first_after"])
         previous_teardown = handles["teardown"]
         engine_ends.append(handles["teardown"])  # all_done: after every step of the position
-    validated = validate()
-    if nightly:  # the regressions table is validated and archived with the run's other tables
-        engine_ends >> compare() >> validated
-    else:
-        engine_ends >> validated
-    validated >> archive() >> report() >> conclude_run()
+    engine_ends >> after[0]
+    chain(*after, conclude_run())
     _params_on_the_dag_only(planned.operator.dag)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tasks.config import ConfigError, parse_run_config
-from tasks.steps import SCENARIO_STEPS, STEPS
+from tasks.steps.registry import SCENARIO_STEPS, STEPS
 
 SLO = {"ttft_s": 0.5}
 

@@ -9,7 +9,7 @@ from capacity_helpers import FAST, SLO
 from tasks import state
 from tasks.report import write_report
 from tasks.run import RunContext
-from tasks.steps import execute
+from tasks.steps.execution import execute
 
 KNEE = 6
 CONFIG = {

@@ -23,7 +23,7 @@ def _request_s(itl_s: float) -> float:
 def _experiment_run(run_id: str, factor: dict) -> tuple[dict, dict[tuple[str, int], float]]:
     from tasks.report.summary import build_summary
     from tasks.run import RunContext
-    from tasks.steps import execute, execute_group
+    from tasks.steps.execution import execute, execute_group
 
     config = {
         "model": {"name": "dayone-sim-model", "context_limit_tokens": 32768},

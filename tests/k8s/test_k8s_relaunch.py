@@ -9,7 +9,8 @@ import time
 from k8s_helpers import run_config
 
 from dayone_airflow.connections import hook_api_client
-from tasks import steps
+from tasks.steps import engine_steps
+from tasks.steps.execution import execute
 from tasks.run import RunContext
 from tasks.targets.kubernetes import ClusterAccess
 
@@ -34,10 +35,10 @@ def test_a_relaunch_is_a_fresh_rollout_readied_before_its_rounds(apiserver, kube
         return sum(1 for r in apiserver.requests
                    if r["method"] == "POST" and r["path"] == f"/apis/apps/v1/namespaces/{NS}/deployments")
 
-    steps.execute(ctx, "pin")
-    steps.execute(ctx, "deploy", "sglang")
+    execute(ctx, "pin")
+    execute(ctx, "deploy", "sglang")
     roll_out()
-    steps.execute(ctx, "wait_ready", "sglang")
+    execute(ctx, "wait_ready", "sglang")
     assert creations() == 1
 
     def cluster_plays() -> None:  # the new Deployment's pod comes up once it was created
@@ -50,7 +51,7 @@ def test_a_relaunch_is_a_fresh_rollout_readied_before_its_rounds(apiserver, kube
     threading.Thread(target=cluster_plays, daemon=True).start()
     launched: dict[str, list] = {"sglang": []}
     started = time.monotonic()
-    [ectx] = steps._relaunch(ctx, ["sglang"], "short", 1, launched)
+    [ectx] = engine_steps._relaunch(ctx, ["sglang"], "short", 1, launched)
 
     deployment_calls = [r["method"] for r in apiserver.requests
                         if r["path"].startswith(f"/apis/apps/v1/namespaces/{NS}/deployments")

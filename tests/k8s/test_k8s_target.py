@@ -10,8 +10,9 @@ import pytest
 from k8s_helpers import CONN_ID, later, run_config
 
 from dayone_airflow.connections import hook_api_client
-from tasks import steps
-from tasks.run import RunContext
+from tasks.run import NotAttempted, RunContext
+from tasks.steps.engine_steps import startup_finding_rows
+from tasks.steps.execution import execute
 from tasks.staging import RunDir
 from tasks.k8s.manifests import render_engine
 from tasks.tables import TABLES, to_frame
@@ -178,7 +179,7 @@ def test_restart_counts_and_startup_log_findings(apiserver, target, run_dir):
     assert text.index("OutOfMemoryError") < text.index("Using default MoE config")  # crashed run first
     assert '{"msg": "a log line that is JSON"}' in text
     ectx = StepContext(config, endpoint_for(config, "vllm", dep.base_url, dep.image_digest), run_dir)
-    rows = steps.startup_finding_rows(ectx, text)
+    rows = startup_finding_rows(ectx, text)
     assert {(r["finding"], r["severity"]) for r in rows} == {
         ("out_of_memory", "error"), ("missing_tuned_config", "warning"), ("cuda_graph_capture", "info")}
     frame = to_frame("startup_findings", rows)
@@ -198,22 +199,22 @@ def test_teardown_after_a_failed_benchmark_deletes_everything_of_the_run(apiserv
     other.deploy(other_config, other_config.engines[0], RunDir("run-other", root=tmp_path),
                  other.pin(other_config, other_config.engines[0]))
     ctx = RunContext.build(config, "run-1", cluster=cluster)
-    steps.execute(ctx, "pin")
+    execute(ctx, "pin")
     for engine in ("sglang", "vllm"):
-        steps.execute(ctx, "deploy", engine)
+        execute(ctx, "deploy", engine)
         apiserver.start_pod(NS, f"dayone-{engine}-run-1", running=True, ready=True)
         apiserver.set_available(NS, f"dayone-{engine}-run-1")
     # the Service address answers nothing: the engine never serves, the benchmark steps fail
     with pytest.raises(DeployError):
-        steps.execute(ctx, "wait_ready", "sglang")
-    with pytest.raises(steps.NotAttempted):
-        steps.execute(ctx, "functional", "sglang")
+        execute(ctx, "wait_ready", "sglang")
+    with pytest.raises(NotAttempted):
+        execute(ctx, "functional", "sglang")
     assert RunDir("run-1").read_json("state/steps/sglang-wait_ready.json")["status"] == "failed"
     assert RunDir("run-1").read_json("state/steps/sglang-functional.json")["status"] == "not_attempted"
     selector = "dayone/run-id=run-1"
     assert len(apiserver.list("pods", NS, selector)) == 2
     for engine in ("sglang", "vllm"):
-        steps.execute(ctx, "teardown", engine)
+        execute(ctx, "teardown", engine)
     for kind in ("deployments", "services", "pods"):
         assert apiserver.list(kind, NS, selector) == [], kind
     # the other run is untouched

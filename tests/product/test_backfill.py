@@ -69,7 +69,7 @@ def test_backfill_over_three_dates_uses_each_dates_catalog_digest(dagbag, s3_con
         run = nightly.test(logical_date=date, run_conf=_conf(bucket), mark_success_pattern=AFTER_DEPLOY)
         assert str(run.state).endswith("success"), run.state
         ran = {ti.task_id for ti in run.get_task_instances() if str(ti.state).endswith("success")}
-        assert {"plan", "pin_images", "engines_0.deploy"} <= ran
+        assert {"plan", "pin", "engines_0.deploy"} <= ran
         run_dir = RunDir(dayone_run_id(run.run_id), run_root)
         pinned = run_dir.read_json("pinned.json")["sglang"]
         rendered = list(yaml.safe_load_all((run_dir.path / "k8s" / "sglang.yaml").read_text()))
@@ -121,8 +121,8 @@ def test_scheduled_run_records_the_local_identity_and_a_rerun_reads_it(s3_conn, 
 
 def _pin(conf, run_id, logical_date, s3, backfill):
     """The pin step of a dated run, as the nightly runs it."""
-    from tasks import steps
+    from tasks.steps import run_steps
     from tasks.run import RunContext
 
     ctx = RunContext.build(conf, run_id, archive_client=lambda: s3, logical_date=logical_date, backfill=backfill)
-    return steps.pin(ctx)
+    return run_steps.pin(ctx)

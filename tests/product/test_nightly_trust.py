@@ -128,7 +128,7 @@ def _night(root: Any, s3: Any, bucket: str, run_id: str, tps: float, created_ts:
            accepted: tuple[str, ...] = (), **conf: Any) -> tuple[RunDir, list[dict[str, Any]], bool]:
     """One nightly run as the pipeline makes it: rounds, compare (its outcome recorded), then archive."""
     from tasks.archive import archive_run
-    from tasks.steps import record
+    from tasks.steps.execution import record
 
     cfg = parse_run_config({**small_config(bucket), "run_id": run_id, **conf})
     run_dir = RunDir(run_id, root)

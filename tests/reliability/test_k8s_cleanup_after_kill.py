@@ -25,15 +25,15 @@ def _conf(conn_id: str, engines=("sglang", "vllm")) -> dict:
 
 def _deploy(conf: dict, run_id: str, apiserver) -> None:
     from dayone_airflow.connections import cluster_access
-    from tasks import steps
+    from tasks.steps.execution import execute
     from tasks.run import RunContext
 
     cluster = replace(cluster_access(), service_url=lambda name, ns, port: "http://127.0.0.1:9")
     ctx = RunContext.build(conf, run_id, cluster=cluster)
     for step in ("plan", "pin"):
-        steps.execute(ctx, step)
+        execute(ctx, step)
     for engine in [e["name"] for e in conf["engines"]]:
-        steps.execute(ctx, "deploy", engine)
+        execute(ctx, "deploy", engine)
         apiserver.start_pod(NS, f"dayone-{engine}-{run_id}", running=True, ready=True)
 
 

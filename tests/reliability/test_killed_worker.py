@@ -73,7 +73,7 @@ def sim():
 
 def test_kill_9_mid_round_loses_only_requests_in_flight_and_the_retry_replaces_the_partition(
         sim, tmp_path, monkeypatch):
-    from tasks import steps
+    from tasks.steps.execution import execute
     from tasks.run import RunContext
 
     root = tmp_path / "runs"
@@ -81,9 +81,9 @@ def test_kill_9_mid_round_loses_only_requests_in_flight_and_the_retry_replaces_t
     conf = _conf(sim.url)
     ctx = RunContext.build(conf, RUN_ID)
     for step in ("plan", "pin"):
-        steps.execute(ctx, step)
-    steps.execute(ctx, "deploy", "ext")
-    steps.execute(ctx, "wait_ready", "ext")
+        execute(ctx, step)
+    execute(ctx, "deploy", "ext")
+    execute(ctx, "wait_ready", "ext")
     config_file = tmp_path / "run.yaml"
     config_file.write_text(yaml.safe_dump(conf))
     partition = root / RUN_ID / "tables" / "requests" / "ext" / "short.jsonl"

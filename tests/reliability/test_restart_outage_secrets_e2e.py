@@ -153,7 +153,7 @@ def test_engine_restart_during_the_boundary_scenario_is_a_failed_check(outage_ru
 
 def test_s3_outage_mid_archive_is_retried_with_every_object_written_once(outage_run, planted_s3):
     import tasks.archive
-    from tasks.steps import load_config
+    from tasks.run import load_config
 
     run, puts, _ = outage_run
     assert puts.outage.get("stopped") and puts.outage.get("started"), "the outage never happened"

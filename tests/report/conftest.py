@@ -61,7 +61,7 @@ class SimRun:
         return RunDir(self.run_id, root=root or self.root)
 
     def cfg(self):
-        from tasks.steps import load_config
+        from tasks.run import load_config
 
         return load_config(self.config, self.run_id)
 
@@ -75,7 +75,7 @@ class SimRun:
 def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
     from dayone_airflow.glue import dayone_run_id
     from tasks.run import RunContext
-    from tasks.steps import execute
+    from tasks.steps.execution import execute
 
     root = tmp_path_factory.mktemp("report-runs")
     before = os.environ.get("DAYONE_WORKDIR")

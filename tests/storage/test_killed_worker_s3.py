@@ -66,15 +66,15 @@ def _step(config_file, env) -> subprocess.Popen:
 
 def test_kill_9_mid_round_loses_at_most_in_flight_plus_one_chunk_and_the_retry_replaces_the_partition(
         sim, staging, staging_env, tmp_path):
-    from tasks import steps
+    from tasks.steps.execution import execute
     from tasks.run import RunContext
 
     conf = _conf(sim.url)
     ctx = RunContext.build(conf, RUN_ID, staging=staging)
     for step in ("plan", "pin"):
-        steps.execute(ctx, step)
-    steps.execute(ctx, "deploy", "ext")
-    steps.execute(ctx, "wait_ready", "ext")
+        execute(ctx, step)
+    execute(ctx, "deploy", "ext")
+    execute(ctx, "wait_ready", "ext")
     config_file = tmp_path / "run.yaml"
     config_file.write_text(yaml.safe_dump(conf))
     run = RunDir(RUN_ID, staging)

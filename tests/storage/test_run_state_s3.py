@@ -48,7 +48,7 @@ def test_documents_round_trip_and_nothing_lands_on_local_disk(staging, tmp_path,
 
 def test_outcomes_and_verdict_read_from_s3(staging):
     from tasks.state import StepOutcome, outcomes, write_outcome
-    from tasks.steps import verdict
+    from tasks.steps.execution import verdict
 
     rd = RunDir("run-outcomes", staging)
     write_outcome(rd, StepOutcome(step="plan", status="ok"))

@@ -41,7 +41,7 @@ RUN = {
 def _steps() -> list[tuple[str, str | None]]:
     """Every step of the run in the DAG's order, from the registry."""
     from tasks.config import parse_run_config
-    from tasks.steps import SCENARIO_STEPS, STEPS
+    from tasks.steps.registry import SCENARIO_STEPS, STEPS
 
     cfg = parse_run_config({**RUN, "run_id": RUN_ID})
     names = ["plan", "pin", "deploy", "wait_ready", *SCENARIO_STEPS, "teardown", "validate", "archive", "report"]
@@ -75,9 +75,10 @@ def test_every_step_on_its_own_empty_worker_reads_run_state_from_s3_only(staging
     assert all(files == [] for files in left_behind.values()), left_behind
 
     run = RunDir(RUN_ID, staging)
-    from tasks.steps import REQUIRED_RUN_STEPS, verdict
+    from tasks.steps.execution import verdict
+    from tasks.steps.registry import required_run_steps
 
-    assert verdict(run, REQUIRED_RUN_STEPS) == []
+    assert verdict(run, required_run_steps()) == []
     for doc in ("manifest.json", "pinned.json", f"deployments/{ENGINE}.json", f"state/{ENGINE}/ready.json",
                 "validation.json", "archive.json", "summary.json", "report.html", f"summaries/{ENGINE}/short.json",
                 f"verdicts/{ENGINE}/prefix_cache.json"):

@@ -1,11 +1,11 @@
 """The simulator's HTTP server (aiohttp on uvloop): the OpenAI API in one engine's dialect,
-plus /sim/state and /sim/requests, the ground truth of what the server really did.
+plus /sim/state and /sim/requests, the ground truth of what the server really did. Its handlers
+follow a request's fault plan (faults.py), write answers with wire.py and metrics with exposition.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import random
@@ -22,7 +22,7 @@ from tasks.evidence.telemetry import SIMULATOR_PATH as SIMULATOR_DCGM_PATH
 from tasks.sim.dialects import DIALECTS, Dialect, startup_values
 from tasks.sim.engine import Engine, Record
 from tasks.sim.exposition import dcgm_metrics_text, engine_metrics_text
-from tasks.sim.faults import NEVER, StreamPlan, error_burst_status, plan_stream
+from tasks.sim.faults import StreamPlan, error_burst_status, plan_stream
 from tasks.sim.profile import Profile
 from tasks.sim.requests import (
     Answer,
@@ -36,6 +36,18 @@ from tasks.sim.requests import (
 )
 from tasks.sim import content as answers
 from tasks.sim.tokenizer import decode, encode, piece_ids
+from tasks.sim.wire import (
+    ROLE_DELTA,
+    answer_body,
+    output_events,
+    output_frames,
+    output_head,
+    output_payloads,
+    sse_frame,
+    stream_envelope,
+    usage_of,
+    usage_payload,
+)
 
 ENGINE = web.AppKey("engine", Engine)
 mono = time.monotonic
@@ -235,23 +247,6 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     return await full_answer(engine, record, prompt, answer, chat, echo, arrival)
 
 
-@functools.lru_cache(maxsize=4096)
-def _json_text(text: str) -> str:
-    """JSON string literal of a streamed piece (output words repeat, so this is mostly a lookup)."""
-    return json.dumps(text)
-
-
-def _usage(engine: Engine, record: Record, answer: Answer) -> dict[str, Any]:
-    usage: dict[str, Any] = {
-        "prompt_tokens": record.prompt_tokens,
-        "total_tokens": record.prompt_tokens + answer.completion_tokens,
-        "completion_tokens": answer.completion_tokens,
-    }
-    if engine.dialect.name != "openai":
-        usage["prompt_tokens_details"] = {"cached_tokens": record.cached_tokens}
-    return usage
-
-
 def _gaps(engine: Engine, record: Record, n: int) -> list[float]:
     """Gaps between output events: K tokens per event at itl_s each, plus seeded jitter."""
     p = engine.profile
@@ -264,36 +259,6 @@ def _gaps(engine: Engine, record: Record, n: int) -> list[float]:
     return [base + rng.uniform(0, p.itl_jitter_s) * engine.launch_slowdown for _ in range(n)]
 
 
-def _output_events(answer: Answer, k: int) -> list[tuple[str, str, int]]:
-    """(field, text, tokens) per streamed output event: K tokens each, a field per event."""
-    events: list[tuple[str, str, int]] = []
-    if answer.tool is not None:
-        events.append(("tool_header", "", 1))
-        events += [("tool_args", frag, 1) for frag in answer.tool_fragments]
-        return events
-    for name, units in (("reasoning", answer.reasoning), ("content", answer.content)):
-        for i in range(0, len(units), k):
-            group = units[i : i + k]
-            events.append((name, "".join(group), len(group)))
-    return events
-
-
-def _reasoning_field(engine: Engine) -> str | None:
-    return engine.profile.quirks.reasoning_field or engine.dialect.reasoning_field
-
-
-def _reasoning_target(engine: Engine) -> str:
-    return "content" if engine.profile.quirks.reasoning_inline else (_reasoning_field(engine) or "content")
-
-
-def _inline(engine: Engine, answer: Answer) -> tuple[str, str]:
-    """(reasoning, content) texts of a whole answer, with the inline quirk applied."""
-    reasoning, content = "".join(answer.reasoning), "".join(answer.content)
-    if reasoning and engine.profile.quirks.reasoning_inline:
-        return "", f"<think>{reasoning}</think>{content}"
-    return reasoning, content
-
-
 async def full_answer(
     engine: Engine, record: Record, prompt: Prompt, answer: Answer, chat: bool, echo: str, arrival: float
 ) -> web.Response:
@@ -302,33 +267,12 @@ async def full_answer(
         admit = mono()
         record.admit_ts, record.queue_wait_s = engine.epoch(admit), admit - arrival
         first = engine.admit(record, prompt.tokens, admit)
-        n_events = len(_output_events(answer, engine.profile.tokens_per_event))
+        n_events = len(output_events(answer, engine.profile.tokens_per_event))
         last = first + sum(_gaps(engine, record, max(0, n_events - 1))) * engine.decode_slowdown()
         await engine.timer.sleep_until(max(last, engine.blocked_until))
         record.completion_tokens = answer.completion_tokens
         record.finish_reason = answer.finish_reason
-        created = int(time.time())
-        usage = _usage(engine, record, answer)
-        if chat:
-            reasoning, text = _inline(engine, answer)
-            message: dict[str, Any] = {"role": "assistant", "content": text if answer.tool is None else None}
-            field = _reasoning_field(engine)
-            if field and not engine.profile.quirks.reasoning_inline:
-                message[field] = reasoning or None
-            if answer.tool is not None:
-                t = answer.tool
-                message["tool_calls"] = [{"id": t["id"], "type": "function",
-                                          "function": {"name": t["name"], "arguments": t["arguments"]}}]
-            body = {"id": f"chatcmpl-{record.request_id}", "object": "chat.completion", "created": created,
-                    "model": engine.profile.model,
-                    "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": answer.finish_reason}],
-                    "usage": usage}
-        else:
-            body = {"id": f"cmpl-{record.request_id}", "object": "text_completion", "created": created,
-                    "model": engine.profile.model,
-                    "choices": [{"index": 0, "text": echo + "".join(answer.content), "logprobs": None,
-                                 "finish_reason": answer.finish_reason}],
-                    "usage": usage}
+        body = answer_body(engine, record, answer, chat, echo, int(time.time()))
         done = mono()
         record.first_output_ts = engine.epoch(first)
         record.ttft_s = first - arrival
@@ -340,62 +284,7 @@ async def full_answer(
         engine.finish(record)
 
 
-def _payloads(engine: Engine, answer: Answer, events: list[tuple[str, str, int]], chat: bool, echo: str,
-              unstreamed: bool) -> list[str]:
-    """The JSON body after `head` of every output event, in order."""
-    reasoning_key = _reasoning_target(engine)
-    inline = reasoning_key == "content"
-    whole_reasoning, whole_content = _inline(engine, answer)
-    last = len(events) - 1
-    finish_json = json.dumps(answer.finish_reason)
-    out = []
-    for i, (name, text, _tokens) in enumerate(events):
-        finish = finish_json if i == last else "null"
-        if chat:
-            if name == "tool_header":
-                t = answer.tool or {}
-                delta = json.dumps({"tool_calls": [{"index": 0, "id": t.get("id"), "type": "function",
-                                                    "function": {"name": t.get("name"), "arguments": ""}}]})
-            elif name == "tool_args":
-                delta = json.dumps({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
-            elif unstreamed:
-                whole: dict[str, str] = {"content": whole_content if i == last else ""}
-                if i == last and whole_reasoning:
-                    whole[reasoning_key] = whole_reasoning
-                delta = json.dumps(whole)
-            elif name == "reasoning" and inline:
-                first = i == 0 or events[i - 1][0] != "reasoning"
-                closes = i == last or events[i + 1][0] != "reasoning"
-                delta = '{"content":' + _json_text(("<think>" if first else "") + text + ("</think>" if closes else "")) + "}"
-            elif name == "reasoning":
-                delta = '{"' + reasoning_key + '":' + _json_text(text) + "}"
-            else:
-                delta = '{"content":' + _json_text(text) + "}"
-            out.append(f'{delta},"logprobs":null,"finish_reason":{finish}}}]}}')
-        else:
-            piece = ("".join(answer.content) if i == last else "") if unstreamed else text
-            if i == 0 and echo:
-                piece = echo + piece
-            out.append(f'{_json_text(piece)},"logprobs":null,"finish_reason":{finish}}}]}}')
-    return out
-
-
-def _frame(payload: str) -> bytes:
-    """One SSE event in HTTP/1.1 chunked framing (the response is chunked; written raw for speed)."""
-    data = b"data: " + payload.encode() + b"\n\n"
-    return b"%x\r\n" % len(data) + data + b"\r\n"
-
-
 _WRITE_BUFFER_LIMIT = 1 << 20  # a client reading slower than this falls behind: stop writing and wait
-
-
-def _frames(head: str, payloads: list[str], plan: StreamPlan) -> list[bytes]:
-    """Every output event's bytes, the planned malformed one included."""
-    frames = [_frame(head + payload) for payload in payloads]
-    if plan.malformed_at != NEVER:
-        text = head + payloads[plan.malformed_at]
-        frames[plan.malformed_at] = _frame(text[: len(text) // 2])  # JSON cut in half
-    return frames
 
 
 def _send(engine: Engine, record: Record, transport: asyncio.Transport, event_kind: str, frame: bytes) -> None:
@@ -502,11 +391,9 @@ async def stream_answer(
     resp.enable_chunked_encoding()
     await resp.prepare(request)
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-    envelope = (f'{{"id":"{"chatcmpl" if chat else "cmpl"}-{record.request_id}",'
-                f'"object":"{"chat.completion.chunk" if chat else "text_completion"}","created":{int(time.time())},'
-                f'"model":{json.dumps(p.model)},')
-    head = envelope + '"choices":[{"index":0,' + ('"delta":' if chat else '"text":')
-    events = _output_events(answer, p.tokens_per_event)
+    envelope = stream_envelope(record, chat, p.model, int(time.time()))
+    head = output_head(envelope, chat)
+    events = output_events(answer, p.tokens_per_event)
     transport = request.transport
     await engine.acquire_slot()
     try:
@@ -520,12 +407,12 @@ async def stream_answer(
         record.quirks += plan.quirks
         if chat and answer.reasoning and p.quirks.reasoning_inline:
             record.quirks.append("reasoning_inline")
-        frames = _frames(head, _payloads(engine, answer, events, chat, echo, plan.unstreamed), plan)
+        payloads = output_payloads(engine, answer, events, chat, echo, plan.unstreamed)
+        frames = output_frames(head, payloads, plan.malformed_at)
         gaps = _gaps(engine, record, len(events))
         record.faults += plan.faults_from_start
         if chat:
-            _send(engine, record, transport, "role",
-                  _frame(head + '{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'))
+            _send(engine, record, transport, "role", sse_frame(head + ROLE_DELTA))
         first_output = len(record.event_ts)  # index of the first output event in the ground truth
         finished = _write_on_schedule(engine, record, transport, frames, gaps, plan, first_due)
         try:
@@ -551,9 +438,9 @@ async def stream_answer(
         if include_usage and p.quirks.usage_missing:
             record.quirks.append("usage_missing")
         elif include_usage:
-            usage = json.dumps(_usage(engine, record, answer))
-            _send(engine, record, transport, "usage", _frame(envelope + f'"choices":[],"usage":{usage}}}'))
-        _send(engine, record, transport, "done", _frame("[DONE]"))
+            usage = usage_payload(envelope, usage_of(engine, record, answer))
+            _send(engine, record, transport, "usage", sse_frame(usage))
+        _send(engine, record, transport, "done", sse_frame("[DONE]"))
         await resp.write_eof()
     except (ConnectionResetError, ConnectionError) as exc:
         record.status, record.error = 499, f"client went away: {type(exc).__name__}"

@@ -46,8 +46,9 @@ system-packages:
 demo: venv
 	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/presets/$(DEMO).yaml
 
-# Both cores: two workers take whole test files (a directory sharing a costly session fixture as one),
-# the pipeline tests first (see tests/conftest.py); `make test PYTEST_WORKERS=0` runs serially.
+# Both cores: two workers take whole test files (a directory sharing a costly session fixture as one), the
+# real-scheduler stacks and pipeline tests first (tests/xdist_units.py); PYTEST_WORKERS=4 gives each stack
+# a worker of its own beside two for the rest; `make test PYTEST_WORKERS=0` runs serially.
 PYTEST_WORKERS ?= 2
 test: venv-test system-packages
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \

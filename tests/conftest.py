@@ -80,41 +80,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = f"skipped under CI=true (nothing may skip in CI): {reason}"
 
 
-# ---- parallel runs (`make test`: pytest -n 2 --dist loadfile --no-loadscope-reorder) -----------------------
-# Each worker builds its own session fixtures. A test file goes to one worker whole, so its module fixtures are
-# built once; so does a directory whose session fixture is a whole run (report: `sim_run`) or a whole
-# deployment (distributed: PostgreSQL, Redis, S3, Airflow's components and two Celery workers).
-ONE_UNIT_DIRS = ("report", "distributed")
-
-
-def _unit(nodeid: str) -> str:
-    """The unit of work of a test for `--dist loadfile`: its file, or its directory in ONE_UNIT_DIRS."""
-    path = nodeid.split("::", 1)[0]
-    parts = path.split("/")
-    return "/".join(parts[:2]) if len(parts) > 2 and parts[0] == "tests" and parts[1] in ONE_UNIT_DIRS else path
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class Scheduling(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return _unit(nodeid)
-
-    return Scheduling(config, log)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The units that run whole pipelines (those that need the Airflow DB) first: one of them left to the
-    end keeps one worker busy while the other idles. Workers take units in this order."""
-    # the longest: a real scheduler (`make ui`'s stack, the distributed Celery stack), one on each worker
-    stack = {_unit(item.nodeid) for item in items if {"ui_stack", "distributed_stack"} & set(item.fixturenames)}
-    heavy = {_unit(item.nodeid) for item in items if "airflow_db" in item.fixturenames}
-    # stable: collection order within each part
-    items.sort(key=lambda item: (_unit(item.nodeid) not in stack, _unit(item.nodeid) not in heavy))
+# ---- parallel runs (`make test`): which worker runs which test file, in which order (tests/xdist_units.py)
+from xdist_units import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: E402,F401
 
 
 def _dag_test_without_idle_pauses() -> None:

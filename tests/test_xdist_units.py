@@ -1,0 +1,80 @@
+"""`make test`'s scheduling (tests/xdist_units.py) on a small suite written for the test: which worker ran
+which test, from a line each test writes.
+
+The suite mirrors the real layout: tests/distributed (a quick test, then a long one) and tests/ui are stack
+units, eight one-test files are the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+LONG_S = 6  # the distributed unit's second test: the other worker runs the rest meanwhile
+NORMAL = [f"tests/test_n{i}.py" for i in range(8)]
+
+CONFTEST = f"""
+import json, os, sys, time
+import pytest
+sys.path.insert(0, {str(TESTS)!r})
+from xdist_units import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: F401
+
+@pytest.fixture(autouse=True)
+def _record(request):
+    started = time.monotonic()
+    yield
+    with open(os.environ["RAN"], "a") as out:
+        out.write(json.dumps({{"worker": os.environ["PYTEST_XDIST_WORKER"], "test": request.node.nodeid,
+                              "started": started}}) + "\\n")
+"""
+
+
+def _suite(root: Path) -> None:
+    (root / "conftest.py").write_text(CONFTEST)
+    for folder in ("tests/ui", "tests/distributed"):
+        (root / folder).mkdir(parents=True)
+    (root / "tests/ui/test_newcomer.py").write_text("def test_ui():\n    pass\n")
+    (root / "tests/distributed/test_celery.py").write_text(
+        f"import time\n\ndef test_a_quick():\n    pass\n\ndef test_b_long():\n    time.sleep({LONG_S})\n")
+    for path in NORMAL:
+        (root / path).write_text("def test_it():\n    pass\n")
+
+
+def _run(tmp_path: Path, workers: int) -> dict[str, list[str]]:
+    """{worker: its tests' files, in the order it ran them}."""
+    _suite(tmp_path)
+    ran = tmp_path / "ran.jsonl"
+    env = {**os.environ, "RAN": str(ran)}
+    env.pop("PYTEST_XDIST_WORKER", None)
+    answer = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers),
+                             "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    lines = sorted((json.loads(line) for line in ran.read_text().splitlines()), key=lambda r: r["started"])
+    by_worker: dict[str, list[str]] = defaultdict(list)
+    for line in lines:
+        by_worker[line["worker"]].append(line["test"].split("::")[0])
+    assert sorted(f for files in by_worker.values() for f in files) == sorted(
+        ["tests/ui/test_newcomer.py", *["tests/distributed/test_celery.py"] * 2, *NORMAL])  # each once
+    return by_worker
+
+
+def test_two_workers_start_on_the_stack_units_and_queue_one_unit_ahead_at_most(tmp_path):
+    by_worker = _run(tmp_path, 2)
+    [distributed] = [w for w, files in by_worker.items() if files[0] == "tests/distributed/test_celery.py"]
+    [ui] = [w for w, files in by_worker.items() if files[0] == "tests/ui/test_newcomer.py"]
+    assert distributed != ui
+    # queued ahead while the long test ran: one file (two before), the other worker ran the rest meanwhile
+    assert len([f for f in by_worker[distributed] if f in NORMAL]) == 1, dict(by_worker)
+
+
+def test_with_two_workers_more_than_stack_units_each_stack_unit_has_a_worker_of_its_own(tmp_path):
+    by_worker = _run(tmp_path, 4)
+    assert len(by_worker) == 4
+    units = sorted(set(files) for files in by_worker.values() if not set(files) & set(NORMAL))
+    assert units == [{"tests/distributed/test_celery.py"}, {"tests/ui/test_newcomer.py"}], dict(by_worker)

@@ -1,0 +1,75 @@
+"""How `make test` (pytest -n N --dist loadfile) shares the test files among its workers: the units of work,
+their order, and how far ahead a worker is given one. tests/conftest.py registers these hooks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+# Each worker builds its own session fixtures. A test file goes to one worker whole, so its module fixtures are
+# built once; so does a directory whose session fixture is a whole run (report: `sim_run`) or a whole
+# deployment (distributed: PostgreSQL, Redis, S3, Airflow's components and two Celery workers).
+ONE_UNIT_DIRS = ("report", "distributed")
+# Directories whose tests run a real Airflow scheduler (their conftests' ui_stack, distributed_stack): the
+# longest units, and the ones that wait most (scheduler loops, a process per task) rather than compute.
+STACK_DIRS = ("ui", "distributed")
+
+
+def _unit(nodeid: str) -> str:
+    """The unit of work of a test for `--dist loadfile`: its file, or its directory in ONE_UNIT_DIRS."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    return "/".join(parts[:2]) if len(parts) > 2 and parts[0] == "tests" and parts[1] in ONE_UNIT_DIRS else path
+
+
+def _is_stack_unit(unit: str) -> bool:
+    parts = unit.split("/")
+    return len(parts) > 1 and parts[0] == "tests" and parts[1] in STACK_DIRS
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Workers take units in the order pytest_collection_modifyitems sorts them, with one unit queued ahead
+    at most: a unit queued behind a long test is tied to that worker while another may idle, at the end of
+    the run most of all. With two workers more than there are stack units (`make test PYTEST_WORKERS=4`),
+    each stack unit has a worker of its own, which then stops: the others run the rest beside them."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.dedicated: set[Any] = set()  # workers that run one stack unit and nothing else
+
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+        def _assign_work_unit(self, node: Any) -> None:
+            stack_units = {_unit(nodeid) for nodeid in self.collection if _is_stack_unit(_unit(nodeid))}
+            if len(self.nodes) >= len(stack_units) + 2 and _is_stack_unit(next(iter(self.workqueue))):
+                self.dedicated.add(node)
+            super()._assign_work_unit(node)
+
+        def _reschedule(self, node: Any) -> None:
+            if node.shutting_down:
+                return
+            pending = self._pending_of(self.assigned_work[node])
+            if not self.workqueue or (node in self.dedicated and pending <= 1):
+                node.shutdown()  # its last test runs once it knows none follows
+            elif node not in self.dedicated and pending <= 1:
+                # a worker runs a test once it knows the next one: the last test of a unit waits for another
+                self._assign_work_unit(node)
+
+    return Scheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The units that run whole pipelines (those that need the Airflow DB) first: one of them left to the
+    end keeps one worker busy while the other idles. Workers take units in this order."""
+    # the longest: a real scheduler (`make ui`'s stack, the distributed Celery stack), one on each worker
+    heavy = {_unit(item.nodeid) for item in items if "airflow_db" in item.fixturenames}
+    # stable: collection order within each part
+    items.sort(key=lambda item: (not _is_stack_unit(_unit(item.nodeid)), _unit(item.nodeid) not in heavy))

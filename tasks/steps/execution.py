@@ -1,5 +1,5 @@
 """Running a step and recording how it ended (ok, skipped, failed with the desensitized error, or not
-attempted), which the report and the run's verdict read. The DAG, the readiness sensor and `dayone step`
+attempted), which the report and the run's verdict read. The DAG, the readiness operator and `dayone step`
 all go through `execute`, so a step run in a pod records its outcome exactly as a DAG task does."""
 
 from __future__ import annotations

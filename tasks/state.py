@@ -17,7 +17,8 @@ machine or under the run's S3 staging prefix, so a later task finds them from an
     state/<engine>/exited.json     ... and how the engine ended
     state/steps/<step>.json        each step's outcome (run-level) ...
     state/steps/<engine>-<step>.json   ... or per engine: ok, skipped, failed, not_attempted
-    summaries/<engine>/<scenario>.json  a performance scenario's figures
+    summaries/<engine>/<scenario>.json  how a performance scenario measured (design, launches, restarts; its
+                                   figures are the rounds table's); the capacity search's result
     verdicts/<engine>/prefix_cache.json the prefix-cache verdict
     tables/<table>/<engine>/...    each step's partitions (tasks/partitions.py: a file, or S3 chunks)
     validation.json, archive.json, regressions.json, summary.json, report.html, charts/<name>.png

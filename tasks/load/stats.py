@@ -238,6 +238,18 @@ def first_encounter_tail(rounds: Sequence[Mapping[str, Any]],
             **{k: r.get(k) for k in FIRST_ENCOUNTER_FIGURES}}
 
 
+def level_figures(rounds: Sequence[Mapping[str, Any]],
+                  warmup_rounds: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """A load level's published figures from its rounds rows, computed here only: summary.json (from the
+    rounds table), `dayone bench` and the performance scenarios all read them from this function."""
+    return {
+        "figures": over_rounds(rounds),
+        "first_encounter": first_encounter_tail(rounds, warmup_rounds),
+        "failed_rounds": sum(1 for r in rounds if r.get("status") == "failed"),
+        "length_deviations": sum(int(r.get("length_deviations") or 0) for r in rounds),
+    }
+
+
 def client_load(rows: Sequence[dict[str, Any]], requests: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """The CPU the client got per scenario, from client_shards rows (warmup rounds left out): its most
     processes in a round and why (shards_reason), the CPU of its busiest round (in cores: CPU / the round's

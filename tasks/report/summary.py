@@ -28,7 +28,7 @@ from tasks.evidence.reliability import engine_ttft_verdict, withhold_stream_time
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import COLD_START_FINDING
 from tasks.evidence.restarts import restart_summary
-from tasks.load.stats import HEADLINE_FIGURES, client_load, first_encounter_tail, over_rounds, withhold_slo_judged
+from tasks.load.stats import client_load, level_figures, withhold_slo_judged
 from tasks.report.decision import LEAD_FIGURES, decide
 from tasks.report.limits import not_proved
 from tasks.report.schema import RunSummary
@@ -46,7 +46,6 @@ from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.staging import RunDir
 
-FIGURES = HEADLINE_FIGURES
 CONFIDENCE = 0.95  # of every comparison's interval
 SMALL_CHANGE = 0.05  # the change whose rounds needed each comparison states (rounds_needed_for_5pct)
 # What no DayOne run proves, whatever ran (the seed's standing caveats): said in every report.
@@ -209,9 +208,10 @@ def _level_order(key: tuple[Any, Any]) -> tuple[float, float]:
 def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: bool,
            warmup_rounds: list[dict[str, Any]], slo: Any = None) -> PerfLevel:
     concurrency, rate = key
+    level = level_figures(rounds, warmup_rounds)
     # goodput obeys the capacity's rule: judged on TTFT/TPOT, it goes where the stream timing goes
-    figures = withhold_slo_judged(over_rounds(rounds, FIGURES), ttft_published, slo) or {}
-    first = first_encounter_tail(rounds, warmup_rounds)
+    figures = withhold_slo_judged(level["figures"], ttft_published, slo) or {}
+    first = level["first_encounter"]
     if not ttft_published:
         figures = withhold_stream_timed(figures) or {}
         first = withhold_stream_timed(first)
@@ -225,9 +225,9 @@ def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: b
         first_encounter_rounds=[r.get("round") for r in rounds if r.get("first_encounter")],
         figures={name: Figure.model_validate(f) for name, f in figures.items()},
         first_encounter=None if first is None else FirstEncounter.model_validate(first),
-        rounds_failed=sum(1 for r in rounds if r.get("status") == "failed"),
+        rounds_failed=level["failed_rounds"],
         requests_failed=sum(int(r.get("requests_failed") or 0) for r in rounds),
-        length_deviations=sum(int(r.get("length_deviations") or 0) for r in rounds),
+        length_deviations=level["length_deviations"],
     )
 
 

@@ -2,9 +2,10 @@
 
 `run_perf(ctx, scenario)` runs every level (concurrency, or arrival rate for "rate") for the
 configured rounds, streams request rows and writes one round row per round, and returns the
-summary: per level, the median over rounds with the round values and a spread flag, and the
-first-encounter round's P95/P99 TTFT beside it. `run_perf_interleaved` does the same for engines
-that are up together, alternating their rounds (ABBA) so their round values pair.
+summary with each level's figures (tasks/load/stats.py level_figures) for `dayone bench`.
+`run_perf_interleaved` does the same for engines that are up together, alternating their rounds
+(ABBA) so their round values pair; it returns how it measured, and the report computes the figures
+once, from the rounds table.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
-from tasks.load.stats import first_encounter_tail, over_rounds
+from tasks.load.stats import level_figures
 from tasks.scenarios.warmup import PERF_SCENARIOS, is_first_encounter, mark_seen, scenario_shapes
 
 log = logging.getLogger("dayone.load")
@@ -39,8 +40,9 @@ def _requests_per_round(ctx: StepContext, scenario: str, shape: Shape) -> int:
 
 
 def run_perf(ctx: StepContext, scenario: str) -> dict[str, Any]:
-    """One engine's scenario: every level, its rounds one after another."""
-    return run_perf_interleaved([ctx], scenario)[ctx.endpoint.engine]
+    """One engine's scenario: every level, its rounds one after another, with each level's summary."""
+    measured, levels = _measure([ctx], scenario)
+    return {**measured[ctx.endpoint.engine], "levels": levels(ctx.endpoint.engine)}
 
 
 def run_perf_interleaved(ctxs: list[StepContext], scenario: str, launches: int = 1, relaunch: Relaunch | None = None,
@@ -48,13 +50,20 @@ def run_perf_interleaved(ctxs: list[StepContext], scenario: str, launches: int =
     """The scenario on engines that are up together, round by round in turn: for each level, repetition n
     measures every engine once, forward on odd n and backward on even n (ABBA, tasks/experiment.py), so
     slow drift and a noisy neighbour hit every engine alike and round n of each engine forms a pair.
-    Returns each engine's summary; with one engine this is the plain sequential scenario.
+    Returns how each engine was measured (design, restarts), not its figures: the report computes those
+    from the rounds table; with one engine this is the plain sequential scenario.
 
     Rounds nest in launches (measurement.launches): launch 0 measures the engines as they are; before
     each launch j > 0, `relaunch(j)` starts every engine afresh and returns their contexts, and all the
     scenario's rounds run again, numbered on (launch j holds rounds j*rounds+1 .. (j+1)*rounds), in
     partitions of their own. `watch(ctxs, launch, block)` runs each launch's block between restart readings
     (a relaunch is no restart) and adds each engine's `engine_restarted` and `restarts`."""
+    return _measure(ctxs, scenario, launches, relaunch, watch)[0]
+
+
+def _measure(ctxs: list[StepContext], scenario: str, launches: int = 1, relaunch: Relaunch | None = None,
+             watch: Watch | None = None) -> tuple[dict[str, dict[str, Any]], Callable[[str], list[dict[str, Any]]]]:
+    """run_perf_interleaved's measurement, and a function giving an engine's level summaries from its rows."""
     if scenario not in PERF_SCENARIOS:
         raise ValueError(f"scenario {scenario!r} is not a performance scenario (use one of {', '.join(PERF_SCENARIOS)})")
     if launches > 1 and relaunch is None:
@@ -85,11 +94,12 @@ def run_perf_interleaved(ctxs: list[StepContext], scenario: str, launches: int =
                 restarted[e].append(watched[e])
     finally:
         progress.close()
-    return {e: {"engine": e, "scenario": scenario, "design": design,
-                "levels": [level_summary(s, rounds[e][s.key], usage_missing[e][s.key], warmup_rounds[e]) for s in shapes],
-                "engine_restarted": any(w.get("engine_restarted") for w in restarted[e]),
-                "restarts": _restarts(restarted[e])}
-            for e in engines}
+    measured = {e: {"engine": e, "scenario": scenario, "design": design,
+                    "engine_restarted": any(w.get("engine_restarted") for w in restarted[e]),
+                    "restarts": _restarts(restarted[e])}
+                for e in engines}
+    return measured, lambda e: [level_summary(s, rounds[e][s.key], usage_missing[e][s.key], warmup_rounds[e])
+                                for s in shapes]
 
 
 def _restarts(readings: list[dict[str, Any]]) -> int | None:
@@ -144,7 +154,7 @@ def _usage_missing(results: list[Any]) -> int:
 
 def level_summary(shape: Shape, rounds: list[dict[str, Any]], usage_missing: int = 0,
                   warmup_rounds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """One level's summary: headline figures as medians over rounds, with every round's value."""
+    """One level's summary: its shape, its rounds, and its figures (tasks/load/stats.py level_figures)."""
     out: dict[str, Any] = {
         "concurrency": shape.concurrency,
         "rate_rps": shape.rate_rps,
@@ -154,10 +164,7 @@ def level_summary(shape: Shape, rounds: list[dict[str, Any]], usage_missing: int
             {k: r.get(k) for k in ("round", "status", "first_encounter", "requests_ok", "requests_failed", "error_rate")}
             for r in rounds
         ],
-        "figures": over_rounds(rounds),
-        "first_encounter": first_encounter_tail(rounds, warmup_rounds or ()),
-        "failed_rounds": sum(1 for r in rounds if r.get("status") == "failed"),
-        "length_deviations": sum(r.get("length_deviations") or 0 for r in rounds),
+        **level_figures(rounds, warmup_rounds or ()),
     }
     if usage_missing:
         out["usage_note"] = (

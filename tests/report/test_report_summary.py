@@ -35,6 +35,22 @@ def test_every_figure_is_the_median_of_its_round_values_with_a_spread_flag(sim_r
     assert checked > 50
 
 
+
+def test_a_levels_figures_are_kept_once_from_the_rounds_table(sim_run, summary):
+    """The performance step keeps how it measured (design, launches, restarts), not figures of its own:
+    summary.json's levels are computed once, from the rounds table archived beside it."""
+    from tasks import state
+
+    kept = 0
+    for engine, e in summary.engines.items():
+        for scenario, perf in e.perf.items():
+            doc = sim_run.run_dir().read_json(state.perf_summary_doc(engine, scenario))
+            assert doc is not None and {"design", "launches", "engine_restarted"} <= set(doc)
+            assert "levels" not in doc, f"{engine} {scenario}: the step kept figures beside summary.json's"
+            assert perf.levels
+            kept += 1
+    assert kept >= 4
+
 def test_first_encounter_tail_sits_beside_the_headline(sim_run, summary):
     rounds = sim_run.run_dir().read_rows("rounds", "sim-sglang")
     for level in summary.engines["sim-sglang"].levels("short"):

@@ -22,8 +22,8 @@ Every client timestamp is compared with the server's actual times, not with the 
 --shards N runs the DayOne client as N processes (tasks/load/shards.py) on the client cores; --shards
 auto chooses per level as a run does (load.client_processes: auto): one process per 64 streams, at
 most one per client core. Each process's clock offset (from the shortest of its pings) is printed.
-Each core runs a nice-19 spinner during the bench: an idle core's wake-up delay (about 1.5 ms p99
-on this VM) would otherwise be charged to any client.
+Each core runs a nice-19 spinner during the bench: an idle core's wake-up delay (bench/RESULTS.md)
+would otherwise be charged to any client.
 
 On a machine shared with other sessions, --nice -15 raises the bench's scheduling group (as root).
 

@@ -1,28 +1,10 @@
-"""The load client: streams one request and times it (PROTOCOL.md section 3).
+"""The load client: streams one request and times it (PROTOCOL.md section 3; section 8, "The timing loop
+stamps and queues" and "The send stamp is bracketed").
 
-Connections are DayOne's own asyncio protocols on uvloop, responses framed by httptools
-(tasks/load/http.py): measured on one core against an independent server, aiohttp's path from
-socket to parser cost about 22 us per token event and put the events of a wave behind each other
-(inter-token error p99 2.2 ms at 128 streams). Control-plane calls (tokenize, cache clear,
-metrics) use httpx elsewhere.
-
-Timing, all from one monotonic clock (perf_counter), anchored to Unix time once per request:
-- send: when the request's last byte is handed to the kernel (the body is serialised beforehand):
-  the request is one write, which uvloop makes at once when nothing is queued; should the kernel
-  not take it all, the write buffer limit of 0 pauses the protocol and its resume, when the last
-  byte has gone, is the send time. The write is bracketed by a stamp before and after: measured
-  against an independent server, one after-stamp came 3.99 ms after the server had the request
-  (the client was preempted inside the call), so a bracket wider than SEND_BRACKET_WIDE_S takes the
-  before-stamp (never after the kernel took the bytes: a TTFT is not understated) and is flagged;
-- a pooled connection the server closed just before reuse, with no byte of a response back, sends
-  the request once more on a fresh connection (see `send_request`); the result is one row;
-- first event: the first SSE data event of any kind (a role-only chunk counts here);
-- TTFT: the first event carrying visible output (text, content, reasoning or a tool-call delta);
-- ITL: gaps between consecutive output events, with tokens per event where they can be known;
-- E2E: send to the last output event (the trailing usage-only event is excluded).
-Each event is stamped with the time of the socket read that completed it: the read callback
-stamps it and hands the body bytes to the stream's parser there and then, with no task to wake.
-"""
+Connections are DayOne's own asyncio protocols on uvloop (tasks/load/http.py; why not aiohttp:
+bench/RESULTS.md): the read callback stamps each event and hands its bytes to the stream's parser,
+with no task to wake. All stamps come from one monotonic clock (perf_counter), anchored to Unix time
+once per request. Control-plane calls (tokenize, cache clear, metrics) use httpx elsewhere."""
 
 from __future__ import annotations
 

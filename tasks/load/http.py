@@ -1,24 +1,11 @@
 """The load client's HTTP/1.1 connections: asyncio protocols on uvloop, responses framed by
 httptools (llhttp, the parser of Node.js), a keep-alive pool per session.
 
-Why not aiohttp on the measured path: every token event went from the socket through aiohttp's
-HTTP parser, a StreamReader and a woken task before DayOne's parser saw it, about 22 us of the
-client's core per event; at 128 streams of 200 events/s each that is half a core, and every event
-read while the loop works through a wave waits for it (inter-token error p99 2.2 ms against an
-independent server). Here the read callback itself hands the body bytes to the stream's parser,
-stamped with the time of that read, and a request is one `transport.write`: uvloop writes at once
-when nothing is queued, so the send time is when that call returns, or when the write buffer
-drained if the kernel did not take it all (tasks/load/client.py brackets the call).
-
-HTTP edges a real endpoint shows:
-- a body framed by the connection's close (no Content-Length, not chunked) ends complete when the
-  server closes cleanly;
-- a pooled connection the server closed while idle leaves the pool when its close arrives
-  (connection_lost), and one it closed just as a request went out is reported as `stale` when no
-  byte of a response came back: the caller may send that request once more on a fresh connection;
-- https: the endpoint's TLS trust (a CA bundle, or no verification) and its API key
-  (tasks/endpoint_access.py) go on every connection and request.
-"""
+Not aiohttp on the measured path: its parser, StreamReader and a woken task per token event cost the
+client's core enough to delay the stamps of a wave's events (bench/RESULTS.md). Here the read
+callback hands the body bytes to the stream's parser, and a request is one `transport.write`. The HTTP
+edges a real endpoint shows (close-framed bodies, a pooled connection closed just before reuse:
+`stale`, TLS and API keys): PROTOCOL.md section 8, "The load client's HTTP edges"."""
 
 from __future__ import annotations
 

@@ -1,33 +1,11 @@
 """A round's requests spread over several client processes: past what one core can time.
 
-One event loop's work grows with the token events it reads (about 20 us of a core each, half of
-it the kernel's): measured against an independent server, it keeps every stamp within a
-millisecond up to about 25,000 events/s (128 streams of 200 tokens/s); past that its own work
-delays the stamps of the streams it serves. A sharded round runs one client
-process per shard: shard k takes requests k, k+n, k+2n, ... with its share of the concurrency
-(closed loop) or those requests' own arrival times (open loop), and every shard starts at one
-moment of CLOCK_MONOTONIC, which all processes on the host share (a ramp is interleaved across
-the shards, as one process would start its workers). Each completed request comes back to the
-parent as a pickled RequestResult (a PickleFeed, every 50 ms) and reaches on_result there, so the
-rows, and the round's percentiles, are over the merged results exactly as for one process.
-
-Clocks: a shard stamps Unix times anchored per request, like one process. Each shard's offset
-against the parent's clock is measured before the start (the shard's time.time() against the
-midpoint of the parent's ping and the answer) and reported with its uncertainty, beside the CPU
-the shard used and the time its event loop waited for a core (other processes had it). A round
-of one process reports the same figures as shard 0 with offset 0, so the CPU the client got is
-on record for every round (the client_shards table).
-
-How many processes (`choose_shards`, the run config's `load` section): `auto` gives one per
-`streams_per_process` (64) streams the round can have in flight, at most one per core actually
-free: the cores this process may run on (its affinity), less those a server on this host keeps
-busy. A process listening on the endpoint's port here (a local engine, the simulator, a reference
-server) keeps at least one core once the round loads it (measured: on a 2-core machine whose other
-core ran the server, a second shard was starved, TTFT error p99 134-143 ms against 0.8-1.6 ms with
-one process), more if it already uses more; cores other processes keep busy over a short sample
-are not free either. The choice and its reason are logged and recorded on the round's
-client_shards rows. A number is taken as given.
-"""
+Shard k of n takes requests k, k+n, k+2n, ... with its share of the concurrency (closed loop) or those
+requests' own arrival times (open loop); all shards start at one moment of CLOCK_MONOTONIC and send each
+completed RequestResult back to the parent (a PickleFeed), so the rows and the round's percentiles are
+over the merged results exactly as for one process. `choose_shards` says how many (run config `load`).
+Each shard's clock offset, CPU and wait for a core go to the `client_shards` table (PROTOCOL.md section
+8, "The client's own CPU is on record"); what one core can time: bench/RESULTS.md."""
 
 from __future__ import annotations
 

@@ -1,55 +1,11 @@
 """Regression comparison against the last good run and the accepted reference (the nightly's compare step).
 
-Baselines. Two per (model, engine, scenario), among archived runs before this one that are not
-quarantined and are comparable (below):
-
-- the **last good run**: the most recent run that passed its own comparison (its `compare` step ended
-  ok, recorded in the run index by archive), or made none (a person's run, or an archive from before
-  comparisons were recorded), or that a person accepted. A run that regressed is never a baseline, so
-  a regression stays red night after night until it is fixed or accepted;
-- the **reference**: the level a person last accepted (the newest accepted comparable run), else the
-  lineage's first good run. Compared too, so a slow drift that stays under the threshold each night
-  is caught once its sum crosses it. Where the reference is the last good run, its rows are written once.
-
-A person accepts a new level by naming its run id in the Airflow Variable `dayone_nightly_accept`
-(plugins/dayone_airflow/pipeline.py passes it in; several ids may be given, comma-separated): that run
-becomes good and the reference. The acceptance is recorded in the accepting run's index document, so it
-outlives the Variable.
-
-Comparable: the same engine lineage (`engine_lineage`: target, dialect, the image repository on a
-cluster or the launcher locally, the engine args, GPU count and tensor parallelism, the model revision,
-and the GPU product where both runs recorded one) and the same settings of that scenario (input/output
-tokens, concurrency levels or rates; `SCENARIO_SETTINGS`), read from the run config and hardware record
-in its archived manifest.json. A candidate that differs is skipped with a line naming the difference
-("baseline X skipped for E: engine args [...] then, [...] now"), logged and kept in regressions.json
-and the summary, and the next one is tried.
-
-Compared, with the thresholds of `config.thresholds`, per shape (scenario, concurrency, rate): the
-effect new/baseline of the measured rounds' values (tasks/evidence/effects.py: ratio of geometric
-means with a `confidence` interval), widened by the lineage's run-to-run variation where its history
-holds enough runs (tasks/evidence/history.py; the row's `covers` says which), so a few milliseconds of
-jitter between rounds or launches is not a regression:
-
-- output throughput: regressed when the whole interval lies below 1 - `output_tps_drop`;
-- P95 TTFT: regressed when the whole interval lies above 1 + `ttft_p95_rise`, only where TTFT is
-  publishable on both sides (tasks/evidence/reliability.py);
-- fewer than 2 good rounds on a side: not regressed, verdict "not enough rounds";
-- the share of failed requests (performance scenarios): regressed when the Newcombe interval of the
-  difference now - then, from the request counts pooled over the measured rounds, lies wholly above
-  `failed_share_rise`, or when most of the shape's measured rounds failed now and not then (one good
-  round of three is no throughput to compare, but it is a regression);
-- a shape the baseline measured and this run, planning it, did not: regressed ("measured -> missing");
-- every functional check, needle (length x depth) and prefix-cache verdict that passed in the
-  baseline and now fails;
-- the capacity under the SLO: regressed when this run failed a load the baseline passed, each decided
-  by its interval (a close probe orders nothing: tasks/scenarios/capacity.py order), where neither
-  side's capacity is withheld.
-
-Every comparison is a row of the `regressions` table (regressed true or false; the baseline's kind; the
-medians and their change for the reader, the ratio, its interval, what it covers and the verdict for the
-decision); any regressed row makes `compare` raise RegressionFound after the rows are written, so the
-table is archived and the Airflow task fails.
-"""
+Per comparable baseline (the same engine lineage, `engine_lineage`, and scenario settings,
+`SCENARIO_SETTINGS`), each shape's figures are compared as effects with an interval
+(tasks/evidence/effects.py, widened by the lineage's history: tasks/evidence/history.py); checks,
+needles, cache verdicts and capacity regress on pass -> fail. The rules: PROTOCOL.md section 8,
+"Regression verdicts". Every comparison is a row of the `regressions` table; any regressed row makes
+`compare` raise RegressionFound after the rows are written, so the table is archived and the task fails."""
 
 from __future__ import annotations
 

@@ -1,24 +1,12 @@
 """Experiments: a base engine and factors, expanded into variants that differ in declared settings only.
 
-The seed's method is "target-only baseline first, then one switch at a time". An experiment names
-its base engine (one of `engines`) and its factors, each a setting of the engine spec with levels:
-
-    experiment:
-      base: llamacpp
-      factors:
-        - {setting: llamacpp.parallel, levels: [1, 4]}
-
-DayOne expands the factors into variants (every combination, or one factor at a time), each an
-engine of the run named after what it changes (`llamacpp-parallel4`). Variants may also be written
-out in `engines` by hand (factors without levels): then every difference between a variant and the
-base must be a declared factor, else the config is refused naming the setting. A setting is a path
-into the engine spec: `image`, `args`, `gpus`, `env.NAME`, `llamacpp.parallel`, `sim_profile.slots`.
-
-Pure functions over raw config dicts and parsed engine specs. The experiment's config section
-(Experiment, Factor) is tasks/config/experiment.py: the run config calls these functions while it
-validates, so nothing here imports the config. Which design a run measures with is placement, so it
-lives in tasks/lanes.py.
-"""
+The method of the GLM-5.3-Flash Day 1 Hands-on report, "target-only baseline first, then one switch
+at a time": an experiment names its base engine (one of `engines`) and its factors, each a setting of
+the engine spec with levels; DayOne expands them into variants named after their change
+(`llamacpp-parallel4`) and refuses a hand-written variant with an undeclared difference (PROTOCOL.md
+section 8, "Experiments"). Pure functions over raw config dicts and parsed engine specs: the config
+section (Experiment, Factor) is tasks/config/experiment.py, which calls these while it validates, so
+nothing here imports the config; the measuring design is placement (tasks/lanes.py)."""
 
 from __future__ import annotations
 

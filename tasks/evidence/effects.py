@@ -1,30 +1,11 @@
 """The effect of a change on a figure, with its uncertainty: no winner without an interval.
 
-Two sets of round values of one figure (A: the base or baseline, B: the variant or the new run)
-give the effect as the ratio B/A of their geometric means, with a confidence interval from a
-Welch t-interval on the log values (PROTOCOL.md section 8, "Effects"):
-
-- log: throughput and latency figures are positive and their noise is multiplicative (a noisy
-  neighbour slows everything by a factor), so differences of logs are ratios and the interval of a
-  ratio is never negative;
-- Welch: the two sides need not share a variance (one engine may be steadier than the other);
-- t, not a bootstrap: with the 3 to 5 rounds a run affords, a bootstrap's interval is too narrow
-  (it cannot see values beyond the ones it resamples), while the t-interval is exact for normal
-  log values and its coverage is tested on simulated rounds (tests/evidence/test_effects.py).
-  With paired rounds (interleaved A/B, one pair per repetition) the paired t-interval on the
-  per-pair log ratios is used instead.
-
-The verdict is "higher", "lower", or "no detectable difference" when the interval holds 1; and
-"not enough rounds" with fewer than two good rounds on a side, or rounds that never vary (no noise
-measured: no interval to trust, `reason` says so). A non-finite round (inf, NaN) is left out like a
-missing one. `detectable` is the smallest relative change this run would detect with 80% power, and
-`rounds_needed(change)` how many rounds a side (pairs, when paired) a given change would need, both
-from the interval's own t (tests/evidence/test_effects_power.py simulates them).
-
-An interval covers only the variation its values carry (`covers`, printed with it): the rounds of one
-run share one launch of each engine, so their interval says nothing of the next launch. Per-launch
-means (`effect(..., covers=...)`) or `widen` with a between-run sd give an interval across runs.
-"""
+Two sets of round values of one figure (A: the base or baseline, B: the variant or the new run) give
+the ratio B/A of their geometric means with a Welch (or, paired, a paired) t-interval on the log
+values, a verdict ("higher", "lower", "no detectable difference", "not enough rounds"), the change the
+run could detect (`detectable`) and the rounds a change needs (`rounds_needed`). Why log values, Welch
+and t rather than a bootstrap, and what an interval covers (`covers`, `widen`): PROTOCOL.md section 8,
+"Effects"."""
 
 from __future__ import annotations
 

@@ -1,19 +1,15 @@
 """The run-to-run variation of a figure, estimated from a lineage's own history (the nightly's).
 
-Each run starts its engines anew, so one run's rounds share one launch: the interval of a comparison
-of two runs from their rounds alone covers round-to-round noise, not the variation between launches
-(tasks/evidence/effects.py `widen`). The nightly has that variation in its history: the same shape
-measured by earlier good runs of the lineage. For run j with n_j rounds, the mean of its log round
-values m_j varies by the between-run variance plus the within-run one over n_j. A line is fitted
-through the run means in time order first: a slow drift is what the nightly's reference comparison
-must catch, not noise to widen its intervals by. So (a method of moments estimate, as in a one-way
-random-effects ANOVA, on the residuals of the line):
+One run's rounds share one launch of each engine, so their interval misses the variation between
+launches; the lineage's earlier good runs hold it. A line is fitted through the runs' log means in time
+order (a drift is what the reference comparison must catch, not noise), and the between-run variance is
+what the residuals hold beyond the within-run part (method of moments, as in a one-way random-effects
+ANOVA, k - 2 degrees of freedom for k runs):
 
     between_log_sd**2 = SSR / (k - 2) - mean_j(s_j**2 / n_j)   (floored at 0)
 
-with k - 2 degrees of freedom for k runs. It needs at least MIN_RUNS runs with 2 good rounds each:
-fewer leave the between-run part unknown (None), and the interval says it covers rounds only.
-"""
+Fewer than MIN_RUNS runs with 2 good rounds each leave it unknown (None). PROTOCOL.md section 8,
+"Regression verdicts" (run-to-run variation)."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
-"""May an engine's stream-timed figures be published? (PROTOCOL.md section 5)
+"""May an engine's stream-timed figures be published? (PROTOCOL.md section 8, "Stream-timed figures: one rule")
 
-The one rule for TTFT, TPOT and ITL, read by every path that publishes them (`dayone bench`,
-`dayone check`, the pipeline's summary.json and its report).
-
-A stream is timed from its events, so those figures mean something only for output delivered as
-it is generated. A stream is defective when no event carried output, when one event carried all
-of a multi-token output, or when the last event carried more than half of it (a role-only or
-empty first event is normal). TTFT is unreliable, and TPOT and ITL with it, when:
-- the `output_streams` check failed (it streams both the chat and the completions API), or
-- any measured stream was defective: the benchmarks', the capacity search's or a needle's (the
-  quirk can hit only some streams, and the benchmarks measure completions streams that a chat-only
-  check would never see), or
-- the completions API ignored echo=false (the prompt coming back changes what TTFT times), or
-- streaming was never shown: no `output_streams` pass and no measured multi-token stream.
-Then E2E alone is published, with the reason.
-"""
+The one rule for TTFT, TPOT and ITL, read by every path that publishes them (`dayone bench`, `dayone
+check`, the pipeline's summary.json and its report): they mean something only for output delivered as
+it is generated, so a defective stream (no output event, all of a multi-token output in one event, or
+more than half of it in the last), a failed `output_streams` check, an ignored echo=false, or streaming
+never shown withholds them, and E2E alone is published, with the reason."""
 
 from __future__ import annotations
 

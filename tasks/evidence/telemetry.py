@@ -2,25 +2,12 @@
 energy counter (one `telemetry_rounds` row per round), with joules per output token.
 
 The DCGM dialect lives here and nowhere else: dcgm-exporter's metric names (etc/default-counters.csv)
-and its `UUID` label. A Prometheus `/federate` URL that selects these series reads the same. The
-exporter is read once just before a round's first send, every `interval_s` on a thread of its own
-while the round runs, and once just after its last completion. Per reading the engine's GPUs are
-combined as the engine uses them together: utilization averaged, memory and power summed.
-
-An exporter serves values it refreshed on an interval of its own, not at the moment it is read:
-dcgm-exporter every `collect-interval` (flag -c, env DCGM_EXPORTER_INTERVAL, default 30000 ms:
-NVIDIA/dcgm-exporter pkg/cmd/app.go), with no timestamp on its samples (internal/pkg/rendermetrics/
-render_metrics.go); a Prometheus /federate answer carries the scrape's timestamp. Each reading's value
-is therefore stale by up to one refresh, and a round shorter than a refresh sees zero or one jump of
-the energy counter: its delta is noise. So the refresh is measured, from the times the values changed
-(the exposed timestamp where there is one, else the reading's time), and energy is published only
-over a window that spans at least MIN_REFRESHES of them (`energy_rule`): a round alone where it is
-that long, else the rounds of one scenario at one load level taken together (`energy_windows`), whose
-readings must fill it (the engine idle between its rounds at most MAX_IDLE_SHARE of it: another
-engine's interleaved rounds would charge idle energy to its tokens). Energy is the energy counter's
-delta per GPU; a counter that fell on any GPU, a reading that failed or lost a GPU between two good
-ones (tasks/evidence/window.py's rule), or GPUs not known to be the engine's void it, with the reason.
-"""
+and its `UUID` label; a Prometheus `/federate` URL that selects these series reads the same. The
+exporter is read just before a round's first send, every `interval_s` on a thread of its own, and just
+after its last completion; the engine's GPUs are combined as it uses them (utilization averaged,
+memory and power summed). Energy is published only over a window of at least MIN_REFRESHES of the
+exporter's measured refreshes (`energy_rule`, `energy_windows`) and voided by the window rule
+(tasks/evidence/window.py): PROTOCOL.md section 8, "What the engine spent"."""
 
 from __future__ import annotations
 

@@ -1,21 +1,11 @@
 """The one rule for every delta DayOne computes from /metrics.
 
 A window is a run of scrapes (at least before and after). Its deltas are published only when no
-counter went down between two consecutive scrapes and no restart was seen: a Prometheus counter
-only falls when its process started again (or its series were reset), and a delta across that
-fall is a difference of two unrelated numbers. Restart evidence, any one suffices:
-- the target's restart count (simulator, llama.cpp launcher, a pod's container restartCount) went up;
-- `process_start_time_seconds` changed (prometheus_client's process collector; vLLM with one API
-  server exposes it, SGLang's multiprocess registry does not, so counters must be watched too);
-- a counter went down (any sample named like a counter, and every counter a figure uses), checked
-  per series: vLLM keeps one series per engine core (labels model_name, engine: vllm/v1/metrics/
-  loggers.py make_per_engine) and SGLang splits sglang:cached_tokens_total by cache_source, so a
-  sum over label sets can rise while one of its series restarted from zero.
-A window with a hole is void too (`gaps`): a scrape in it that could not be read, or came back
-without counter series the scrape before it had (an empty answer), would hide a fall across it.
-A scrape is a mapping of series keys (metrics.series_key, `name{labels}`) or of bare names (sums
-over labels) to values; deltas are taken over names (`by_name`).
-"""
+counter series went down between two consecutive scrapes, `process_start_time_seconds` did not change,
+the target's restart count did not rise, and no scrape in it is a hole (unread, or missing counter
+series the one before had): PROTOCOL.md section 8, "Deltas across a counter reset are not published".
+A scrape is a mapping of series keys (metrics.series_key, `name{labels}`) or of bare names (sums over
+labels) to values; deltas are taken over names (`by_name`)."""
 
 from __future__ import annotations
 

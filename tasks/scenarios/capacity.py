@@ -1,21 +1,11 @@
 """Capacity under SLO: the highest load at which an engine's goodput share meets a target.
 
-`run_capacity(ctx)` searches one engine (PROTOCOL.md section 8, "Capacity under SLO"):
-
-- bracket: probe `start`, then double (capped at `max`) until a probe fails or `max` passes;
-- bisect between the highest load that passed and the lowest that failed, until the two are at
-  most `step` apart (or within `resolution` of the load that passed);
-- a probe is `rounds` measured rounds at one load (tasks/load/rounds.py, so its rows join the
-  requests and rounds tables with scenario "capacity"); its goodput share is the share of its
-  requests that completed within every SLO of the run. Its interval is the union of a Wilson
-  interval on the pooled requests and a t-interval on the round shares; while that interval holds
-  the target, one more round is run, at most `extra_rounds` times. The interval decides when it
-  lies wholly on one side of the target; otherwise the point estimate does and the probe is `close`.
-
-The search logic (`next_load`, `judge`) is pure, so it is tested without an engine. The result is
-the found capacity (None below start), the outcome (found, at_least_max, below_start), the bracket
-and every probe; one row per probe goes to the `capacity` table.
-"""
+`run_capacity(ctx)` searches one engine: probe, double until a probe fails, bisect; each probe is
+`rounds` measured rounds at one load (tasks/load/rounds.py, scenario "capacity"), judged by an
+interval on its goodput share, with extra rounds while the interval holds the target (PROTOCOL.md
+section 8, "Capacity under SLO"). The search logic (`next_load`, `judge`) is pure, so it is tested
+without an engine. The result (found capacity, outcome, bracket, every probe) goes to the summary,
+one row per probe to the `capacity` table."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -22,7 +23,7 @@ CONFTEST = f"""
 import json, os, sys, time
 import pytest
 sys.path.insert(0, {str(TESTS)!r})
-from xdist_units import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: F401
+from xdist_units import pytest_collection_modifyitems, pytest_configure, pytest_xdist_make_scheduler  # noqa: F401
 
 @pytest.fixture(autouse=True)
 def _record(request):
@@ -45,8 +46,8 @@ def _suite(root: Path) -> None:
         (root / path).write_text("def test_it():\n    pass\n")
 
 
-def _run(tmp_path: Path, workers: int) -> dict[str, list[str]]:
-    """{worker: its tests' files, in the order it ran them}."""
+def _run(tmp_path: Path, workers: int) -> tuple[dict[str, list[str]], str]:
+    """{worker: its tests' files, in the order it ran them}, and pytest's output."""
     _suite(tmp_path)
     ran = tmp_path / "ran.jsonl"
     env = {**os.environ, "RAN": str(ran)}
@@ -61,20 +62,23 @@ def _run(tmp_path: Path, workers: int) -> dict[str, list[str]]:
         by_worker[line["worker"]].append(line["test"].split("::")[0])
     assert sorted(f for files in by_worker.values() for f in files) == sorted(
         ["tests/ui/test_newcomer.py", *["tests/distributed/test_celery.py"] * 2, *NORMAL])  # each once
-    return by_worker
+    return by_worker, answer.stdout
 
 
 def test_two_workers_start_on_the_stack_units_and_queue_one_unit_ahead_at_most(tmp_path):
-    by_worker = _run(tmp_path, 2)
+    by_worker, output = _run(tmp_path, 2)
     [distributed] = [w for w, files in by_worker.items() if files[0] == "tests/distributed/test_celery.py"]
     [ui] = [w for w, files in by_worker.items() if files[0] == "tests/ui/test_newcomer.py"]
     assert distributed != ui
     # queued ahead while the long test ran: one file (two before), the other worker ran the rest meanwhile
     assert len([f for f in by_worker[distributed] if f in NORMAL]) == 1, dict(by_worker)
+    # the run's end says how long each worker spent in tests and idled at the end
+    times = dict(re.findall(r"^(gw\d+): (\d+) s in tests, stopped at \d+ s, idle \d+ s at the end$", output, re.M))
+    assert set(times) == {distributed, ui} and int(times[distributed]) >= LONG_S, output
 
 
 def test_with_two_workers_more_than_stack_units_each_stack_unit_has_a_worker_of_its_own(tmp_path):
-    by_worker = _run(tmp_path, 4)
+    by_worker, _ = _run(tmp_path, 4)
     assert len(by_worker) == 4
-    units = sorted(set(files) for files in by_worker.values() if not set(files) & set(NORMAL))
-    assert units == [{"tests/distributed/test_celery.py"}, {"tests/ui/test_newcomer.py"}], dict(by_worker)
+    units = sorted(sorted(set(files)) for files in by_worker.values() if not set(files) & set(NORMAL))
+    assert units == [["tests/distributed/test_celery.py"], ["tests/ui/test_newcomer.py"]], dict(by_worker)

@@ -4,6 +4,7 @@ their order, and how far ahead a worker is given one. tests/conftest.py register
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -73,3 +74,36 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     heavy = {_unit(item.nodeid) for item in items if "airflow_db" in item.fixturenames}
     # stable: collection order within each part
     items.sort(key=lambda item: (not _is_stack_unit(_unit(item.nodeid)), _unit(item.nodeid) not in heavy))
+
+
+class _WorkerTimes:
+    """On the controller: each worker's time in tests and when it stopped, printed after the run, so a CI
+    log says how long each worker idled at the end and how much of the wall time its tests filled."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.busy: dict[str, float] = {}
+        self.stopped: dict[str, float] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        if worker is not None:
+            self.busy[worker.id] = self.busy.get(worker.id, 0.0) + report.duration
+
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self.stopped[node.gateway.id] = time.monotonic() - self.started
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if not self.stopped:
+            return
+        end = max(self.stopped.values())
+        terminalreporter.write_sep("-", "workers: time in tests, stopped at, idle before the last one stopped")
+        for worker in sorted(self.stopped):
+            busy, stopped = self.busy.get(worker, 0.0), self.stopped[worker]
+            terminalreporter.write_line(f"{worker}: {busy:.0f} s in tests, stopped at {stopped:.0f} s, "
+                                        f"idle {end - stopped:.0f} s at the end")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):  # xdist's controller
+        config.pluginmanager.register(_WorkerTimes(), "dayone_worker_times")

@@ -1,10 +1,11 @@
 """Lanes: engines that share a node run one after another; engines on separate nodes in parallel.
 
-An idle engine on the same GPU node disturbs the measured one (memory, clocks, PCIe), so the seed
-measured one engine at a time per node. The DAG has MAX_ENGINES_PER_NODE positions, each a mapped
-task group; position p runs the p-th engine of every lane, and position p+1 deploys only after every
-teardown of position p. Engines in one lane are therefore never up together, while the lanes (nodes)
-run side by side within a position. Pure: no Airflow import, so the API check and tests use it too.
+An idle engine on the same GPU node disturbs the measured one (memory, clocks, PCIe), so the
+GLM-5.3-Flash Day 1 Hands-on report measured one engine at a time per node. The DAG has
+MAX_ENGINES_PER_NODE positions, each a mapped task group; position p runs the p-th engine of every
+lane, and position p+1 deploys only after every teardown of position p. Engines in one lane are
+therefore never up together, while the lanes (nodes) run side by side within a position. Pure: no
+Airflow import, so the API check and tests use it too.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ benchmarks send (a token-ID prompt, the output length forced), since a server ma
 not the other. A role-only or empty first event is normal (OpenAI's own API sends one). A stream
 fails by the one rule of tasks/evidence/reliability.py: no text in any event, all of a multi-token
 output in one event, or more than half of it in the last event. The quirk may hit only some
-streams (the seed saw "some requests" without a visible first chunk), so several streams are sent
-on each API and every one must pass.
+streams (the GLM-5.3-Flash Day 1 Hands-on report saw "some requests" without a visible first
+chunk), so several streams are sent on each API and every one must pass.
 """
 
 from __future__ import annotations

@@ -42,7 +42,8 @@ class Experiment(ConfigModel):
     factors: list[Factor] = Field(..., min_length=1, description="Settings varied, each with its levels.")
     design: Literal["factorial", "one_at_a_time"] = Field(
         "factorial", description="factorial: every combination of levels; one_at_a_time: each level of one "
-                                 "factor with the others at the base's values (the seed's one switch at a time).")
+                                 "factor with the others at the base's values (the GLM-5.3-Flash Day 1 "
+                                 "Hands-on report's one switch at a time).")
     order: Literal["auto", "interleaved", "randomized"] = Field(
         "auto", description="interleaved: variants up together, rounds alternate ABBA; randomized: one variant "
                             "after another in an order drawn per run; auto: interleaved where the variants can be "

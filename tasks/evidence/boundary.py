@@ -1,9 +1,9 @@
 """Boundary re-test: cold needle requests at lengths around a known risk (default 261K, 263K,
 289K), with the engine's restart count read before and after each (PROTOCOL.md section 4).
 
-A restart is a failed check even if the request got an answer: the seed's community report was a
-crash right after a cold prefill near 262K, and an engine that restarts under a supervisor can
-still answer the request that came after.
+A restart is a failed check even if the request got an answer: the community report that the
+GLM-5.3-Flash Day 1 Hands-on report re-tested was a crash right after a cold prefill near 262K, and
+an engine that restarts under a supervisor can still answer the request that came after.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ SCENARIO = "boundary"
 CHECK = "boundary_restarts"
 DEPTH = 0.5
 READY_WAIT_S = 300.0  # after a request: how long the engine may take to come back
-# A crash can come moments after the answer (the seed's report: right after a cold prefill), and
-# a restart counter lags the crash: wait this long after each request before reading it.
+# A crash can come moments after the answer (the community report the GLM-5.3-Flash Day 1 Hands-on
+# report re-tested: right after a cold prefill), and a restart counter lags the crash: wait this
+# long after each request before reading it.
 SETTLE_S = 5.0
 
 

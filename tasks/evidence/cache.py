@@ -3,8 +3,8 @@
 One prompt of about 4,400 tokens: clear the cache, one cold request, then N exact repeats,
 sequential. /metrics is scraped just before and just after every request; the hit rate is the
 ratio of counter deltas over the whole trial (before the cold request to after the last repeat),
-as the seed computed it, never a last-value gauge. Every delta obeys the window rule
-(tasks/evidence/window.py): a counter that fell or a restart seen anywhere in the trial leaves
+as the GLM-5.3-Flash Day 1 Hands-on report computed it, never a last-value gauge. Every delta
+obeys the window rule (tasks/evidence/window.py): a counter that fell or a restart seen anywhere in the trial leaves
 every delta of the trial, and the hit rate, unpublished, with the counter and its fall named.
 """
 

@@ -3,7 +3,8 @@
 For one engine of a run: a Deployment and a Service. For the runner image: the pod template
 Airflow's KubernetesExecutor starts every DayOne task from.
 
-What the seed learnt by hand on a shared 8-GPU host, written down once:
+What the GLM-5.3-Flash Day 1 Hands-on report learnt by hand on a shared 8-GPU host, written down
+once:
 - the image runs by digest (the linux/amd64 manifest), never by tag;
 - a GPU slice is `nvidia.com/gpu` in limits with equal requests, placed by node/node selector;
 - a cold start of a large model takes tens of minutes (weights, JIT, autotuning, CUDA graphs):

@@ -241,8 +241,9 @@ def _restarts_before_ready(name: str, finding: StartupFinding) -> str:
 def _worst_first_encounter(engines: dict[str, EngineSummary]) -> str | None:
     """The largest first-encounter P99 against its steady median: the JIT tail a median view hides.
 
-    Always named when any shape was met for the first time in this run (the seed's lesson: look
-    at the first round of a new shape separately); advice follows when it is 1.5x or more.
+    Always named when any shape was met for the first time in this run (the GLM-5.3-Flash Day 1
+    Hands-on report's lesson: look at the first round of a new shape separately); advice follows
+    when it is 1.5x or more.
     """
     worst = None
     for name, e in engines.items():

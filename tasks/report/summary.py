@@ -48,7 +48,8 @@ from tasks.staging import RunDir
 
 CONFIDENCE = 0.95  # of every comparison's interval
 SMALL_CHANGE = 0.05  # the change whose rounds needed each comparison states (rounds_needed_for_5pct)
-# What no DayOne run proves, whatever ran (the seed's standing caveats): said in every report.
+# What no DayOne run proves, whatever ran (the GLM-5.3-Flash Day 1 Hands-on report's standing
+# caveats): said in every report.
 STANDING_LIMITS = (
     "Performance prompts are random token IDs: they measure the serving path (scheduling, batching, "
     "kernels, caches), not the quality of the model's answers.",

@@ -44,13 +44,15 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.dedicated: set[Any] = set()  # workers that run one stack unit and nothing else
+            self.stack_units: set[str] | None = None  # once the collection is known
 
         def _split_scope(self, nodeid: str) -> str:
             return _unit(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
-            stack_units = {_unit(nodeid) for nodeid in self.collection if _is_stack_unit(_unit(nodeid))}
-            if len(self.nodes) >= len(stack_units) + 2 and _is_stack_unit(next(iter(self.workqueue))):
+            if self.stack_units is None:
+                self.stack_units = {_unit(nodeid) for nodeid in self.collection if _is_stack_unit(_unit(nodeid))}
+            if len(self.nodes) >= len(self.stack_units) + 2 and _is_stack_unit(next(iter(self.workqueue))):
                 self.dedicated.add(node)
             super()._assign_work_unit(node)
 

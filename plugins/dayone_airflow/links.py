@@ -1,28 +1,10 @@
 """From a DayOne run's tasks in the Airflow UI to its report.
 
-How the report is served (chosen over a presigned S3 URL): a small FastAPI app that the plugin
-mounts on Airflow's own API server at /dayone streams report.html from the write-once archive.
-- It sits behind Airflow's login: the route requires the same DAG-run read permission as the UI
-  (Airflow's `requires_access_dag`), read from the browser's session cookie. A browser without a
-  session (its request accepts text/html) is redirected to the auth manager's login page, which
-  comes back here; other clients (curl, scripts) get the 401 JSON answer.
-- The link never expires (a presigned URL lasts at most seven days) and the S3 endpoint need not be
-  reachable from the reader's browser, only from the API server; no credential ends up in a URL.
-- Where the archive has no report (not archived yet, or no S3 reachable) it falls back to the run's
-  state: under the S3 staging prefix (DAYONE_STAGING, read with the `dayone_s3` connection) on a
-  distributed deployment, else the run directory on this machine (DAYONE_WORKDIR), which is where
-  `make demo` and `make ui` keep it. The archived report is the one of record.
-The page is served with a Content-Security-Policy that allows no script and no outside resource:
-the report is self-contained (inline CSS, charts as data: PNG).
-
-The link itself is a global operator extra link: the API server computes it for every task of a
-DayOne DAG (dayone_eval, dayone_nightly, or any DAG tagged `dayone`) from the DAG id and run id
-alone, so nothing runs on the workers and no XCom is written. The same report is a "DayOne report"
-tab on the DAG run page (an external view, see plugin.py).
-
-The run id in the URL is the caller's: it is mapped to a run directory name that never starts with
-a dot (`dayone_run_id`), and the file read must resolve, symlinks followed, under the runs root.
-"""
+A small FastAPI app mounted on Airflow's API server at /dayone serves report.html from the write-once
+archive (falling back to the run's state before it is archived), behind Airflow's login and with a
+Content-Security-Policy that allows no script; a global operator extra link points every task of a
+DayOne DAG at it, computed from the DAG id and run id alone. Why this and not a presigned S3 URL, and
+how a run id maps to a path: docs/ARCHITECTURE.md, "How a reader reaches the report"."""
 
 from __future__ import annotations
 

@@ -419,11 +419,11 @@ TIMING_SWITCH_INTERVAL_S = 0.0002
 def timing_window() -> Iterator[None]:
     """No garbage-collector pauses, and no long waits for the GIL, while requests are timed.
 
-    Measured here, a full collection stalled the event loop for 57 ms in the middle of a round,
-    and every stream read late by as much. A request's garbage is freed by reference counting;
-    the few reference cycles wait for the collection after the round. The heap as it is goes to
-    the permanent generation instead of being collected first: in a worker that has imported
-    Great Expectations, that first full collection took 0.9 s before the first send.
+    A full collection mid-round stalls the event loop, and every stream reads late by as much
+    (bench/RESULTS.md). A request's garbage is freed by reference counting; the few reference
+    cycles wait for the collection after the round. The heap as it is goes to the permanent
+    generation instead of being collected first, which in a worker that imported Great
+    Expectations would itself delay the first send.
     The other threads of the process (the row feed, metrics scrapes) each run Python in turn with
     the loop's; a short switch interval bounds how long the loop waits for its turn.
     """

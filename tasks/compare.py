@@ -5,7 +5,8 @@ Per comparable baseline (the same engine lineage, `engine_lineage`, and scenario
 (tasks/evidence/effects.py, widened by the lineage's history: tasks/evidence/history.py); checks,
 needles, cache verdicts and capacity regress on pass -> fail. The rules: PROTOCOL.md section 8,
 "Regression verdicts". Every comparison is a row of the `regressions` table; any regressed row makes
-`compare` raise RegressionFound after the rows are written, so the table is archived and the task fails."""
+`compare` raise RegressionFound after the rows are written, so the table is archived and the task fails.
+"""
 
 from __future__ import annotations
 

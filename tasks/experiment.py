@@ -6,7 +6,8 @@ the engine spec with levels; DayOne expands them into variants named after their
 (`llamacpp-parallel4`) and refuses a hand-written variant with an undeclared difference (PROTOCOL.md
 section 8, "Experiments"). Pure functions over raw config dicts and parsed engine specs: the config
 section (Experiment, Factor) is tasks/config/experiment.py, which calls these while it validates, so
-nothing here imports the config; the measuring design is placement (tasks/lanes.py)."""
+nothing here imports the config; the measuring design is placement (tasks/lanes.py).
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ A small FastAPI app mounted on Airflow's API server at /dayone serves report.htm
 archive (falling back to the run's state before it is archived), behind Airflow's login and with a
 Content-Security-Policy that allows no script; a global operator extra link points every task of a
 DayOne DAG at it, computed from the DAG id and run id alone. Why this and not a presigned S3 URL, and
-how a run id maps to a path: docs/ARCHITECTURE.md, "How a reader reaches the report"."""
+how a run id maps to a path: docs/ARCHITECTURE.md, "How a reader reaches the report".
+"""
 
 from __future__ import annotations
 

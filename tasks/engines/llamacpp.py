@@ -1,26 +1,10 @@
 """llama.cpp's server dialect (llama-server, or the same server embedded by PyPI xllamacpp).
 
-Verified against xllamacpp 2026.10.11549 (llama.cpp server, build b0-unknown):
-- /health answers {"status":"ok"}; /v1/models lists the served alias; readiness = base probe.
-- /metrics only with --metrics (CommonParams.endpoint_metrics). `llamacpp:prompt_tokens_total`
-  counts prompt tokens processed EXCLUDING cached ones, `llamacpp:prompt_tokens_cached_total`
-  the ones reused: tokens queried = the sum of both deltas (unlike SGLang and vLLM).
-- /metrics (--metrics) has no preemption counter, no KV usage gauge and no latency histograms:
-  `llamacpp:requests_deferred` (gauge: requests waiting for a slot), `requests_processing`, and
-  the speculative counters `llamacpp:spec_decode_num_drafts_total`, `..._num_draft_tokens_total`,
-  `..._num_accepted_tokens_total` (vLLM's meaning; present and 0 without a draft model).
-- Cache clear: no global flush; each slot is erased with POST /slots/{id}?action=erase, which is
-  only served when the server has a slot save path (501 otherwise) and slots listed (GET /slots).
-  `POST /slots?action=erase` (no id) is a 404. The host-RAM prompt cache (--cache-ram) keeps
-  prompts a slot gave up and is not emptied by an erase: DayOne's launcher turns it off.
-- /tokenize takes {"content": text}; {"prompt": text} is silently answered {"tokens": []}.
-- `echo` on /v1/completions is ignored (the prompt never comes back); `min_tokens` is unknown,
-  `ignore_eos` is honoured.
-- Reasoning, when the chat template has it, is split into `reasoning_content`.
-- After a streamed response the server closes the connection (cpp-httplib), although the
-  response said keep-alive: clients must open a new connection per streamed request.
-- Usage in streams only with stream_options.include_usage; usage carries
-  prompt_tokens_details.cached_tokens; each response also has llama.cpp's own `timings`.
+Verified against xllamacpp 2026.10.11549 (llama.cpp server, build b0-unknown); each fact sits beside
+the attribute or method it shapes. Beyond those: /metrics is served only with --metrics; `echo` on
+/v1/completions is ignored (the prompt never comes back); usage comes in streams only with
+stream_options.include_usage, with prompt_tokens_details.cached_tokens, and every response carries
+llama.cpp's own `timings`.
 """
 
 from __future__ import annotations
@@ -52,16 +36,19 @@ CONTEXT_PER_SEQUENCE = re.compile(r"llama_context: n_ctx_seq += (?P<tokens>\d+)"
 class LlamaCppAdapter(EngineAdapter):
     dialect: ClassVar[str] = "llamacpp"
     default_port: ClassVar[int] = 8080
-    liveness_path: ClassVar[str] = "/health"  # 503 while the model loads
+    liveness_path: ClassVar[str] = "/health"  # 503 while the model loads, then {"status":"ok"}
     metrics_path: ClassVar[str | None] = "/metrics"
     tokenize_path: ClassVar[str | None] = "/tokenize"
     slots_path: ClassVar[str] = "/slots"
     launch_dirs: ClassVar[tuple[str, ...]] = (SLOT_SAVE_DIR,)
     speculative_args: ClassVar[tuple[str, ...]] = ("--model-draft", "-md")  # a draft model (llama-server)
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", SLOT_ERASE_PATH)
+    # prompt_tokens_total leaves out the cached tokens (unlike SGLang and vLLM): see hit_rate.
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
         queries="llamacpp:prompt_tokens_total", hits="llamacpp:prompt_tokens_cached_total"
     )
+    # No preemption counter, KV usage gauge or latency histograms; the speculative counters mean
+    # what vLLM's do and read 0 without a draft model.
     round_metrics: ClassVar[RoundMetrics] = RoundMetrics(
         waiting="llamacpp:requests_deferred",
         running="llamacpp:requests_processing",
@@ -69,7 +56,7 @@ class LlamaCppAdapter(EngineAdapter):
         spec_draft_tokens="llamacpp:spec_decode_num_draft_tokens_total",
         spec_accepted_tokens="llamacpp:spec_decode_num_accepted_tokens_total",
     )
-    reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content",)
+    reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content",)  # split when the chat template has it
     # cpp-httplib closes the socket after a streamed response despite "Keep-Alive: timeout=5":
     # a pooled connection then fails the next request ("Can not write request body").
     keeps_alive_after_stream: ClassVar[bool] = False
@@ -90,6 +77,7 @@ class LlamaCppAdapter(EngineAdapter):
         return {"max_tokens": output_tokens, "ignore_eos": True}
 
     def tokenize_body(self, text: str) -> dict[str, Any]:
+        # {"prompt": text} is answered {"tokens": []}, silently.
         return {"content": text}
 
     # ---- cache --------------------------------------------------------------------------
@@ -104,7 +92,9 @@ class LlamaCppAdapter(EngineAdapter):
         return HitRate((after[processed] - before[processed]) + hits, hits)
 
     def clear_cache_once(self, client: httpx.Client, base_url: str) -> tuple[str, str]:
-        """Erase every slot's KV cache (llama.cpp has no global flush)."""
+        """Erase every slot's KV cache (llama.cpp has no global flush; `POST /slots?action=erase` without
+        an id is a 404). An erase is served only with a slot save path (501 otherwise) and slots listed;
+        the host-RAM prompt cache (--cache-ram) survives it, so DayOne's launcher turns that off."""
         base = base_url.rstrip("/")
         r = client.get(base + self.slots_path)
         if r.status_code != 200:

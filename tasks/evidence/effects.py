@@ -5,7 +5,8 @@ the ratio B/A of their geometric means with a Welch (or, paired, a paired) t-int
 values, a verdict ("higher", "lower", "no detectable difference", "not enough rounds"), the change the
 run could detect (`detectable`) and the rounds a change needs (`rounds_needed`). Why log values, Welch
 and t rather than a bootstrap, and what an interval covers (`covers`, `widen`): PROTOCOL.md section 8,
-"Effects"."""
+"Effects".
+"""
 
 from __future__ import annotations
 

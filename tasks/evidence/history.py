@@ -9,7 +9,8 @@ ANOVA, k - 2 degrees of freedom for k runs):
     between_log_sd**2 = SSR / (k - 2) - mean_j(s_j**2 / n_j)   (floored at 0)
 
 Fewer than MIN_RUNS runs with 2 good rounds each leave it unknown (None). PROTOCOL.md section 8,
-"Regression verdicts" (run-to-run variation)."""
+"Regression verdicts" (run-to-run variation).
+"""
 
 from __future__ import annotations
 

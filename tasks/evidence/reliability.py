@@ -4,7 +4,8 @@ The one rule for TTFT, TPOT and ITL, read by every path that publishes them (`da
 check`, the pipeline's summary.json and its report): they mean something only for output delivered as
 it is generated, so a defective stream (no output event, all of a multi-token output in one event, or
 more than half of it in the last), a failed `output_streams` check, an ignored echo=false, or streaming
-never shown withholds them, and E2E alone is published, with the reason."""
+never shown withholds them, and E2E alone is published, with the reason.
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ exporter is read just before a round's first send, every `interval_s` on a threa
 after its last completion; the engine's GPUs are combined as it uses them (utilization averaged,
 memory and power summed). Energy is published only over a window of at least MIN_REFRESHES of the
 exporter's measured refreshes (`energy_rule`, `energy_windows`) and voided by the window rule
-(tasks/evidence/window.py): PROTOCOL.md section 8, "What the engine spent"."""
+(tasks/evidence/window.py): PROTOCOL.md section 8, "What the engine spent".
+"""
 
 from __future__ import annotations
 

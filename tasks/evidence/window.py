@@ -5,7 +5,8 @@ counter series went down between two consecutive scrapes, `process_start_time_se
 the target's restart count did not rise, and no scrape in it is a hole (unread, or missing counter
 series the one before had): PROTOCOL.md section 8, "Deltas across a counter reset are not published".
 A scrape is a mapping of series keys (metrics.series_key, `name{labels}`) or of bare names (sums over
-labels) to values; deltas are taken over names (`by_name`)."""
+labels) to values; deltas are taken over names (`by_name`).
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ stamps and queues" and "The send stamp is bracketed").
 Connections are DayOne's own asyncio protocols on uvloop (tasks/load/http.py; why not aiohttp:
 bench/RESULTS.md): the read callback stamps each event and hands its bytes to the stream's parser,
 with no task to wake. All stamps come from one monotonic clock (perf_counter), anchored to Unix time
-once per request. Control-plane calls (tokenize, cache clear, metrics) use httpx elsewhere."""
+once per request. Control-plane calls (tokenize, cache clear, metrics) use httpx elsewhere.
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ Not aiohttp on the measured path: its parser, StreamReader and a woken task per 
 client's core enough to delay the stamps of a wave's events (bench/RESULTS.md). Here the read
 callback hands the body bytes to the stream's parser, and a request is one `transport.write`. The HTTP
 edges a real endpoint shows (close-framed bodies, a pooled connection closed just before reuse:
-`stale`, TLS and API keys): PROTOCOL.md section 8, "The load client's HTTP edges"."""
+`stale`, TLS and API keys): PROTOCOL.md section 8, "The load client's HTTP edges".
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@ requests' own arrival times (open loop); all shards start at one moment of CLOCK
 completed RequestResult back to the parent (a PickleFeed), so the rows and the round's percentiles are
 over the merged results exactly as for one process. `choose_shards` says how many (run config `load`).
 Each shard's clock offset, CPU and wait for a core go to the `client_shards` table (PROTOCOL.md section
-8, "The client's own CPU is on record"); what one core can time: bench/RESULTS.md."""
+8, "The client's own CPU is on record"); what one core can time: bench/RESULTS.md.
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,8 @@
 interval on its goodput share, with extra rounds while the interval holds the target (PROTOCOL.md
 section 8, "Capacity under SLO"). The search logic (`next_load`, `judge`) is pure, so it is tested
 without an engine. The result (found capacity, outcome, bracket, every probe) goes to the summary,
-one row per probe to the `capacity` table."""
+one row per probe to the `capacity` table.
+"""
 
 from __future__ import annotations
 

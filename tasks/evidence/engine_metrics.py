@@ -1,15 +1,11 @@
 """What the engine spent in a round, from its own /metrics: preemptions, KV usage, its queue, its
 own TTFT/ITL/E2E, speculative-decoding acceptance (one `engine_rounds` row per round).
 
-/metrics is scraped just before the round's first send and just after its last completion, so
-neither scrape sits inside the timed window; counters and histograms are read as deltas over
-that window and obey the window rule (tasks/evidence/window.py): a counter series that fell (each
-label set on its own), or an answer that lost counter series, voids every delta of the round, with
-the reason. Gauges (KV usage, queued requests) say nothing after an idle
-engine drained, so a sampler thread reads them while the round runs (GaugeSampler): one GET and
-a line scan every `interval_s`, its socket wait outside the GIL. Which names mean what is the
-adapter's (EngineAdapter.round_metrics); a figure the engine does not expose is null, and
-`not_exposed` says so.
+Counters and histograms are deltas between a scrape just before the round's first send and one just
+after its last completion (outside the timed window), under the window rule (tasks/evidence/window.py).
+Gauges say nothing once an idle engine drained, so a sampler thread reads them while the round runs
+(GaugeSampler: one GET and a line scan every `interval_s`). Which names mean what is the adapter's
+(EngineAdapter.round_metrics); a figure the engine does not expose is null and `not_exposed` says so.
 """
 
 from __future__ import annotations

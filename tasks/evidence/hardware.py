@@ -1,15 +1,11 @@
 """Where each engine ran: node, GPU product and memory, GPU count, driver and CUDA versions, the GPU
 UUIDs the engine actually got; CPU model and cores where there is no GPU. One `hardware` row per engine.
 
-Facts come from three places, each named in the row's `sources`:
-- the platform: on Kubernetes the node the pod was scheduled on and its GPU feature-discovery labels
-  (nvidia.com/gpu.product, nvidia.com/gpu.memory, nvidia.com/cuda.driver-version.*); locally what
-  this machine reports (nvidia-smi, /proc/cpuinfo);
-- inside the engine's pod: a GPU engine's container prints `nvidia-smi`'s view of the GPUs it was
-  given (GPU_REPORT_SCRIPT runs before the engine's own command), so the UUIDs are the pod's, not
-  the node's;
-- and the comparison across engines: two engines given the same GPU UUIDs, or different GPU
-  products, are flagged (slice_findings).
+Facts come from the platform (a Kubernetes node's GPU feature-discovery labels; locally nvidia-smi,
+/proc/cpuinfo) and from inside the engine's pod (GPU_REPORT_SCRIPT prints `nvidia-smi`'s view before
+the engine's own command, so the UUIDs are the pod's); the row's `sources` names which. Two engines
+given the same GPU UUIDs, or different GPU products, are flagged (slice_findings; PROTOCOL.md section 8,
+"What the engine spent").
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """One measured round: plan the requests, send them (closed or open loop), write the rows.
 
-Shared by the performance scenarios and the warmup, so a warmup round is timed and kept exactly
-like a measured one. Request rows stream to the run directory as requests complete: the timing
-loop only queues each row; a writer process encodes and appends them every 50 ms
-(RowWriter.off_loop).
-
-Around the sends, the engine's /metrics is scraped (before the first send, after the last
-completion) and its gauges sampled on a thread of their own: one `engine_rounds` row per round
-(tasks/evidence/engine_metrics.py), with the raw scrapes as `server_metrics` rows.
-
-With GPU telemetry on (run config `telemetry`), the engine's GPUs are read from a DCGM exporter the
-same way, on a sampler thread of their own: one `telemetry_rounds` row per round with joules per
-output token (tasks/evidence/telemetry.py).
-
-Each round records what its client got: one `client_shards` row per client process (one for a round
-of one process) with its clock offset, wall time, CPU and the time it waited for a core.
+Shared by the performance scenarios, the capacity search and the warmup, so a warmup round is timed
+and kept exactly like a measured one. Around the sends it reads what the round cost: the engine's
+/metrics (tasks/evidence/engine_metrics.py: `engine_rounds`, `server_metrics`), the GPUs with
+telemetry on (tasks/evidence/telemetry.py: `telemetry_rounds`) and the client's own processes
+(`client_shards`). Request rows are only queued on the timing loop and written by a writer process
+(RowWriter.off_loop): PROTOCOL.md section 8, "The timing loop stamps and queues, nothing else".
 """
 
 from __future__ import annotations
@@ -87,7 +78,7 @@ async def run_round(
     keys = ep.row_keys(plan.scenario, plan.round)
     if plan.shards_reason:
         log.info("%s: %d client process%s: %s", tag, plan.shards, "es" if plan.shards > 1 else "", plan.shards_reason)
-    level = {"concurrency": shape.concurrency, "rate_rps": shape.rate_rps, "launch": plan.launch}
+    level = {**shape.load_fields(), "launch": plan.launch}
     rows: list[dict[str, Any]] = []
 
     with request_rows.off_loop() as queued:

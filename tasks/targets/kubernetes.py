@@ -1,18 +1,12 @@
 """The Kubernetes target: each engine as a Deployment and a Service on its GPU slice.
 
-pin -> deploy -> wait_ready -> ... -> teardown, the same lifecycle as the local target:
-- pin resolves the image tag to digests through the registry (tasks/registry.py);
-- deploy removes what an earlier try left for this run and engine, then creates the objects
-  rendered by tasks/k8s/manifests.py (image by digest);
-- wait_ready waits for the Deployment to be available, failing at once on what never heals
-  (image pull errors, crash loops, unschedulable pods) with the pod's events in the message, and
-  then for the engine itself to serve (the adapter's health, model list and 1-token generation);
-- teardown deletes by the run's labels; cleanup deletes what killed runs left behind.
-
-Where the API client, registry credentials and the engine's address come from is a
-`ClusterAccess`, passed in by the run context: by default a kubeconfig (KUBECONFIG,
-~/.kube/config, or in-cluster), DAYONE_REGISTRY_USERNAME / DAYONE_REGISTRY_PASSWORD, and the
-Service's cluster DNS name; the Airflow glue passes connection-backed ones.
+The local target's lifecycle: pin resolves the image tag to digests (tasks/registry.py); deploy removes
+what an earlier try left for this run and engine, then creates the objects tasks/k8s/manifests.py
+renders; wait_ready is the one readiness wait over the rollout check (tasks/readiness.py,
+tasks/k8s/rollout.py); teardown deletes by the run's labels, cleanup what killed runs left behind.
+Cluster, registry and the engine's address come from a `ClusterAccess` the run context passes in
+(by default a kubeconfig, DAYONE_REGISTRY_USERNAME / DAYONE_REGISTRY_PASSWORD and the Service's
+cluster DNS name; the Airflow glue passes connection-backed ones).
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """Run-config check at the API's front door: HTTP 400 naming the field, before a run is created.
 
-Airflow's trigger route (POST /api/v2/dags/{dag_id}/dagRuns) validates the conf against each Param's
-JSON schema (SerializedParamsDict.validate), one param at a time; that catches per-field rules (image
-reference pattern, concurrency >= 1, dialect enum) but no rule across params, such as a long-context
-length over the model's context limit (scenarios vs model): JSON schema cannot compare two values.
-This ASGI middleware, registered through an AirflowPlugin's `fastapi_root_middlewares`, runs before
-the route: for DAGs tagged `dayone` it merges the conf over the DAG's param values (top-level keys
-replace, as Airflow merges them), runs the plan step's own `parse_run_config` and lane check, and
-answers 400 with `field: problem. Fix: ...` when they fail; otherwise the request goes on to Airflow's
-schema check unchanged. The UI's trigger form posts to the same route. Backfills (POST
-/api/v2/backfills) are checked the same way.
+Airflow's trigger route checks each Param's JSON schema on its own, and a JSON schema cannot compare two
+values (a long-context length over the model's context limit). This ASGI middleware (an AirflowPlugin's
+`fastapi_root_middlewares`) runs before the route for DAGs tagged `dayone`: it merges the conf over the
+DAG's param values as Airflow does (top-level keys replace), runs the plan step's `parse_run_config` and
+lane check, and answers 400 with `field: problem. Fix: ...` when they fail; otherwise the request goes on
+unchanged. The UI's trigger form posts to the same route; backfills (POST /api/v2/backfills) are checked too.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Airflow glue for the Kubernetes target: the deferrable readiness wait.
 
-`EngineReadinessOperator` + `EngineReadyTrigger`: wait, deferred, for the engine's Deployment to be
-available and then for the engine to serve; image pull errors, crash loops and unschedulable pods
-fail fast with the pod's events in the message. The wait runs in the triggerer, holding no worker
-slot for the tens of minutes a cold start takes. The loop and its messages are DayOne's one
-readiness wait (tasks/readiness.py); the trigger only reads the API objects that the one platform
-check judges (tasks/k8s/rollout.py `rollout_platform`, which the target's sync reader calls too).
-The end of the wait is recorded through the step protocol (tasks/steps/execution.py), as the local
-wait_ready step records it. Cluster and registry access come from Airflow connections (connections.py).
-
-Nothing heavy is imported at module level beyond Airflow's own base classes: DAG files stay
-cheap to parse.
+`EngineReadinessOperator` defers to `EngineReadyTrigger`, which waits in the triggerer (no worker slot
+held through a cold start) for the Deployment to be available and the engine to serve, failing fast on
+image pull errors, crash loops and unschedulable pods with the pod's events (PROTOCOL.md section 8,
+"Readiness"). The loop is DayOne's one readiness wait (tasks/readiness.py); the trigger only reads the
+API objects the one platform check judges (tasks/k8s/rollout.py `rollout_platform`). The wait's end is
+recorded through the step protocol (tasks/steps/execution.py); cluster and registry access come from
+Airflow connections (connections.py). Only Airflow's base classes load at import: DAG files stay cheap.
 """
 
 from __future__ import annotations

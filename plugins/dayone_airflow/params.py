@@ -1,15 +1,11 @@
 """The trigger form: one Param per top-level field of the run config, with its JSON schema.
 
-The schema comes from tasks/config/ (RunConfig), so the form and the validation that every
-other entry point uses cannot drift apart; the plan step re-validates everything with the
-cross-field rules a JSON schema cannot express. Each param's schema is self-contained (no `$ref`), so
-the UI picks its widget from `type` alone: a JSON editor for a section or the engines list.
-
-The first param, `preset`, names a starting point (tasks/presets/) that parse_run_config lays
-under the other fields: the form cannot change its fields' values when a preset is picked, so the
-fields show the DAG's default preset's values (for dayone_eval the Airflow Variable `dayone_eval_preset`,
-which `make ui` sets to local-sim), the hidden `fields_preset` says which, and every field left as shown
-takes the chosen preset's value.
+The schema comes from tasks/config/ (RunConfig), so the form cannot drift from the validation every
+other entry point uses; the plan step adds the cross-field rules a JSON schema cannot express. Each
+param's schema is self-contained (no `$ref`), so the UI picks its widget from `type` alone. The first
+param, `preset`, names a starting point laid under the other fields; the hidden `fields_preset` says
+which preset the fields show (the DAG's default: for dayone_eval the Variable `dayone_eval_preset`).
+How a preset merges, and why: tasks/presets/.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """Where a run's state is kept: a directory on this machine, or a prefix in S3-compatible storage.
 
-Both stores hold whole objects under keys relative to their root (`manifest.json`,
-`state/steps/plan.json`, ...): put, get, list and delete, nothing else. The run's layout is
-tasks/state.py's and tasks/staging.py's; this module only moves bytes.
-
-On a shared-nothing Airflow (Celery or Kubernetes executor: each task on any worker, or in a fresh
-pod) run state lives under `DAYONE_STAGING=s3://BUCKET/PREFIX`, one prefix per run; a local
-directory (DAYONE_WORKDIR) is the embedded default of `make demo` and the CLI.
-
-The S3 store speaks boto3, DayOne's S3 client already (the archive's), rather than fsspec/s3fs:
-s3fs needs aiobotocore, which pins botocore below the release boto3 brings (installing s3fs
-would downgrade both), and a store needs five calls.
+Both stores hold whole objects under keys relative to their root: put, get, list and delete, nothing
+else; the run's layout is tasks/state.py's and tasks/staging.py's. A shared-nothing Airflow (Celery or
+Kubernetes executor) keeps run state under `DAYONE_STAGING=s3://BUCKET/PREFIX`, one prefix per run; a
+local directory (DAYONE_WORKDIR) is the default of `make demo` and the CLI. The S3 store speaks boto3
+(the archive's client already), not fsspec/s3fs: s3fs needs aiobotocore, which pins botocore below the
+release boto3 brings, and a store needs five calls.
 """
 
 from __future__ import annotations

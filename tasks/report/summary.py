@@ -1,16 +1,11 @@
 """summary.json: every figure the report shows, built from the run directory, desensitized.
 
-One schema (the models of the tasks/report/schema package), many renderings: the HTML page and its charts
-are drawn from this document alone, so what a reader sees and what is archived as JSON never
-disagree. Nothing here measures.
-
-Per PROTOCOL.md section 5: each figure is the median over rounds with every round's value and a
-spread flag; the first-encounter round's P95/P99 TTFT sits beside it; an engine whose TTFT is
-unreliable publishes no TTFT (nor TPOT/ITL, which come from the same stream timing), only E2E.
-
-Engines are compared with the first engine of the config (the base) on the decision's figures
-(decision.LEAD_FIGURES), per scenario and level, as effects with a confidence interval
-(tasks/evidence/effects.py): a figure that is not published is not compared.
+One schema (the tasks/report/schema package), many renderings: the HTML page and its charts are drawn
+from this document alone, so what a reader sees and what is archived never disagree. Nothing here
+measures. Each figure is the median over rounds with every round's value, a spread flag and the
+first-encounter tail, with TTFT (and TPOT, ITL) withheld where unreliable (PROTOCOL.md section 5).
+Engines are compared with the base engine on the decision's figures (decision.LEAD_FIGURES) as effects
+with an interval (tasks/evidence/effects.py), only where a figure is published.
 """
 
 from __future__ import annotations

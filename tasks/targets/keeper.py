@@ -1,20 +1,13 @@
 """A local engine's keeper: the engine's parent, so that the run state tells every node what only the
 engine's own node can see.
 
-The local target starts `python -m tasks.targets.keeper` in a session of its own and hands it, down a
-pipe (the S3 credentials never on a command line nor in the engine's environment), the run's storage, the
-engine's name, the id of this start and its command. The keeper starts the engine, its log on this node's
-disk as before, and every CHECK_EVERY_S reads the orders another node left it in the run state
-(`keeper_orders_doc`, one small read) and:
-
-- copies the log's tail into the run state (`engine_log_doc`) when the log grew, and notes when
-  (`engine_log_copied_doc`); an order for a fresh copy is answered the same way, so a reader on another
-  node gets a copy no older than its order (`fresh_log`);
-- on an order to stop naming this start, stops the engine: how a teardown on another node stops it;
-- once the engine has exited or was stopped, records how (`engine_exit_doc`, after the log's last copy)
-  and ends the whole process group, itself included.
-
-A SIGTERM to the group (a teardown on the engine's own node, tasks/processes.py stop_group) ends the same way.
+The local target starts `python -m tasks.targets.keeper` in a session of its own and hands it down a
+pipe (S3 credentials never on a command line nor in the engine's environment) the run's storage, the
+engine's name, the id of this start and its command. Every CHECK_EVERY_S it reads the orders other nodes
+left (`keeper_orders_doc`), copies the log's tail into the run state when it grew or a fresh copy is
+asked for (`engine_log_doc`, `engine_log_copied_doc`, `fresh_log`), stops the engine on an order naming
+this start, and once the engine ended records how (`engine_exit_doc`, after the log's last copy) and
+ends its process group, itself included; a SIGTERM to the group (tasks/processes.py stop_group) too.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""PROTOCOL.md section 5's prefix-cache verdict, and the seed report's figures reproduced exactly."""
+"""PROTOCOL.md section 5's prefix-cache verdict, and the GLM-5.3-Flash Day 1 Hands-on
+report's figures reproduced exactly."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from tasks.evidence.cache import cache_verdict, ttft_decrease
 
 
 def test_seed_vllm_hit_rate_from_counter_deltas_is_65_28_percent():
-    # The seed: query tokens +26,472 and hit tokens +17,280 over the trial -> about 65.28%.
+    # The Day 1 Hands-on report: query tokens +26,472 and hit tokens +17,280 over the trial -> about 65.28%.
     before = {"vllm:prefix_cache_queries_total": 1000.0, "vllm:prefix_cache_hits_total": 200.0}
     after = {"vllm:prefix_cache_queries_total": 27472.0, "vllm:prefix_cache_hits_total": 17480.0}
     rate = adapter_for("vllm").hit_rate(before, after)
@@ -19,7 +20,7 @@ def test_seed_vllm_hit_rate_from_counter_deltas_is_65_28_percent():
 
 
 def test_seed_sglang_ttft_decrease_is_56_6_percent():
-    # The seed: cold TTFT 456.7 ms, hot median 198.2 ms -> a 56.6% decrease.
+    # The Day 1 Hands-on report: cold TTFT 456.7 ms, hot median 198.2 ms -> a 56.6% decrease.
     decrease = ttft_decrease(0.4567, [0.2001, 0.1982, 0.1950, 0.1990, 0.1975])
     assert f"{decrease:.1%}" == "56.6%"
     assert round(decrease * 100, 1) == 56.6

@@ -1,4 +1,5 @@
-"""Rendered engine objects: what the seed set by hand, and valid for Kubernetes 1.30 to 1.37."""
+"""Rendered engine objects: what the GLM-5.3-Flash Day 1 Hands-on report set by hand, and valid for
+Kubernetes 1.30 to 1.37."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ CREATED = dt.datetime(2026, 11, 30, 8, 0, tzinfo=dt.timezone.utc)
 
 
 def seed_config(**k8s):
-    """The seed's layout: SGLang and vLLM on non-overlapping 4-GPU slices of one 8-GPU host."""
+    """The Day 1 Hands-on report's layout: SGLang and vLLM on non-overlapping 4-GPU slices of one 8-GPU host."""
     return parse_run_config(
         {
             "run_id": "nightly-2026-11-30",

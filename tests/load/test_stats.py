@@ -9,7 +9,7 @@ from tasks.load import stats
 
 
 def test_median_of_rounds_matches_the_seed_report():
-    # The seed's vLLM concurrency-32 output TPS rounds.
+    # The GLM-5.3-Flash Day 1 Hands-on report's vLLM concurrency-32 output TPS rounds.
     assert stats.median([1145.4, 1156.9, 1166.4]) == pytest.approx(1156.9)
     assert stats.median([1166.4, 1145.4, 1156.9]) == pytest.approx(1156.9)
 
@@ -43,7 +43,7 @@ def test_summary_has_every_percentile_and_skips_missing_values():
 
 def test_spread_above_a_quarter_of_the_median_is_flagged():
     assert not stats.spread_flag([1145.4, 1156.9, 1166.4])
-    # the seed's vLLM concurrency-8 rounds: 162.2 / 410.8 / 257.2
+    # the Day 1 Hands-on report's vLLM concurrency-8 rounds: 162.2 / 410.8 / 257.2
     assert stats.spread_flag([162.2, 410.8, 257.2])
     assert not stats.spread_flag([100.0])
 

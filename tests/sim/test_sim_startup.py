@@ -1,5 +1,5 @@
-"""Startup: delay with the dialect's health semantics, the seed's warning lines, and the local
-target driving the simulator exactly as a pipeline run does."""
+"""Startup: delay with the dialect's health semantics, the GLM-5.3-Flash Day 1 Hands-on report's
+warning lines, and the local target driving the simulator exactly as a pipeline run does."""
 
 from __future__ import annotations
 

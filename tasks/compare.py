@@ -52,7 +52,7 @@ SCENARIO_SETTINGS: dict[str, tuple[str, ...]] = {
     "capacity": ("mode", "input_tokens", "output_tokens", "target_goodput_share", "start", "max", "step"),
 }
 
-Shape = tuple[str, int, float | None]  # (scenario, concurrency, rate)
+Shape = tuple[str, int | None, float | None]  # (scenario, concurrency, rate): exactly one of the two is set
 BaselineKind = str  # "last_good" or "reference"
 
 
@@ -159,12 +159,15 @@ class Side:
         if self._shapes is None:
             self._shapes = {}
             for r in self.rounds.to_dict("records"):
-                if r.get("warmup") is True or not _present(r.get("concurrency")):
+                rate, concurrency = r.get("rate_rps"), r.get("concurrency")
+                if r.get("warmup") is True or not (_present(rate) or _present(concurrency)):
                     continue
-                rate = r.get("rate_rps")
-                key = (str(r["scenario"]), int(r["concurrency"]), float(rate) if _present(rate) else None)
+                # A rate round's level is its rate alone (older archives held its request count in concurrency).
+                key = ((str(r["scenario"]), None, float(rate)) if _present(rate)
+                       else (str(r["scenario"]), int(concurrency), None))
                 self._shapes.setdefault(key, []).append(r)
-            self._shapes = dict(sorted(self._shapes.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0)))
+            self._shapes = dict(sorted(self._shapes.items(),
+                                       key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)))
         return self._shapes
 
     def check_outcomes(self) -> dict[str, str]:
@@ -494,7 +497,7 @@ def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side
         ttft_ok = ttft_ok_now and base.ttft_reliable()
         past = [h for h in histories.get(scenario, []) if h.run_id != current.run_id]
         shapes = {k for k in (*now_rounds, *now_counts, *base_counts) if k[0] == scenario}
-        for key in sorted(shapes, key=lambda k: (k[1], k[2] or 0)):
+        for key in sorted(shapes, key=lambda k: (k[1] or 0, k[2] or 0)):
             suffix = f"@{key[2]:g}rps" if key[2] is not None else ""
             was_counts, now_count = base_counts.get(key), now_counts.get(key)
             if was_counts is not None and scenario in planned:
@@ -585,7 +588,7 @@ def _beyond(e: Effect, limit: float, worse: str) -> bool:
     return e.high < limit if worse == "below" else e.low > limit
 
 
-def _log_undecided(engine: str, scenario: str, concurrency: int, metric: str, e: Effect, change: float,
+def _log_undecided(engine: str, scenario: str, concurrency: int | None, metric: str, e: Effect, change: float,
                    threshold: float, worse: str) -> None:
     """A median beyond the threshold whose interval still holds it is not a regression; say what would tell."""
     limit = 1 + threshold
@@ -593,9 +596,9 @@ def _log_undecided(engine: str, scenario: str, concurrency: int, metric: str, e:
     if not beyond or e.ratio is None or _beyond(e, limit, worse):
         return
     needed = e.rounds_needed(e.ratio / limit - 1)
-    log.info("%s/%s c=%d %s: median %+.1f%% is beyond the threshold %+.0f%% but the interval %.3f-%.3f (covering %s) "
+    log.info("%s/%s%s %s: median %+.1f%% is beyond the threshold %+.0f%% but the interval %.3f-%.3f (covering %s) "
              "holds %.2f: not a regression at %d vs %d rounds (%s)",
-             engine, scenario, concurrency, metric, 100 * change, 100 * threshold, e.low, e.high, e.covers, limit,
+             engine, scenario, "" if concurrency is None else f" c={concurrency}", metric, 100 * change, 100 * threshold, e.low, e.high, e.covers, limit,
              e.rounds_a, e.rounds_b, f"about {needed} rounds a side would tell either way" if needed else
              "no number of rounds would tell: the run-to-run variation alone is as large")
 

@@ -60,12 +60,24 @@ def _secs(name: str, nullable: bool = True, description: str = "") -> Column:
     return Column(name, "float", nullable=nullable, min_value=0.0, description=description)
 
 
+def _round_load() -> tuple[Column, ...]:
+    """A round's load: a concurrency (closed loop) or an arrival rate (open loop), exactly one set
+    (PROTOCOL.md section 6, "Closed and open loop")."""
+    return (
+        Column("concurrency", "int", min_value=1,
+               description="Closed loop: the requests kept in flight. Null in an open-loop (rate) round."),
+        Column("rate_rps", "float", min_value=0.0,
+               description="Open loop: the Poisson arrival rate (req/s). Null in a closed-loop round."),
+        Column("max_in_flight", "int", min_value=1,
+               description="Open loop: the cap on requests in flight; null: uncapped (every open-loop round so far)."),
+    )
+
+
 REQUESTS = Table(
     "requests",
     _common()
     + (
-        Column("concurrency", "int", nullable=False, min_value=1),
-        Column("rate_rps", "float", description="Poisson arrival rate (rate scenario only)."),
+        *_round_load(),
         Column("launch", "int", nullable=False, min_value=0,
                description="The engine's start the round ran on, within its scenario: 0 the readied deployment, "
                            "1.. a fresh one each (measurement.launches); rounds are numbered on across launches."),
@@ -94,15 +106,14 @@ REQUESTS = Table(
         Column("http_status", "int"),
         Column("error", "str"),
     ),
-    key=("run_id", "engine", "scenario", "concurrency", "round", "request_id"),
+    key=("run_id", "engine", "scenario", "concurrency", "rate_rps", "round", "request_id"),
 )
 
 ROUNDS = Table(
     "rounds",
     _common()
     + (
-        Column("concurrency", "int", nullable=False, min_value=1),
-        Column("rate_rps", "float"),
+        *_round_load(),
         Column("launch", "int", nullable=False, min_value=0,
                description="The engine's start the round ran on, within its scenario: 0 the readied deployment, "
                            "1.. a fresh one each (measurement.launches); rounds are numbered on across launches."),
@@ -111,7 +122,8 @@ ROUNDS = Table(
         Column("first_encounter", "bool", nullable=False),
         Column("warmup", "bool", description="True for warmup rounds (kept, never headline)."),
         Column("requests_ok", "int", nullable=False, min_value=0),
-        Column("requests_failed", "int", nullable=False, min_value=0),
+        Column("requests_failed", "int", nullable=False, min_value=0,
+               description="With requests_ok, the requests the round sent (its size, in either loop)."),
         Column("error_rate", "float", nullable=False, min_value=0.0),
         Column("status", "str", nullable=False, values=("ok", "failed")),
         _secs("duration_s"),
@@ -231,8 +243,7 @@ REGRESSIONS = Table(
 def _round_level() -> tuple[Column, ...]:
     """The level and shape of the round a per-round row belongs to (engine, client, GPU rows)."""
     return (
-        Column("concurrency", "int", nullable=False, min_value=1),
-        Column("rate_rps", "float"),
+        *_round_load()[:2],
         Column("input_tokens", "int", min_value=1),
         Column("output_tokens", "int", min_value=1),
         Column("warmup", "bool"),
@@ -356,9 +367,10 @@ CAPACITY = Table(
         Column("probe", "int", nullable=False, min_value=1, description="The probe's place in the search, from 1."),
         Column("phase", "str", nullable=False, values=("bracket", "bisect")),
         Column("mode", "str", nullable=False, values=("concurrency", "rate")),
-        Column("concurrency", "int", nullable=False, min_value=1,
-               description="The probed concurrency (mode rate: the round's request count, its cap)."),
-        Column("rate_rps", "float", min_value=0.0, description="The probed arrival rate (mode rate only)."),
+        Column("concurrency", "int", min_value=1, description="The probed concurrency (mode concurrency; null in "
+               "mode rate)."),
+        Column("rate_rps", "float", min_value=0.0, description="The probed arrival rate (mode rate only; rounds "
+               "uncapped in flight)."),
         Column("input_tokens", "int", nullable=False, min_value=1),
         Column("output_tokens", "int", nullable=False, min_value=1),
         Column("rounds", "int", nullable=False, min_value=1,

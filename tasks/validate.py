@@ -36,6 +36,20 @@ _EXTRA: tuple[tuple[str, str, dict[str, Any]], ...] = (
 )
 
 
+def _one_load(table: Table) -> list[dict[str, Any]]:
+    """A round's load is a concurrency (closed loop) or a rate (open loop): exactly one of the two per row,
+    and an in-flight cap only beside a rate."""
+    if not {"concurrency", "rate_rps"} <= set(table.column_names):
+        return []
+    open_loop = {"row_condition": "rate_rps.notnull()", "condition_parser": "pandas"}
+    closed_loop = {"row_condition": "rate_rps.isnull()", "condition_parser": "pandas"}
+    exps = [{"type": "expect_column_values_to_be_null", "kwargs": {"column": "concurrency", **open_loop}},
+            {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "concurrency", **closed_loop}}]
+    if "max_in_flight" in table.column_names:
+        exps.append({"type": "expect_column_values_to_be_null", "kwargs": {"column": "max_in_flight", **closed_loop}})
+    return exps
+
+
 def build_suite(table: Table) -> dict[str, Any]:
     exps: list[dict[str, Any]] = [
         {"type": "expect_table_columns_to_match_ordered_list", "kwargs": {"column_list": table.column_names}}
@@ -53,6 +67,7 @@ def build_suite(table: Table) -> dict[str, Any]:
         exps.append({"type": "expect_compound_columns_to_be_unique",
                      "kwargs": {"column_list": list(table.key), "ignore_row_if": "never"}})
     exps += [{"type": t, "kwargs": k} for name, t, k in _EXTRA if name == table.name]
+    exps += _one_load(table)
     return {"name": f"dayone_{table.name}", "meta": {"table": table.name, "generated_from": "tasks/tables.py"},
             "expectations": exps}
 

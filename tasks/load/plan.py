@@ -27,17 +27,31 @@ TOKEN_ID_RANGE = (1000, 30000)
 
 @dataclass(frozen=True)
 class Shape:
-    """A load shape the server compiles for: lengths and concurrency (or arrival rate)."""
+    """A load shape the server compiles for: lengths and either a concurrency (closed loop) or an
+    arrival rate (open loop, uncapped in flight: PROTOCOL.md section 6, "Closed and open loop")."""
 
     input_tokens: int
     output_tokens: int
-    concurrency: int
+    concurrency: int | None = None
     rate_rps: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rate_rps is None):
+            raise ValueError(f"a shape has a concurrency or a rate, not both nor neither: {self}")
 
     @property
     def key(self) -> str:
         tail = f"rate{self.rate_rps:g}" if self.rate_rps is not None else f"c{self.concurrency}"
         return f"in{self.input_tokens}-out{self.output_tokens}-{tail}"
+
+    def streams(self, requests: int) -> int:
+        """The most of a round's `requests` in flight at once: the concurrency, or open loop all of them."""
+        return self.concurrency if self.concurrency is not None else requests
+
+    def load_fields(self) -> dict[str, Any]:
+        """The round's load as its rows record it: exactly one of concurrency and rate_rps is set."""
+        return {"concurrency": self.concurrency, "rate_rps": self.rate_rps,
+                "max_in_flight": None}  # open loop is uncapped, closed loop's bound is its concurrency
 
 
 def random_token_ids(n: int, seed: str | int, id_range: tuple[int, int] = TOKEN_ID_RANGE) -> list[int]:

@@ -164,11 +164,14 @@ def free_cores(server_pids: Sequence[int] = (), sample_s: float = SAMPLE_S) -> F
     return FreeCores(count, why)
 
 
-def choose_shards(settings: LoadSettings, shape: Shape, base_url: str | None = None) -> ShardChoice:
-    """Client processes for a round of `shape` against `base_url`, and why. The streams a round can have
-    in flight: its concurrency (closed loop), or, open loop, its request count (Shape.concurrency holds it):
-    in-flight there is rate x E2E, which is not known before the round, and the count bounds it."""
-    streams = max(1, shape.concurrency)
+def choose_shards(settings: LoadSettings, shape: Shape, base_url: str | None = None,
+                  requests: int | None = None) -> ShardChoice:
+    """Client processes for a round of `shape` (and, open loop, its `requests`) against `base_url`, and
+    why. The streams a round can have in flight: its concurrency (closed loop), or, open loop, its request
+    count: in-flight there is rate x E2E, which is not known before the round, and the count bounds it."""
+    if shape.concurrency is None and requests is None:
+        raise ValueError(f"an open-loop round's streams are its request count: give requests for {shape.key}")
+    streams = max(1, shape.streams(requests or 0))
     if settings.client_processes != "auto":
         n = max(1, min(int(settings.client_processes), streams))
         return ShardChoice(n, f"{n} as the run config asks (load.client_processes)")
@@ -181,13 +184,14 @@ def choose_shards(settings: LoadSettings, shape: Shape, base_url: str | None = N
                           f"{free.reason}: {n}")
 
 
-def shards_for(settings: LoadSettings, shape: Shape, base_url: str | None = None) -> int:
-    return choose_shards(settings, shape, base_url).processes
+def shards_for(settings: LoadSettings, shape: Shape, base_url: str | None = None, requests: int | None = None) -> int:
+    return choose_shards(settings, shape, base_url, requests).processes
 
 
-def shard_plan(settings: LoadSettings, shape: Shape, base_url: str | None = None) -> dict[str, Any]:
+def shard_plan(settings: LoadSettings, shape: Shape, base_url: str | None = None,
+               requests: int | None = None) -> dict[str, Any]:
     """A RoundPlan's `shards` and `shards_reason`."""
-    choice = choose_shards(settings, shape, base_url)
+    choice = choose_shards(settings, shape, base_url, requests)
     return {"shards": choice.processes, "shards_reason": choice.reason}
 
 

@@ -209,9 +209,8 @@ class EngineGone(RuntimeError):
 
 
 def shape_for(s: CapacityScenario, load: float) -> Shape:
-    requests = s.requests_for(load)
     if s.mode == "rate":
-        return Shape(s.input_tokens, s.output_tokens, requests, float(load))  # open loop: the cap is the round
+        return Shape(s.input_tokens, s.output_tokens, rate_rps=float(load))
     return Shape(s.input_tokens, s.output_tokens, int(load))
 
 
@@ -239,7 +238,8 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
                             # A new shape's first round carries compile costs: it would judge the JIT, not the load.
                             plan = RoundPlan(scenario=SCENARIO, shape=shape, round=0, requests=warmup_requests(shape),
                                              first_encounter=True, warmup=True, arrival_seed=f"{s.seed}/{shape.key}/r0",
-                                             **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url))
+                                             **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url,
+                                                          warmup_requests(shape)))
                             round_rows.write((await run_round(ctx, session, plan, req_rows, progress)).row)
                             mark_seen(ctx.run_dir, engine, shape)
                         counts: list[tuple[int, int]] = []
@@ -250,7 +250,8 @@ def run_capacity(ctx: StepContext) -> dict[str, Any]:
                             plan = RoundPlan(scenario=SCENARIO, shape=shape, round=n, requests=s.requests_for(load),
                                              first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
                                              arrival_seed=f"{s.seed}/{shape.key}/r{n}",
-                                             **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url))
+                                             **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url,
+                                                          s.requests_for(load)))
                             outcome = await run_round(ctx, session, plan, req_rows, progress)
                             round_rows.write(outcome.row)
                             mark_seen(ctx.run_dir, engine, shape)

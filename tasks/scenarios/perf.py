@@ -34,7 +34,7 @@ Watch = Callable[["list[StepContext]", int, Callable[[], "dict[str, dict[str, An
 
 def _requests_per_round(ctx: StepContext, scenario: str, shape: Shape) -> int:
     s = getattr(ctx.config.scenarios, scenario)
-    if scenario == "rate":
+    if shape.concurrency is None:
         return s.requests_per_round
     return s.requests_for(shape.concurrency)
 
@@ -130,14 +130,15 @@ async def _launch_block(ctxs: list[StepContext], scenario: str, launch: int,
             for n in range(1, settings.rounds + 1):
                 for e in round_order(engines, n):
                     c = by_engine[e]
+                    requests = _requests_per_round(c, scenario, shape)
                     plan = RoundPlan(
                         scenario=scenario,
                         shape=shape,
                         round=launch * settings.rounds + n,
-                        requests=_requests_per_round(c, scenario, shape),
+                        requests=requests,
                         first_encounter=is_first_encounter(c.run_dir, e, shape),
                         arrival_seed=None if seed is None else f"{seed}/{shape.key}/r{n}",
-                        **shard_plan(c.config.load, shape, c.endpoint.base_url),
+                        **shard_plan(c.config.load, shape, c.endpoint.base_url, requests),
                         launch=launch,
                     )
                     outcome = await run_round(c, sessions[e], plan, req_rows[e], progress)

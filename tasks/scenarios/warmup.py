@@ -53,7 +53,7 @@ def scenario_shapes(config: RunConfig, scenario: str) -> list[Shape]:
     """The shapes one performance scenario runs, in order."""
     s = getattr(config.scenarios, scenario)
     if scenario == "rate":
-        return [Shape(s.input_tokens, s.output_tokens, s.requests_per_round, float(r)) for r in s.rates]
+        return [Shape(s.input_tokens, s.output_tokens, rate_rps=float(r)) for r in s.rates]
     return [Shape(s.input_tokens, s.output_tokens, c) for c in s.concurrency]
 
 
@@ -70,7 +70,7 @@ def warmup_requests(shape: Shape) -> int:
     """Two waves at the shape's concurrency: the batch fills, then drains (at least 4 requests)."""
     if shape.rate_rps is not None:
         return max(4, min(16, round(shape.rate_rps * 4)))
-    return max(2 * shape.concurrency, 4)
+    return max(2 * (shape.concurrency or 0), 4)
 
 
 def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None, launch: int = 0,
@@ -107,7 +107,7 @@ def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None, launch: int 
                         first_encounter=is_first_encounter(ctx.run_dir, engine, shape),
                         warmup=True,
                         launch=launch,
-                        **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url),
+                        **shard_plan(ctx.config.load, shape, ctx.endpoint.base_url, warmup_requests(shape)),
                     )
                     outcome = await run_round(ctx, session, plan, req_rows, progress)
                     round_rows.write(outcome.row)

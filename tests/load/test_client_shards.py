@@ -87,8 +87,8 @@ def test_auto_counts_streams_per_process_as_configured(monkeypatch, idle_machine
 def test_auto_bounds_an_open_loop_round_by_its_request_count(monkeypatch, idle_machine):
     """In flight there is rate x E2E, unknown before the round; the round's requests bound it."""
     monkeypatch.setattr(shards_module, "cores_available", lambda: 8)
-    assert shards_for(_auto(), Shape(128, 64, 32, rate_rps=4.0)) == 1
-    assert shards_for(_auto(), Shape(128, 64, 160, rate_rps=20.0)) == 3
+    assert shards_for(_auto(), Shape(128, 64, rate_rps=4.0), requests=32) == 1
+    assert shards_for(_auto(), Shape(128, 64, rate_rps=20.0), requests=160) == 3
 
 
 def test_a_fixed_number_of_processes_is_taken_as_given_up_to_the_streams(monkeypatch):
@@ -113,7 +113,8 @@ def test_the_cores_available_are_this_process_s_affinity_not_the_machine_s():
 
 
 def _round(ctx, shards: int, rate_rps: float | None = None, concurrency: int = 6, requests: int = 24):
-    plan = RoundPlan(scenario="short", shape=Shape(32, 16, concurrency, rate_rps), round=1, requests=requests,
+    shape = Shape(32, 16, concurrency) if rate_rps is None else Shape(32, 16, rate_rps=rate_rps)
+    plan = RoundPlan(scenario="short", shape=shape, round=1, requests=requests,
                      first_encounter=False, shards=shards, arrival_seed=7)
 
     async def go():
@@ -134,10 +135,12 @@ def test_a_round_of_one_process_records_shard_0_on_its_own_clock_with_the_cpu_it
     ctx = make_ctx(ref_server.url, "vllm")
     outcome = _round(ctx, 1, rate_rps)
     (row,) = _shard_rows(ctx, 1, rate_rps)
-    assert {k: row[k] for k in ("run_id", "engine", "scenario", "round", "concurrency", "input_tokens",
+    assert {k: row[k] for k in ("run_id", "engine", "scenario", "round", "concurrency", "rate_rps", "input_tokens",
                                 "output_tokens", "warmup", "shards", "shard", "requests", "offset_s",
                                 "uncertainty_s")} == {
-        "run_id": "test-run", "engine": "sim", "scenario": "short", "round": 1, "concurrency": 6,
+        "run_id": "test-run", "engine": "sim", "scenario": "short", "round": 1,
+        # the load is the concurrency (closed) or the rate (open), never both
+        "concurrency": 6 if rate_rps is None else None, "rate_rps": rate_rps,
         "input_tokens": 32, "output_tokens": 16, "warmup": False, "shards": 1, "shard": 0, "requests": 24,
         "offset_s": 0.0, "uncertainty_s": 0.0}
     # 24 requests of 20 ms + 15 x 10 ms, 6 at a time (closed) or over ~0.6 s of arrivals (open)

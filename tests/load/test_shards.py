@@ -19,7 +19,7 @@ TIMED = ("ttft_s", "first_event_s", "e2e_s", "tpot_s")
 
 
 def _round(ctx, shards: int, partition: str, rate_rps: float | None = None):
-    shape = Shape(32, 16, 6, rate_rps)
+    shape = Shape(32, 16, 6) if rate_rps is None else Shape(32, 16, rate_rps=rate_rps)
     plan = RoundPlan(scenario="short", shape=shape, round=1, requests=24, first_encounter=False, shards=shards,
                      arrival_seed=7)
 

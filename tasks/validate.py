@@ -41,8 +41,9 @@ def _one_load(table: Table) -> list[dict[str, Any]]:
     and an in-flight cap only beside a rate."""
     if not {"concurrency", "rate_rps"} <= set(table.column_names):
         return []
-    open_loop = {"row_condition": "rate_rps.notnull()", "condition_parser": "pandas"}
-    closed_loop = {"row_condition": "rate_rps.isnull()", "condition_parser": "pandas"}
+    # GX's condition objects as JSON (its string conditions are deprecated)
+    open_loop = {"row_condition": {"type": "nullity", "column": {"name": "rate_rps"}, "is_null": False}}
+    closed_loop = {"row_condition": {"type": "nullity", "column": {"name": "rate_rps"}, "is_null": True}}
     exps = [{"type": "expect_column_values_to_be_null", "kwargs": {"column": "concurrency", **open_loop}},
             {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "concurrency", **closed_loop}}]
     if "max_in_flight" in table.column_names:

@@ -419,6 +419,28 @@ KV_CAPACITY = Table(
     key=("run_id", "engine"),
 )
 
+QUALITY = Table(
+    "quality",
+    _common()
+    + (
+        Column("family", "str", nullable=False,
+               values=("kv_retrieval", "copy_reverse", "arithmetic", "sorting", "json_schema", "multi_turn_recall",
+                       "tool_call")),
+        Column("item_id", "str", nullable=False, description="The item of the seed's task set (tasks/quality/items.py)."),
+        Column("context_tokens", "int", min_value=1, description="kv_retrieval: the table's approximate length."),
+        Column("match_rule", "str", nullable=False, values=("exact", "numeric", "json", "tool_args")),
+        Column("prompt_sha256", "str", nullable=False, description="Digest of the messages and tools sent."),
+        Column("prompt_tail", "str", nullable=False, description="The end of the last user message: the question."),
+        Column("expected", "str", nullable=False, description="The expected answer, as JSON text."),
+        Column("answer", "str", description="The content, or the tool call's arguments; null when the request failed."),
+        Column("correct", "bool", nullable=False),
+        Column("status", "str", nullable=False, values=("ok", "error")),
+        Column("error", "str"),
+        _secs("latency_s", nullable=False),
+    ),
+    key=("run_id", "engine", "scenario", "item_id"),
+)
+
 HARDWARE = Table(
     "hardware",
     _common()
@@ -442,7 +464,7 @@ HARDWARE = Table(
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
-              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS)
+              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS, QUALITY)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

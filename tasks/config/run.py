@@ -149,6 +149,13 @@ class RunConfig(ConfigModel):
                     f"scenarios.boundary.lengths[{i}]: {n} is over the model limit "
                     f"({self.model.context_limit_tokens} minus output and template = {blimit})"
                 )
+        qlimit = self.usable_context_tokens(self.scenarios.quality.max_tokens)
+        for i, n in enumerate(self.scenarios.quality.kv_context_tokens):
+            if self.scenarios.quality.enabled and n > qlimit:
+                raise ValueError(
+                    f"scenarios.quality.kv_context_tokens[{i}]: {n} is over the model limit "
+                    f"({self.model.context_limit_tokens} minus output and template = {qlimit})"
+                )
         return self
 
     def _experiment_checks(self, exp: Experiment) -> None:

@@ -169,8 +169,24 @@ class FunctionalScenario(ConfigModel):
         return v
 
 
+class QualityScenario(ConfigModel):
+    """Answers checked exactly (tasks/quality/): a task set generated from `seed`, sent at greedy decoding."""
+
+    enabled: bool = Field(False, description="Send the generated task set and check every answer.")
+    seed: int = Field(0, description="Seed of the task set: the same seed sends the same items to every engine.")
+    items_per_family: Annotated[PositiveInt, Fix("give an integer >= 1, e.g. 8")] = Field(
+        8, description="Items per family (kv_retrieval: per context length).")
+    kv_context_tokens: Annotated[list[PositiveInt], Fix(
+        "give lengths in tokens >= 1 below model.context_limit_tokens, e.g. [256, 1024, 4096]")] = Field(
+        default_factory=lambda: [256, 1024, 4096], min_length=1,
+        description="Approximate key-value table lengths in tokens for kv_retrieval.")
+    max_tokens: Annotated[PositiveInt, Fix("give an integer >= 1, e.g. 64")] = Field(
+        64, description="Output tokens per item: enough for the answer (a reasoning model needs more).")
+
+
 class Scenarios(ConfigModel):
     functional: FunctionalScenario = Field(FunctionalScenario(), description="Functional checks: pass, fail or n/a.")
+    quality: QualityScenario = Field(QualityScenario(), description="Verifiable tasks: accuracy per family.")
     warmup: bool = Field(True, description="Warm every (input, output, concurrency) shape before measuring.")
     short: ShortScenario = Field(ShortScenario(), description="Short prompts and outputs over a concurrency sweep.")
     prefill: PrefillScenario = Field(PrefillScenario(), description="Long prompts, short outputs.")

@@ -104,6 +104,19 @@ def functional(ctx: RunContext, engine: str) -> dict[str, Any]:
     return _watched(ctx, ectx, "functional", run)
 
 
+def quality(ctx: RunContext, engine: str) -> dict[str, Any]:
+    """The generated task set at greedy decoding; each answer's verdict in the `quality` table (tasks/quality/)."""
+    from tasks.quality.run import run_quality
+
+    ectx = ctx.engine(engine)
+
+    def run() -> dict[str, Any]:
+        rows = run_quality(ectx)
+        return {"engine": engine, "items": len(rows), "correct": sum(bool(r["correct"]) for r in rows)}
+
+    return _watched(ctx, ectx, "quality", run)
+
+
 def check_counts(outcomes: list[str]) -> dict[str, int]:
     """Checks by outcome, under keys no log masker takes for a secret (a key `pass` was shown redacted)."""
     return {"checks_passed": outcomes.count("pass"), "checks_failed": outcomes.count("fail"),

@@ -1,0 +1,74 @@
+"""The quality step's requests: every item of the run's task set through the engine's chat endpoint, at
+greedy decoding, as the functional checks send theirs; one `quality` row per item."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from tasks.checks.base import CHAT_PATH, Probe, first_message
+from tasks.context import StepContext
+from tasks.quality.items import Item, generate
+from tasks.quality.score import is_correct
+
+SCENARIO = "quality"
+_TAIL_CHARS = 240
+
+
+def items_of(ctx: StepContext) -> list[Item]:
+    q = ctx.config.scenarios.quality
+    return generate(q.seed, q.items_per_family, q.kv_context_tokens)
+
+
+def prompt_sha256(item: Item) -> str:
+    """The digest of what was sent (messages and tools): two engines' rows of one item name the same prompt."""
+    return hashlib.sha256(json.dumps([item.messages, item.tools], sort_keys=True).encode()).hexdigest()
+
+
+def answer_of(item: Item, message: dict[str, Any]) -> tuple[str, bool]:
+    """The answer text (the content, or the first tool call's arguments) and whether it is right."""
+    if item.match != "tool_args":
+        content = message.get("content") or ""
+        return content, is_correct(item, content)
+    calls = message.get("tool_calls") or []
+    fn = (calls[0].get("function") or {}) if calls else {}
+    arguments = fn.get("arguments")
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    wanted = item.tools[0]["function"]["name"]
+    return (text if calls else ""), bool(calls) and fn.get("name") == wanted and is_correct(item, text)
+
+
+def ask(probe: Probe, item: Item, max_tokens: int) -> dict[str, Any]:
+    """One item's row fields: the answer, its verdict, the request's status and latency."""
+    payload: dict[str, Any] = {"messages": item.messages, "max_tokens": max_tokens}
+    if item.tools:
+        payload.update(tools=item.tools, tool_choice="auto")
+    started = time.monotonic()
+    r = probe.post(CHAT_PATH, payload)
+    latency_s = round(time.monotonic() - started, 6)
+    message = first_message(r.body) if r.ok else None
+    if message is None:
+        error = r.error if not r.ok else "no choices[0].message in the response"
+        return {"answer": None, "correct": False, "status": "error", "error": error, "latency_s": latency_s}
+    answer, correct = answer_of(item, message)
+    return {"answer": answer, "correct": correct, "status": "ok", "error": None, "latency_s": latency_s}
+
+
+def run_quality(ctx: StepContext) -> list[dict[str, Any]]:
+    """Send every item to the engine; write and return the `quality` rows."""
+    ep = ctx.endpoint
+    max_tokens = ctx.config.scenarios.quality.max_tokens
+    rows: list[dict[str, Any]] = []
+    with ep.http_client() as client, ctx.run_dir.rows("quality", ep.engine, SCENARIO) as out:
+        probe = Probe(ep, client, ctx.config.model.reasoning)
+        for item in items_of(ctx):
+            last = item.messages[-1]["content"]
+            row = {**ep.row_keys(SCENARIO), "family": item.family, "item_id": item.id,
+                   "context_tokens": item.context_tokens, "match_rule": item.match,
+                   "prompt_sha256": prompt_sha256(item), "prompt_tail": last[-_TAIL_CHARS:],
+                   "expected": json.dumps(item.expected, sort_keys=True), **ask(probe, item, max_tokens)}
+            out.write(row)
+            rows.append(row)
+    return rows

@@ -134,6 +134,22 @@ class Gpus(_Model):
         return self
 
 
+class QualityPlant(_Model):
+    """Planted wrong answers to the quality step's items (tasks/sim/solver.py): the share of each family's
+    items answered wrong, with an answer of the right shape. Every other item is answered right."""
+
+    wrong_share: dict[Literal["kv_retrieval", "copy_reverse", "arithmetic", "sorting", "json_schema",
+                              "multi_turn_recall", "tool_call"], float] = Field(
+        default_factory=dict, description="Family -> share of its items answered wrong (0 to 1).")
+
+    @model_validator(mode="after")
+    def _shares(self) -> QualityPlant:
+        for family, share in self.wrong_share.items():
+            if not 0 <= share <= 1:
+                raise ValueError(f"quality.wrong_share.{family}: {share} is not a share. Fix: give 0 to 1")
+        return self
+
+
 class Profile(_Model):
     model: str = Field("dayone-sim-model", min_length=1)
     context_limit: int = Field(1_048_576, ge=16)
@@ -174,6 +190,8 @@ class Profile(_Model):
     )
     needle_max_depth: float | None = Field(None, ge=0, le=1)
     needle_max_tokens: int | None = Field(None, ge=1)
+    quality: QualityPlant = Field(default_factory=QualityPlant,
+                                  description="Wrong answers planted in the quality step's families.")
     counter_base: float = Field(
         0.0, ge=0, description="Added to every counter in /metrics, as on an engine that served before the run."
     )

@@ -16,6 +16,7 @@ from typing import Any
 from tasks.sim import content as answers
 from tasks.sim.dialects import Dialect
 from tasks.sim.profile import Profile
+from tasks.sim.solver import solve
 from tasks.sim.tokenizer import decode, pieces
 
 _UNIT = re.compile(r"\s*\S{1,4}")
@@ -139,15 +140,19 @@ def plan_answer(profile: Profile, dialect: Dialect, body: dict[str, Any], prompt
     thinking = chat and profile.reasoning and (dialect.reasoning_field is not None or profile.quirks.reasoning_field
                                               is not None or profile.quirks.reasoning_inline)
 
+    solved = solve(prompt.text, profile.quality) if chat else None  # a quality item, answered from its prompt
     if chat and prompt.tool is not None:
-        arguments = answers.tool_arguments(prompt.tool)
+        arguments = (json.dumps(solved.tool_arguments) if solved is not None and solved.tool_arguments is not None
+                     else answers.tool_arguments(prompt.tool))
         frags = answers.fragments(arguments)
         call = {"id": "call_" + format(zlib.crc32(arguments.encode()), "08x"), "name": prompt.tool.get("name", ""), "arguments": arguments}
         return Answer([], [], call, frags, "tool_calls", 1 + len(frags), given_max)
 
     fixed: str | None = None
     needle = answers.find_needle(prompt.text)
-    if needle:
+    if solved is not None and solved.content is not None:
+        fixed = solved.content
+    elif needle:
         wrong = (profile.needle_max_depth is not None and needle.depth > profile.needle_max_depth) or (
             profile.needle_max_tokens is not None and prompt.count > profile.needle_max_tokens
         )

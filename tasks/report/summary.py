@@ -34,6 +34,7 @@ from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, StartupFinding, TtftVerdict
 from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
 from tasks.report.schema.perf import Figure, FirstEncounter, Launch, PerfLevel, ScenarioResults
+from tasks.report.schema.quality import FamilyAccuracy, Quality, WrongAnswer
 from tasks.report.schema.run import ExperimentSummary, NotTested, ScenarioSettings, Slo, Validation, Variant
 from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, KvCapacity, KvPeak, TelemetryRound,
                                            TelemetryWindow)
@@ -167,6 +168,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         hardware=_hardware(run_dir, engine),
         telemetry_rounds=_telemetry_rounds(run_dir.read_rows("telemetry_rounds", engine)),
         telemetry_windows=_telemetry_windows(run_dir.read_rows("telemetry_rounds", engine)),
+        quality=_quality(run_dir.read_rows("quality", engine)),
     )
 
 
@@ -238,6 +240,18 @@ def _capacity(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool
     probes = [CapacityProbe.model_validate({k: p.get(k) for k in CapacityProbe.model_fields}) for p in doc["probes"]]
     return Capacity.model_validate({**{k: doc.get(k) for k in Capacity.model_fields if k in doc},
                                     "probes": probes, "engine_restarted": restarted})
+
+
+def _quality(rows: list[dict[str, Any]]) -> Quality | None:
+    """Accuracy per family with its interval (tasks/quality/score.py), and the items answered wrong."""
+    from tasks.quality.score import accuracy_by_family
+
+    if not rows:
+        return None
+    families = next(iter(accuracy_by_family(rows, CONFIDENCE).values()))
+    return Quality(families={f: FamilyAccuracy.model_validate(a) for f, a in families.items()},
+                   wrong=[WrongAnswer(item_id=r["item_id"], family=r["family"], expected=r["expected"],
+                                      answer=r.get("answer"), error=r.get("error")) for r in rows if not r["correct"]])
 
 
 def _needle_rows(rows: list[dict[str, Any]], ttft_published: bool) -> list[Needle]:

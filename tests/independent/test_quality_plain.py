@@ -35,11 +35,11 @@ def _run(server_cls, tmp_path):  # noqa: ANN001 (a server class)
     with server_cls() as server:
         rows = run_quality(StepContext(config, endpoint_for(config, "plain", server.url, "sha256:" + "0" * 64),
                                        run_dir))
-    return server, rows, run_dir
+    return server, rows, run_dir, config
 
 
 def test_a_server_that_answers_right_scores_every_family_with_an_interval_holding_one(tmp_path):
-    server, rows, run_dir = _run(SolvesEverything, tmp_path)
+    server, rows, run_dir, _ = _run(SolvesEverything, tmp_path)
     assert server.temperatures == [0.0] * len(rows)  # greedy: a verdict is not a draw of the sampler
     assert len(rows) == ITEMS_PER_FAMILY * (len(FAMILIES) - 1 + len(KV_LENGTHS))
     assert all(r["correct"] and r["status"] == "ok" for r in rows), [r for r in rows if not r["correct"]]
@@ -50,7 +50,7 @@ def test_a_server_that_answers_right_scores_every_family_with_an_interval_holdin
 
 
 def test_a_corrupted_family_is_found_and_no_other(tmp_path):
-    server, rows, _ = _run(CorruptsHalfTheArithmetic, tmp_path)
+    server, rows, _, _ = _run(CorruptsHalfTheArithmetic, tmp_path)
     accuracy = accuracy_by_family(rows)["plain"]
     planted = server.arithmetic_corrupted / server.arithmetic_seen
     assert planted == 0.5 and accuracy["arithmetic"]["accuracy"] == 1 - planted
@@ -63,7 +63,7 @@ def test_a_corrupted_family_is_found_and_no_other(tmp_path):
 
 
 def test_the_quality_suite_passes_the_rows_and_fails_a_broken_one(tmp_path):
-    _, rows, _ = _run(SolvesEverything, tmp_path)
+    _, rows, _, _ = _run(SolvesEverything, tmp_path)
     good = validate_frames({"quality": to_frame("quality", rows)})
     assert good["quality"]["success"], good
     broken = [*rows[1:], {**rows[0], "family": "trivia", "correct": None}, rows[1]]  # unknown family, no verdict, a repeat
@@ -72,6 +72,23 @@ def test_the_quality_suite_passes_the_rows_and_fails_a_broken_one(tmp_path):
     assert not bad["quality"]["success"]
     assert {"expect_column_values_to_be_in_set", "expect_column_values_to_not_be_null",
             "expect_compound_columns_to_be_unique"} <= failed, failed
+
+
+def test_summary_and_report_give_accuracy_per_family_and_name_the_wrong_items(tmp_path):
+    from tasks.report.html import render_html
+    from tasks.report.summary import build_summary
+
+    server, rows, run_dir, config = _run(CorruptsHalfTheArithmetic, tmp_path)
+    quality = build_summary(run_dir, config).engines["plain"].quality
+    arithmetic = quality.families["arithmetic"]
+    assert (arithmetic.correct, arithmetic.items) == (ITEMS_PER_FAMILY // 2, ITEMS_PER_FAMILY)
+    assert arithmetic.high < 1.0 == quality.families["sorting"].high
+    assert sorted(w.item_id for w in quality.wrong) == sorted(r["item_id"] for r in rows if not r["correct"])
+    page = render_html(build_summary(run_dir, config), charts={})
+    assert "<h2 id='quality'>Answers</h2>" in page
+    low, high = f"{arithmetic.low * 100:.0f}%", f"{arithmetic.high * 100:.0f}%"
+    assert f"4/8 50% <span class='rounds'>({low}–{high})</span>" in page, page[page.find("id='quality'"):][:2000]
+    assert quality.wrong[0].item_id in page
 
 
 def test_the_task_set_is_the_seeds():

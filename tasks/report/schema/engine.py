@@ -10,6 +10,7 @@ from tasks.report.schema.capacity import Capacity
 from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, ServedRevision, StartupFinding, TtftVerdict
 from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
 from tasks.report.schema.perf import PerfLevel, ScenarioResults
+from tasks.report.schema.quality import Quality
 from tasks.report.schema.telemetry import ClientLoad, EngineRound, Hardware, KvCapacity, TelemetryRound, TelemetryWindow
 
 
@@ -42,6 +43,7 @@ class EngineSummary(Doc):
     hardware: Hardware | None = None  # where the engine ran
     telemetry_rounds: list[TelemetryRound] = Field(default_factory=list)  # what its GPUs spent, per round
     telemetry_windows: list[TelemetryWindow] = Field(default_factory=list)  # energy per scenario and load level
+    quality: Quality | None = None  # the answers checked, when the quality step ran
 
     @property
     def ttft_published(self) -> bool:

@@ -43,7 +43,8 @@ def is_correct(item: Item, answer: str) -> bool:
     raise ValueError(f"unknown match rule {item.match!r}")
 
 
-def accuracy_by_family(rows: Iterable[dict[str, Any]], confidence: float = 0.95) -> dict[str, dict[str, dict[str, Any]]]:
+def accuracy_by_family(rows: Iterable[dict[str, Any]],
+                       confidence: float = 0.95) -> dict[str, dict[str, dict[str, Any]]]:
     """engine -> family -> items, correct, accuracy and its Wilson interval, from `quality` rows.
     An item whose request failed counts as wrong: the user got no right answer."""
     from tasks.scenarios.capacity import wilson

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from tasks.config import RunConfig
 from tasks.endpoint_access import EndpointAccess, access_for
 from tasks.engines import EngineAdapter, adapter_for
-from tasks.staging import RunDir, run_id_of
+from tasks.run_storage import RunDir, run_id_of
 
 if TYPE_CHECKING:
     import httpx

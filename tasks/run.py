@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.config import RunConfig, parse_run_config
 from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir, run_id_of
-from tasks.state import manifest, readiness
-from tasks.storage import Store, staging_from_env
+from tasks.run_storage import RunDir, run_id_of
+from tasks.run_documents import manifest, readiness
+from tasks.object_store import Store, staging_from_env
 
 if TYPE_CHECKING:
     from tasks.endpoint_access import EndpointAccess

@@ -154,7 +154,7 @@ def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 from tasks.config import parse_run_config  # noqa: E402
 from tasks.context import StepContext, endpoint_for  # noqa: E402
 from tasks.sim import SimProcess, start_sim  # noqa: E402
-from tasks.staging import RunDir  # noqa: E402
+from tasks.run_storage import RunDir  # noqa: E402
 # A small context limit keeps needle prompts short and fast.
 
 CONTEXT_LIMIT = 4096

@@ -25,7 +25,7 @@ from tasks.evidence.reliability import WITHHELD, judge_stream
 from tasks.evidence.stream import excerpt, stream_post
 from tasks.evidence.window import Window, by_name, hit_rate_over
 from tasks.partitions import RowWriter
-from tasks.state import cache_verdict_doc
+from tasks.run_documents import cache_verdict_doc
 
 SCENARIO = "prefix_cache"
 MIN_TTFT_DECREASE = 0.30

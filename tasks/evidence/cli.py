@@ -18,7 +18,7 @@ from tasks.context import StepContext, endpoint_for
 from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.evidence.reliability import WITHHELD
 from tasks.scenarios import SCENARIO_SWITCHES
-from tasks.staging import RunDir, new_run_id, run_id_of
+from tasks.run_storage import RunDir, new_run_id, run_id_of
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
 
 

@@ -22,7 +22,7 @@ from tasks.config.engines import DIALECTS
 from tasks.context import StepContext, endpoint_for
 from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
-from tasks.staging import RunDir, new_run_id, run_id_of
+from tasks.run_storage import RunDir, new_run_id, run_id_of
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
 
 log = logging.getLogger("dayone.bench")

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks import state
+from tasks import run_documents
 from tasks.context import StepContext
 from tasks.desensitize import desensitize
 from tasks.evidence import metrics as server_metrics
@@ -171,7 +171,7 @@ def _write_engine_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[
 def _start_telemetry(ctx: StepContext) -> TelemetryWatch | None:
     """The engine's GPUs read around and during the round, when the run config asks (telemetry)."""
     engine = ctx.endpoint.engine
-    hardware = ctx.run_dir.read_json(state.hardware_doc(engine)) or {}
+    hardware = ctx.run_dir.read_json(run_documents.hardware_doc(engine)) or {}
     source = telemetry.source_for(ctx.config, engine, ctx.endpoint.base_url, hardware.get("gpu_uuids"))
     return None if source is None else TelemetryWatch(source).start()
 

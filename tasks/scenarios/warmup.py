@@ -18,13 +18,13 @@ from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
 from tasks.scenarios import PERF_SCENARIOS
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 WARMUP_SCENARIO = "warmup"
 
 
 def _state(engine: str) -> str:
-    from tasks.state import warmed_shapes_doc
+    from tasks.run_documents import warmed_shapes_doc
 
     return warmed_shapes_doc(engine)
 

@@ -12,7 +12,7 @@ from typing import Any
 from tasks.config import RunConfig
 from tasks.context import StepContext
 from tasks.run import NotAttempted, RunContext
-from tasks.state import perf_summary_doc, pinned, readiness, set_readiness
+from tasks.run_documents import perf_summary_doc, pinned, readiness, set_readiness
 from tasks.steps.protocol import StepFn
 
 log = logging.getLogger("dayone.steps")

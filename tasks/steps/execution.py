@@ -15,8 +15,8 @@ from tasks.context import StepContext
 from tasks.desensitize import desensitize
 from tasks.run import NotAttempted, RunContext
 from tasks.scenarios import PERF_SCENARIOS
-from tasks.staging import RunDir
-from tasks.state import VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, write_outcome
+from tasks.run_storage import RunDir
+from tasks.run_documents import VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, write_outcome
 from tasks.steps.engine_steps import keep_perf_summary, measure_together
 from tasks.steps.protocol import Step, StepResult
 from tasks.steps.registry import STEPS

@@ -13,7 +13,7 @@ from tasks.config import parse_run_config
 from tasks.context import StepContext, endpoint_for
 from tasks.scenarios.warmup import reset_shapes
 from tasks.sim import SimProcess, start_sim
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 DIGEST = "sha256:" + "0" * 64
 # Fast requests: 8 output tokens 10 ms apart; the knee's factor 3 makes TPOT 30 ms, the SLO is 20 ms.

@@ -10,7 +10,7 @@ from tasks.context import StepContext, endpoint_for
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundOutcome, RoundPlan, run_round
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 
 def context(url: str, dialect: str, root: Path) -> StepContext:

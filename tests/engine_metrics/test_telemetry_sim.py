@@ -16,7 +16,7 @@ from tasks.config import ConfigError, parse_run_config
 from tasks.context import StepContext, endpoint_for
 from tasks.evidence import telemetry
 from tasks.load.plan import Shape
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 SLOTS = 8
 SHAPE = Shape(input_tokens=64, output_tokens=40, concurrency=4)

@@ -17,7 +17,7 @@ from tasks.context import StepContext, endpoint_for
 from tasks.engines import adapter_for
 from tasks.engines.vllm import VLLMAdapter
 from tasks.evidence.cache import run_prefix_cache
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 
 class ClearsAfterRefusals(PlainServer):

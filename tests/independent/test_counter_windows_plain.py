@@ -27,7 +27,7 @@ from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.report.summary import build_summary
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 OTHER_CLIENTS_TOKENS = 50_000  # counted by the shared engine while the failed scrape hid its restart
 

@@ -22,7 +22,7 @@ from test_ca import make_ca
 from tasks.checks import run_functional
 from tasks.config import ConfigError, parse_run_config
 from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 
 def EndpointAccess(**given):  # noqa: N802 -- imported where used, so each test stands or falls alone

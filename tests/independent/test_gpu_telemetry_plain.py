@@ -21,7 +21,7 @@ from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.report.html import render_html
 from tasks.report.summary import build_summary
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 GPUS = ["GPU-aaaa", "GPU-bbbb"]
 SHAPE = Shape(input_tokens=8, output_tokens=50, concurrency=4)

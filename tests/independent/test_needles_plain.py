@@ -21,7 +21,7 @@ from tasks.config import parse_run_config
 from tasks.context import StepContext, endpoint_for
 from tasks.evidence.needles import run_long_context
 from tasks.evidence.reliability import engine_ttft_verdict
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 CODE = re.compile(r"The secret code is ([A-Z0-9]{4}-[A-Z0-9]{4})\.")
 

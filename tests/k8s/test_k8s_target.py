@@ -13,7 +13,7 @@ from dayone_airflow.connections import hook_api_client
 from tasks.run import NotAttempted, RunContext
 from tasks.steps.engine_steps import startup_finding_rows
 from tasks.steps.execution import execute
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.k8s.manifests import render_engine
 from tasks.tables import TABLES, to_frame
 from tasks.targets.base import DeployError

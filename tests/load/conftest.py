@@ -15,7 +15,7 @@ import pytest
 
 from tasks.config import parse_run_config
 from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 
 @pytest.fixture

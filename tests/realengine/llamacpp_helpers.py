@@ -16,7 +16,7 @@ from typing import Any
 
 from tasks.config import RunConfig, parse_run_config
 from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.targets.base import Deployment
 from tasks.targets.local import LocalTarget
 

@@ -164,7 +164,7 @@ def test_functional_checks_record_hostile_answers_as_bounded_rows(hostile, mode,
     from tasks.checks import run_functional
     from tasks.config import parse_run_config
     from tasks.context import StepContext, endpoint_for
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     hostile.mode = mode
     cfg = parse_run_config({"run_id": "hostile", "model": {"name": "hostile"}, "request_timeout_s": 20,

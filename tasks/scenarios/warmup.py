@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.config import RunConfig
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
@@ -73,7 +73,7 @@ def warmup_requests(shape: Shape) -> int:
     return max(2 * (shape.concurrency or 0), 4)
 
 
-def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None, launch: int = 0,
+def run_warmup(ctx: EngineContext, shapes: list[Shape] | None = None, launch: int = 0,
                scenario: str | None = None) -> dict[str, Any]:
     """Run one warmup round per shape (default: the run's matrix) and mark each shape seen.
 

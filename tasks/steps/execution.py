@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.config import ConfigError
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.desensitize import desensitize
 from tasks.run import NotAttempted, RunContext
 from tasks.scenarios import PERF_SCENARIOS
@@ -70,7 +70,7 @@ def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
     if not step.enabled(ctx.config):
         results = [execute(ctx, name, e) for e in engines]
         return StepResult(step=name, status="skipped", detail=results[0].detail if results else "no engines")
-    ready: list[StepContext] = []
+    ready: list[EngineContext] = []
     for e in engines:
         try:
             ready.append(ctx.engine(e))

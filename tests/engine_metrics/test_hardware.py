@@ -18,7 +18,7 @@ from fake_apiserver import FakeApiServer  # noqa: E402
 from k8s_helpers import run_config  # noqa: E402
 from tasks import run_documents  # noqa: E402
 from tasks.config import parse_run_config  # noqa: E402
-from tasks.context import StepContext, endpoint_for  # noqa: E402
+from tasks.engine_context import EngineContext, endpoint_for  # noqa: E402
 from tasks.evidence import hardware  # noqa: E402
 from tasks.evidence.startup_facts import record_startup_facts  # noqa: E402
 from tasks.k8s.manifests import render_engine  # noqa: E402
@@ -87,7 +87,7 @@ def test_kubernetes_record_from_the_node_labels_and_the_pod(tmp_path, fake_smi):
         printed = subprocess.run([*container["command"], "true"], capture_output=True, text=True, timeout=20,
                                  env={"PATH": f"{fake_smi}:/usr/bin:/bin"}).stdout
         api.set_log("bench", pod, printed + "INFO GPU KV cache size: 1,709,664 tokens\n")
-        ectx = StepContext(cfg, endpoint_for(cfg, "vllm", dep.base_url, dep.image_digest), run_dir)
+        ectx = EngineContext(cfg, endpoint_for(cfg, "vllm", dep.base_url, dep.image_digest), run_dir)
         ctx = SimpleNamespace(engine=lambda e: ectx, run_dir=run_dir, config=cfg, target=target,
                               deployment=lambda e: dep)
         state_doc = {"engines": [{"name": "vllm"}]}

@@ -161,7 +161,7 @@ def worker(url: str, streams: int, waves: int, out: str, ramp: bool, processes: 
     from tasks.load.client import new_session, run_async, run_closed_loop
     from tasks.load.plan import Shape, plan_requests
     from tasks.load.shards import UsageMeter, one_process, run_sharded, shards_for
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     adapter = adapter_for("sglang")
     shape = Shape(INPUT, OUTPUT, streams)

@@ -16,11 +16,11 @@ from typing import Any
 from botocore.exceptions import ClientError, EndpointConnectionError
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_exponential
 
-from tasks import state
+from tasks import run_documents
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
-from tasks.staging import RunDir
-from tasks.storage import client_from_env, make_client  # noqa: F401  (the archive's S3 client, named here too)
+from tasks.run_storage import RunDir
+from tasks.object_store import client_from_env, make_client  # noqa: F401  (the archive's S3 client, named here too)
 from tasks.tables import TABLES, to_csv_bytes, to_frame, to_parquet_bytes
 
 log = logging.getLogger("dayone.archive")
@@ -93,20 +93,20 @@ def json_bytes(doc: Any) -> bytes:
 def comparison_record(run_dir: RunDir) -> dict[str, Any] | None:
     """Whether the run passed its own regression comparison (the nightly's compare step, which runs before
     the archive): what makes it a later run's "last good run" (tasks/compare.py). None: it made none."""
-    outcome = run_dir.read_json(state.outcome_doc("compare", None))
+    outcome = run_dir.read_json(run_documents.outcome_doc("compare", None))
     if outcome is None:
         return None
-    found = run_dir.read_json(state.REGRESSIONS) or {}
+    found = run_dir.read_json(run_documents.REGRESSIONS) or {}
     return {"passed": outcome.get("status") == "ok", "regressions": len(found.get("regressions") or []),
             "accepted": list(found.get("accepted") or [])}
 
 
 def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
     """Upload manifest, tables and validation for every engine. Safe to retry."""
-    validation = run_dir.read_json(state.VALIDATION)
+    validation = run_dir.read_json(run_documents.VALIDATION)
     quarantined = not (validation and validation.get("success"))
-    pinned = state.pinned(run_dir)
-    manifest = desensitize(state.manifest(run_dir) or {})
+    pinned = run_documents.pinned(run_dir)
+    manifest = desensitize(run_documents.manifest(run_dir) or {})
     bucket = cfg.archive.bucket
     ensure_bucket(s3, bucket)
     frames = {name: run_dir.frame(name) for name in TABLES}
@@ -137,7 +137,7 @@ def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
     put_once(s3, bucket, index_key(cfg), json_bytes(index), "application/json")
     keys.append(index_key(cfg))
     result = {"bucket": bucket, "quarantined": quarantined, "prefixes": prefixes, "keys": keys}
-    run_dir.write_json(state.ARCHIVED, result)
+    run_dir.write_json(run_documents.ARCHIVED, result)
     log.info("archived run %s to s3://%s (%d objects%s)", cfg.run_id, bucket, len(keys),
              ", QUARANTINED" if quarantined else "")
     return result

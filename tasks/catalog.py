@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.archive import ensure_bucket, json_bytes, model_slug, put_once
 from tasks.config import RunConfig, parse_run_config
-from tasks.state import pinned
+from tasks.run_documents import pinned
 
 if TYPE_CHECKING:
     from tasks.run import RunContext

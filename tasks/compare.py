@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from tasks import state
+from tasks import run_documents
 from tasks.archive import model_slug
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
@@ -31,7 +31,7 @@ from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
 from tasks.scenarios.capacity import order as capacity_order
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.scenarios.capacity import wilson
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 if TYPE_CHECKING:
     from tasks.report.schema import RunSummary
@@ -209,8 +209,8 @@ def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
     from tasks.evidence.reliability import engine_ttft_verdict
 
     stream = engine_ttft_verdict(run_dir, engine)
-    verdict = published_verdict(run_dir.read_json(state.cache_verdict_doc(engine)) or {}, stream)
-    searched = run_dir.read_json(state.perf_summary_doc(engine, CAPACITY_SCENARIO))
+    verdict = published_verdict(run_dir.read_json(run_documents.cache_verdict_doc(engine)) or {}, stream)
+    searched = run_dir.read_json(run_documents.perf_summary_doc(engine, CAPACITY_SCENARIO))
     capacity = None if searched is None else published_capacity(searched, bool(stream["reliable"]), cfg.slo)
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
                 run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]), capacity)
@@ -218,7 +218,7 @@ def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
 
 def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
     bucket, prefix = cfg.archive.bucket, index["prefixes"][engine]
-    summary = archived_summary(s3, bucket, prefix + state.SUMMARY)
+    summary = archived_summary(s3, bucket, prefix + run_documents.SUMMARY)
     mine = None if summary is None else summary.engines.get(engine)
     cache = None if mine is None or mine.prefix_cache is None else mine.prefix_cache.verdict
     published = None if mine is None else mine.ttft.reliable
@@ -232,7 +232,7 @@ def archived_manifest(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | Non
     from botocore.exceptions import ClientError
 
     try:
-        manifest = json.loads(s3.get_object(Bucket=bucket, Key=prefix + state.MANIFEST)["Body"].read())
+        manifest = json.loads(s3.get_object(Bucket=bucket, Key=prefix + run_documents.MANIFEST)["Body"].read())
     except (ClientError, ValueError):
         return None
     return manifest if isinstance(manifest, dict) else None
@@ -606,8 +606,8 @@ def _log_undecided(engine: str, scenario: str, concurrency: int | None, metric: 
 def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, ...] = ()) -> dict[str, Any]:
     """Write the run's regressions rows per engine; raise RegressionFound when any row regressed.
     `accepted`: run ids a person accepted as the new level (the Variable dayone_nightly_accept)."""
-    pinned = state.pinned(run_dir)
-    manifest = state.manifest(run_dir) or {}
+    pinned = run_documents.pinned(run_dir)
+    manifest = run_documents.manifest(run_dir) or {}
     created = manifest.get("created_ts")
     runs = run_index(s3, cfg)
     known = {str(d.get("run_id")) for d in runs}
@@ -639,7 +639,7 @@ def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, .
             "compared": len(rows), "regressed": len(bad),
         }
     accepted_here = sorted(set(accepted) & known)
-    run_dir.write_json(state.REGRESSIONS, {**result, "regressions": regressed, "skipped": skipped,
+    run_dir.write_json(run_documents.REGRESSIONS, {**result, "regressions": regressed, "skipped": skipped,
                                            "caveats": caveats, "accepted": accepted_here})
     if regressed:
         raise RegressionFound(f"{len(regressed)} regression(s) against the last good run or the reference: "

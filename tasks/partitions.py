@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tasks.pipes import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
-from tasks.storage import LocalStore, S3Store, Store
+from tasks.object_store import LocalStore, S3Store, Store
 
 _WRITER_NICE = 10  # the loop's thread wins the core when both want it; the writer still gets ~10%
 # An S3 chunk: what a crash can lose beyond the requests in flight. At most a PUT a second per

@@ -18,10 +18,10 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from tasks.config import RunConfig, parse_run_config
-from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir, run_id_of
-from tasks.state import manifest, readiness
-from tasks.storage import Store, staging_from_env
+from tasks.engine_context import EngineContext, endpoint_for
+from tasks.run_storage import RunDir, run_id_of
+from tasks.run_documents import manifest, readiness
+from tasks.object_store import Store, staging_from_env
 
 if TYPE_CHECKING:
     from tasks.endpoint_access import EndpointAccess
@@ -93,13 +93,13 @@ class RunContext:
             raise NotAttempted(f"engine {engine}: not deployed")
         return dep
 
-    def engine(self, engine: str) -> StepContext:
+    def engine(self, engine: str) -> EngineContext:
         """What a scenario talks to: the engine's endpoint, once the engine is ready."""
         ready = readiness(self.run_dir, engine)
         if not ready.ready:
             raise NotAttempted(f"engine {engine}: not ready ({ready.detail or 'never deployed'}); step not attempted")
         dep = self.deployment(engine)
-        return StepContext(self.config, endpoint_for(self.config, engine, dep.base_url, dep.image_digest,
+        return EngineContext(self.config, endpoint_for(self.config, engine, dep.base_url, dep.image_digest,
                                                      self.endpoint_access(engine)), self.run_dir)
 
     def endpoint_access(self, engine: str) -> EndpointAccess:

@@ -16,8 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.staging import RunDir
-from tasks.state import VALIDATION
+from tasks.run_storage import RunDir
+from tasks.run_documents import VALIDATION
 from tasks.tables import TABLES, Table
 
 log = logging.getLogger("dayone.validate")

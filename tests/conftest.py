@@ -150,11 +150,11 @@ def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-# ---- a StepContext against DayOne's simulator (checks and evidence tests) -----------------------
+# ---- a EngineContext against DayOne's simulator (checks and evidence tests) -----------------------
 from tasks.config import parse_run_config  # noqa: E402
-from tasks.context import StepContext, endpoint_for  # noqa: E402
+from tasks.engine_context import EngineContext, endpoint_for  # noqa: E402
 from tasks.sim import SimProcess, start_sim  # noqa: E402
-from tasks.staging import RunDir  # noqa: E402
+from tasks.run_storage import RunDir  # noqa: E402
 # A small context limit keeps needle prompts short and fast.
 
 CONTEXT_LIMIT = 4096
@@ -171,7 +171,7 @@ DIGEST = "sha256:" + "0" * 64
 def sim_context(
     root: Path, dialect: str = "sglang", profile: dict[str, Any] | None = None,
     scenarios: dict[str, Any] | None = None, run_id: str = "test-run",
-) -> Iterator[tuple[SimProcess, StepContext]]:
+) -> Iterator[tuple[SimProcess, EngineContext]]:
     profile = {"context_limit": CONTEXT_LIMIT, **(profile or {})}
     with start_sim(dialect, profile) as sim:
         config = parse_run_config({
@@ -182,7 +182,7 @@ def sim_context(
             "request_timeout_s": 30,
         })
         endpoint = endpoint_for(config, f"sim-{dialect}", sim.url, DIGEST)
-        yield sim, StepContext(config, endpoint, RunDir(run_id, root=root))
+        yield sim, EngineContext(config, endpoint, RunDir(run_id, root=root))
 
 
 @pytest.fixture()

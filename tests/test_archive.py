@@ -6,7 +6,7 @@ import pytest
 
 from tasks.archive import WriteOnceError, archive_run, engine_prefix, put_once
 from tasks.config import parse_run_config
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 
 def _run(run_root, run_id="r1", success=True):

@@ -78,7 +78,7 @@ def test_a_cycle_would_be_found():
 
 
 # The run's storage, its table partitions and its documents.
-RUN_STATE = {"tasks.staging", "tasks.partitions", "tasks.state"}
+RUN_STATE = {"tasks.run_storage", "tasks.partitions", "tasks.run_documents"}
 # The load client's edges to a run, the only modules of tasks/load that may reach run state: rounds.py writes a
 # round's rows into the run's partitions and reads the engine's hardware document; cli.py (`dayone bench`)
 # creates a run in its output directory.

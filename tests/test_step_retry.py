@@ -36,7 +36,7 @@ def _short_rows(ctx):
 
 @pytest.mark.parametrize("together", [False, True], ids=["one engine", "engines measured together"])
 def test_a_try_that_failed_is_not_measured_again(ready_engine, together):
-    from tasks.state import StepOutcome, write_outcome
+    from tasks.run_documents import StepOutcome, write_outcome
     from tasks.steps.execution import FailedBefore, execute, execute_group
 
     ctx = ready_engine

@@ -60,7 +60,7 @@ def staging_store() -> Any:
     DAYONE_WORKDIR: one machine only, as in make demo)."""
     import os
 
-    from tasks.storage import STAGING_ENV, S3Access, staging_from_env
+    from tasks.object_store import STAGING_ENV, S3Access, staging_from_env
 
     if not os.environ.get(STAGING_ENV, "").strip():
         return None

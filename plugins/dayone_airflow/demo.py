@@ -56,17 +56,17 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"DAG import errors: {bag.import_errors}")
         dag = bag.get_dag("dayone_eval")
         run = dag.test(run_conf=conf)
-        from tasks import state
+        from tasks import run_documents
         from tasks.report.schema import read_summary
-        from tasks.staging import RunDir
+        from tasks.run_storage import RunDir
 
         run_dir = RunDir(dayone_run_id(run.run_id))
-        archived = run_dir.read_json(state.ARCHIVED) or {}
-        summary_doc = run_dir.read_json(state.SUMMARY)
+        archived = run_dir.read_json(run_documents.ARCHIVED) or {}
+        summary_doc = run_dir.read_json(run_documents.SUMMARY)
         summary = None if summary_doc is None else read_summary(summary_doc)
         print()
         print(f"DayOne demo: run {run_dir.run_id} finished {run.state} in {time.monotonic() - started:.0f} s")
-        print(f"  report:  {run_dir.path / state.REPORT}")
+        print(f"  report:  {run_dir.path / run_documents.REPORT}")
         print(f"  archive: s3://{archived.get('bucket')} (SeaweedFS data in {s3.data_dir})")
         for engine, prefix in (archived.get("prefixes") or {}).items():
             print(f"    {engine}: {prefix}")
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _stop_local_engines(since: float) -> None:
     """Stop the local engines of the runs this demo started (a no-op after their teardown)."""
-    from tasks.staging import RunDir, default_root
-    from tasks.state import DEPLOYMENTS_DIR
+    from tasks.run_storage import RunDir, default_root
+    from tasks.run_documents import DEPLOYMENTS_DIR
     from tasks.targets.local import LocalTarget
 
     root = default_root()

@@ -39,8 +39,8 @@ def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_dir(airflow_run_id: str) -> Any:
-    """The run's state (tasks/staging.py RunDir) in its storage, as every task of the run sees it."""
-    from tasks.staging import RunDir
+    """The run's state (tasks/run_storage.py RunDir) in its storage, as every task of the run sees it."""
+    from tasks.run_storage import RunDir
 
     from dayone_airflow.connections import staging_store
 

@@ -186,7 +186,7 @@ class EngineReadinessOperator(BaseOperator):
         self.poll_interval_s = poll_interval_s
 
     def execute(self, context: Any) -> Any:
-        from tasks.state import set_readiness
+        from tasks.run_documents import set_readiness
         from tasks.steps.engine_steps import ready_timeout_s
         from tasks.targets.base import Deployment
 

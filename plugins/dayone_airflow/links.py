@@ -131,7 +131,7 @@ def _get(s3: Any, bucket: str, key: str) -> bytes | None:
 
 def local_object(run_id: str, name: str) -> bytes | None:
     """`name` from the run directory, or None when it is missing or resolves outside the runs root."""
-    from tasks.staging import default_root
+    from tasks.run_storage import default_root
 
     try:
         root = Path(os.environ.get("DAYONE_WORKDIR") or default_root()).resolve()
@@ -145,8 +145,8 @@ def local_object(run_id: str, name: str) -> bytes | None:
 
 def staged_object(run_id: str, name: str) -> bytes | None:
     """`name` from the run's state under DAYONE_STAGING, or None when run state is not in S3 or lacks it."""
-    from tasks.staging import RunDir
-    from tasks.storage import STAGING_ENV, S3Access, staging_from_env
+    from tasks.run_storage import RunDir
+    from tasks.object_store import STAGING_ENV, S3Access, staging_from_env
 
     from dayone_airflow.connections import STAGING_CONN_ID
 

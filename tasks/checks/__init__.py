@@ -23,7 +23,7 @@ from tasks.checks import (
 )
 from tasks.checks.base import FAIL, NOT_APPLICABLE, CheckResult, Probe
 from tasks.checks.names import CHECK_NAMES
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 
 SCENARIO = "functional"
 CHECKS = (
@@ -52,7 +52,7 @@ def run_check(module, probe: Probe) -> CheckResult:  # noqa: ANN001 (a check mod
                                                "reason": f"the check raised {type(exc).__name__}"})
 
 
-def run_functional(ctx: StepContext) -> list[dict]:
+def run_functional(ctx: EngineContext) -> list[dict]:
     """Run every check against the endpoint; write and return the `checks` rows."""
     skip = list(ctx.config.scenarios.functional.skip)  # names known: checked when the config was parsed
     ep = ctx.endpoint

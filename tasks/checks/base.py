@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from tasks.context import EngineEndpoint
+from tasks.engine_context import EngineEndpoint
 from tasks.evidence.stream import JsonResult, StreamResult, excerpt, post_json, stream_post
 
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not_applicable"

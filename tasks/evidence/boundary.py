@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.engines import Readiness
 from tasks.evidence.needles import NeedleTrial, needle_request, refuse_over_limit, template_tokens_for
 from tasks.evidence.prompts import tokenize_counter
@@ -37,7 +37,7 @@ def _read(restart_count: Callable[[], int | None]) -> int | None:
         return None
 
 
-def wait_ready(ctx: StepContext, timeout_s: float = READY_WAIT_S) -> tuple[bool, str]:
+def wait_ready(ctx: EngineContext, timeout_s: float = READY_WAIT_S) -> tuple[bool, str]:
     """Poll the adapter's readiness (health, model list, 1-token generation) until ready: the
     readiness wait's own poll (tasks/readiness.py), without a platform to ask; not ready at the
     deadline, the last probe says at which stage."""
@@ -66,7 +66,7 @@ def restarts_outcome(readings: list[dict[str, Any]]) -> tuple[str, str]:
 
 
 def run_boundary(
-    ctx: StepContext, restart_count: Callable[[], int | None], settle_s: float = SETTLE_S
+    ctx: EngineContext, restart_count: Callable[[], int | None], settle_s: float = SETTLE_S
 ) -> list[dict]:
     """Needle rows (scenario "boundary") plus one `boundary_restarts` check row; both written
     to partition "boundary" of their tables and returned, needles first."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.evidence import metrics
 from tasks.evidence.needles import template_tokens_for
 from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, plain_text, tokenize_counter
@@ -25,7 +25,7 @@ from tasks.evidence.reliability import WITHHELD, judge_stream
 from tasks.evidence.stream import excerpt, stream_post
 from tasks.evidence.window import Window, by_name, hit_rate_over
 from tasks.partitions import RowWriter
-from tasks.state import cache_verdict_doc
+from tasks.run_documents import cache_verdict_doc
 
 SCENARIO = "prefix_cache"
 MIN_TTFT_DECREASE = 0.30
@@ -123,7 +123,7 @@ def published_verdict(doc: dict[str, Any], ttft: Mapping[str, Any]) -> dict[str,
 # ---- the trial ---------------------------------------------------------------------------------
 
 
-def _scrape(client: httpx.Client, ctx: StepContext, phase: str, out: RowWriter) -> dict[str, float] | None:
+def _scrape(client: httpx.Client, ctx: EngineContext, phase: str, out: RowWriter) -> dict[str, float] | None:
     """One scrape: its samples become server_metrics rows; returns every series' value (the window
     rule checks each series for a reset; deltas sum them)."""
     ep = ctx.endpoint
@@ -136,7 +136,7 @@ def _scrape(client: httpx.Client, ctx: StepContext, phase: str, out: RowWriter) 
     return metrics.series_values(samples)
 
 
-def _missing_counters_reason(ctx: StepContext, before: dict | None, after: dict | None) -> str:
+def _missing_counters_reason(ctx: EngineContext, before: dict | None, after: dict | None) -> str:
     adapter = ctx.endpoint.adapter
     if adapter.cache_counters is None:
         return f"{adapter.dialect} has no known prefix-cache counters"
@@ -156,7 +156,7 @@ def _read_restarts(restart_count: Callable[[], int | None] | None) -> int | None
         return None
 
 
-def run_prefix_cache(ctx: StepContext, restart_count: Callable[[], int | None] | None = None) -> dict[str, Any]:
+def run_prefix_cache(ctx: EngineContext, restart_count: Callable[[], int | None] | None = None) -> dict[str, Any]:
     """Run the trial, write cache_trials and server_metrics rows, save and return the verdict.
 
     `restart_count` reads the target's restart count where it knows one (None: /metrics alone)."""

@@ -1,7 +1,7 @@
 """`dayone longctx` and `dayone cache`: the long-context needles (with the boundary re-test) and
 the prefix-cache trial against a running endpoint, outside Airflow.
 
-Same code path as the DAG's tasks: a RunConfig, a StepContext, then run_long_context /
+Same code path as the DAG's tasks: a RunConfig, a EngineContext, then run_long_context /
 run_boundary / run_prefix_cache; the tables are written as CSV and Parquet in --out.
 """
 
@@ -14,11 +14,11 @@ from typing import Any
 
 from tasks.config import ConfigError, RunConfig, parse_run_config
 from tasks.config.engines import DIALECTS
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.evidence.reliability import WITHHELD
 from tasks.scenarios import SCENARIO_SWITCHES
-from tasks.staging import RunDir, new_run_id, run_id_of
+from tasks.run_storage import RunDir, new_run_id, run_id_of
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
 
 
@@ -75,7 +75,7 @@ def config_doc(args: argparse.Namespace, command: str, scenarios: dict[str, Any]
     return doc
 
 
-def context_for(args: argparse.Namespace, config: RunConfig) -> tuple[StepContext, Path]:
+def context_for(args: argparse.Namespace, config: RunConfig) -> tuple[EngineContext, Path]:
     from tasks.targets.base import identity_digest
 
     out = Path(args.out)
@@ -84,10 +84,10 @@ def context_for(args: argparse.Namespace, config: RunConfig) -> tuple[StepContex
     digest = identity_digest({"endpoint": args.endpoint, "dialect": args.dialect, "model": args.model})
     engine = config.engines[0].name
     access = access_from_args(args, config.engines[0])
-    return StepContext(config, endpoint_for(config, engine, args.endpoint, digest, access), run_dir), out
+    return EngineContext(config, endpoint_for(config, engine, args.endpoint, digest, access), run_dir), out
 
 
-def write_tables(ctx: StepContext, out: Path, tables: tuple[str, ...]) -> dict[str, int]:
+def write_tables(ctx: EngineContext, out: Path, tables: tuple[str, ...]) -> dict[str, int]:
     """The named tables as CSV and Parquet in `out`; returns row counts."""
     counts = {}
     for table in tables:

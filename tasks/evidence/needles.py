@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.evidence.prompts import (
     CalibrationError,
     FillerPool,
@@ -46,7 +46,7 @@ class NeedleTrial:
     first_encounter: bool
 
 
-def refuse_over_limit(ctx: StepContext, section: str) -> int:
+def refuse_over_limit(ctx: EngineContext, section: str) -> int:
     """The usable length for scenarios.<section>; a configured length over it is refused with a
     clear error before anything is sent."""
     spec = getattr(ctx.config.scenarios, section)
@@ -62,7 +62,7 @@ def refuse_over_limit(ctx: StepContext, section: str) -> int:
     return limit
 
 
-def needle_lengths(ctx: StepContext) -> list[int]:
+def needle_lengths(ctx: EngineContext) -> list[int]:
     """The configured lengths, plus the model limit minus output and template when asked;
     refused with a clear error, before anything is sent, when one does not fit."""
     spec = ctx.config.scenarios.long_context
@@ -90,7 +90,7 @@ def _status(result: StreamResult) -> str:
 
 def needle_request(
     client: httpx.Client,
-    ctx: StepContext,
+    ctx: EngineContext,
     scenario: str,
     trial: NeedleTrial,
     output_tokens: int,
@@ -165,7 +165,7 @@ def needle_request(
 
 
 def template_tokens_for(
-    client: httpx.Client, ctx: StepContext, count: Callable[[str], int] | None, prompt_style: str = "chat"
+    client: httpx.Client, ctx: EngineContext, count: Callable[[str], int] | None, prompt_style: str = "chat"
 ) -> int:
     """The chat template's tokens, measured where the engine can tokenize, else from the config;
     0 for completion prompts, which have no template."""
@@ -176,7 +176,7 @@ def template_tokens_for(
     return ctx.config.model.template_overhead_tokens if measured is None else measured
 
 
-def run_long_context(ctx: StepContext) -> list[dict]:
+def run_long_context(ctx: EngineContext) -> list[dict]:
     """Every needle trial of the run config; writes and returns the `needles` rows."""
     spec = ctx.config.scenarios.long_context
     trials = plan_trials(needle_lengths(ctx), list(spec.depths))

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from tasks.context import EngineEndpoint, StepContext
+from tasks.engine_context import EngineEndpoint, EngineContext
 from tasks.evidence import metrics
 from tasks.evidence.window import breach
 
@@ -120,7 +120,7 @@ def check_row(endpoint: EngineEndpoint, reading: dict[str, Any]) -> dict[str, An
             "evidence": evidence}
 
 
-def watch_step(ctx: StepContext, step: str, restart_count: Callable[[], int | None] | None,
+def watch_step(ctx: EngineContext, step: str, restart_count: Callable[[], int | None] | None,
                run: Callable[[], dict[str, Any]], launch: int = 0) -> dict[str, Any]:
     """Run one engine step between restart readings; the `engine_restarts` row is written even when
     the step fails, and a restart marks the step's result `engine_restarted` (with `restarts`).
@@ -138,7 +138,7 @@ def watch_step(ctx: StepContext, step: str, restart_count: Callable[[], int | No
     return {**result, "engine_restarted": reading["outcome"] == "fail", "restarts": reading["restarts"]}
 
 
-def _write(ctx: StepContext, reading: dict[str, Any], launch: int = 0) -> None:
+def _write(ctx: EngineContext, reading: dict[str, Any], launch: int = 0) -> None:
     partition = f"{CHECK}-{reading['step']}"
     if launch:
         earlier = [r for r in ctx.run_dir.read_rows("checks", ctx.endpoint.engine)

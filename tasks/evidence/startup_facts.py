@@ -8,7 +8,7 @@ from typing import Any
 
 from tasks.evidence.hardware import merge_pod_report, unknown
 from tasks.evidence.kv_capacity import kv_capacity_row
-from tasks.state import hardware_doc
+from tasks.run_documents import hardware_doc
 
 
 def record_startup_facts(ctx: Any, engine: str, startup_log: str) -> dict[str, Any]:

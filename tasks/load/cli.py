@@ -1,6 +1,6 @@
 """`dayone bench`: the performance scenarios against a running endpoint, outside Airflow.
 
-Same code path as the DAG's benchmark tasks: a RunConfig, a StepContext, the warmup, then
+Same code path as the DAG's benchmark tasks: a RunConfig, a EngineContext, the warmup, then
 `run_perf` per scenario; the tables are written as CSV and Parquet beside a summary.json.
 
 An endpoint started with an API key: `--api-key-env VAR` names the environment variable that holds
@@ -19,10 +19,10 @@ from typing import Any
 
 from tasks.config import ConfigError, parse_run_config
 from tasks.config.engines import DIALECTS
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.endpoint_access import access_from_args, add_access_args, tls_fields
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
-from tasks.staging import RunDir, new_run_id, run_id_of
+from tasks.run_storage import RunDir, new_run_id, run_id_of
 from tasks.tables import to_csv_bytes, to_frame, to_parquet_bytes
 
 log = logging.getLogger("dayone.bench")
@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = RunDir(run_id_of(config), root=out / "staging")
     digest = identity_digest({"endpoint": args.endpoint, "dialect": args.dialect, "model": args.model})
     access = access_from_args(args, config.engines[0])
-    ctx = StepContext(config, endpoint_for(config, engine, args.endpoint, digest, access), run_dir)
+    ctx = EngineContext(config, endpoint_for(config, engine, args.endpoint, digest, access), run_dir)
     # The server's history is unknown to the CLI: every shape counts as new until warmed here.
     reset_shapes(run_dir, engine)
     summary: dict[str, Any] = {"run_id": config.run_id, "engine": engine, "endpoint": args.endpoint,

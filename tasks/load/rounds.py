@@ -15,8 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks import state
-from tasks.context import StepContext
+from tasks import run_documents
+from tasks.engine_context import EngineContext
 from tasks.desensitize import desensitize
 from tasks.evidence import metrics as server_metrics
 from tasks.evidence.engine_metrics import RoundWatch
@@ -54,7 +54,7 @@ class RoundOutcome:
 
 
 async def run_round(
-    ctx: StepContext,
+    ctx: EngineContext,
     session: Any,
     plan: RoundPlan,
     request_rows: RowWriter,
@@ -140,7 +140,7 @@ async def run_round(
     return RoundOutcome(row, results, shards)
 
 
-def _write_engine_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[str, Any], watch: RoundWatch,
+def _write_engine_round(ctx: EngineContext, plan: RoundPlan, tag: str, keys: dict[str, Any], watch: RoundWatch,
                         client_row: dict[str, Any], engine_rows: RowWriter | None,
                         metrics_rows: RowWriter | None) -> None:
     if not watch.active:
@@ -168,15 +168,15 @@ def _write_engine_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[
                 out.write(r)
 
 
-def _start_telemetry(ctx: StepContext) -> TelemetryWatch | None:
+def _start_telemetry(ctx: EngineContext) -> TelemetryWatch | None:
     """The engine's GPUs read around and during the round, when the run config asks (telemetry)."""
     engine = ctx.endpoint.engine
-    hardware = ctx.run_dir.read_json(state.hardware_doc(engine)) or {}
+    hardware = ctx.run_dir.read_json(run_documents.hardware_doc(engine)) or {}
     source = telemetry.source_for(ctx.config, engine, ctx.endpoint.base_url, hardware.get("gpu_uuids"))
     return None if source is None else TelemetryWatch(source).start()
 
 
-def _write_telemetry_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[str, Any], watch: TelemetryWatch,
+def _write_telemetry_round(ctx: EngineContext, plan: RoundPlan, tag: str, keys: dict[str, Any], watch: TelemetryWatch,
                            client_row: dict[str, Any], request_rows: list[dict[str, Any]]) -> None:
     """The round's telemetry_rounds partition (named after the round, so a retried step replaces it)."""
     row = watch.row(keys, client_row, request_rows)
@@ -187,7 +187,7 @@ def _write_telemetry_round(ctx: StepContext, plan: RoundPlan, tag: str, keys: di
         out.write(row)
 
 
-def _write_client_shards(ctx: StepContext, plan: RoundPlan, tag: str, keys: dict[str, Any],
+def _write_client_shards(ctx: EngineContext, plan: RoundPlan, tag: str, keys: dict[str, Any],
                          shards: list[ShardReport]) -> None:
     """The round's client_shards partition (named after the round, so a retried step replaces it)."""
     shape = plan.shape

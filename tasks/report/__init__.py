@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tasks import state
+from tasks import run_documents
 from tasks.archive import json_bytes, put_once
 from tasks.config import RunConfig
 from tasks.report.html import render_html
 from tasks.report.schema import RunSummary, read_summary
 from tasks.report.summary import build_summary
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 log = logging.getLogger("dayone.report")
 
@@ -33,23 +33,23 @@ def write_report(run_dir: RunDir, cfg: RunConfig) -> dict[str, Any]:
     summary = build_summary(run_dir, cfg)
     charts = render_charts(summary)
     page = render_html(summary, charts)
-    run_dir.write_json(state.SUMMARY, summary.model_dump(mode="json"))
+    run_dir.write_json(run_documents.SUMMARY, summary.model_dump(mode="json"))
     for name, png in charts.items():
-        run_dir.write_bytes(state.chart_doc(name), png)
-    run_dir.write_bytes(state.REPORT, page.encode("utf-8"))
+        run_dir.write_bytes(run_documents.chart_doc(name), png)
+    run_dir.write_bytes(run_documents.REPORT, page.encode("utf-8"))
     return {"summary": summary, "charts": charts, "page": page}
 
 
 def publish_report(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
     """Write the report in the run's storage and next to every engine's archived run."""
-    archived = run_dir.read_json(state.ARCHIVED)
+    archived = run_dir.read_json(run_documents.ARCHIVED)
     if not archived:
         raise RuntimeError(f"run {cfg.run_id}: not archived yet; the archive step must run before the report")
     built = write_report(run_dir, cfg)
     objects = {
-        state.SUMMARY: (json_bytes(built["summary"].model_dump(mode="json")), "application/json"),
-        state.REPORT: (built["page"].encode("utf-8"), "text/html; charset=utf-8"),
-        **{state.chart_doc(name): (png, "image/png") for name, png in built["charts"].items()},
+        run_documents.SUMMARY: (json_bytes(built["summary"].model_dump(mode="json")), "application/json"),
+        run_documents.REPORT: (built["page"].encode("utf-8"), "text/html; charset=utf-8"),
+        **{run_documents.chart_doc(name): (png, "image/png") for name, png in built["charts"].items()},
     }
     keys = []
     for prefix in archived["prefixes"].values():
@@ -57,4 +57,4 @@ def publish_report(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
             put_once(s3, archived["bucket"], prefix + rel, body, content_type)
             keys.append(prefix + rel)
     log.info("report for run %s: %d objects under %d prefixes", cfg.run_id, len(keys), len(archived["prefixes"]))
-    return {"bucket": archived["bucket"], "keys": keys, "report": run_dir.where(state.REPORT)}
+    return {"bucket": archived["bucket"], "keys": keys, "report": run_dir.where(run_documents.REPORT)}

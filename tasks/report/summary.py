@@ -14,7 +14,7 @@ import json
 import math
 from typing import Any
 
-from tasks import state
+from tasks import run_documents
 from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.cache import published_verdict
@@ -40,7 +40,7 @@ from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, Kv
                                            TelemetryWindow)
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.scenarios.capacity import published as published_capacity
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 CONFIDENCE = 0.95  # of every comparison's interval
 SMALL_CHANGE = 0.05  # the change whose rounds needed each comparison states (rounds_needed_for_5pct)
@@ -59,8 +59,8 @@ STANDING_LIMITS = (
 def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
     """The run's summary document (see the module docstring); desensitized."""
     steps = _step_outcomes(run_dir)
-    validation = run_dir.read_json(state.VALIDATION)
-    archived = run_dir.read_json(state.ARCHIVED) or {}
+    validation = run_dir.read_json(run_documents.VALIDATION)
+    archived = run_dir.read_json(run_documents.ARCHIVED) or {}
     engines = {e.name: _engine_summary(run_dir, cfg, e.name, steps.get(e.name, {})) for e in cfg.engines}
     run_steps = steps.get("", {})
     regressions = _regressions(run_dir)
@@ -84,8 +84,8 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         restarts={name: e.restarts.total for name, e in engines.items()},
         run_steps=run_steps,
         regressions=regressions,
-        baselines_skipped=list((run_dir.read_json(state.REGRESSIONS) or {}).get("skipped") or []),
-        baseline_caveats=list((run_dir.read_json(state.REGRESSIONS) or {}).get("caveats") or []),
+        baselines_skipped=list((run_dir.read_json(run_documents.REGRESSIONS) or {}).get("skipped") or []),
+        baseline_caveats=list((run_dir.read_json(run_documents.REGRESSIONS) or {}).get("caveats") or []),
         limits=list(STANDING_LIMITS),
         not_tested=_not_tested(cfg, engines, run_steps, bool(regressions)),
         confidence=CONFIDENCE,
@@ -101,7 +101,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
 
 def _design(run_dir: RunDir) -> dict[str, Any]:
     """How the run measured its engines against each other, as the plan recorded it."""
-    planned = state.manifest(run_dir) or {}
+    planned = run_documents.manifest(run_dir) or {}
     exp = planned.get("experiment")
     experiment = None if not exp else ExperimentSummary(
         base=exp["base"], factors=[f["setting"] for f in exp.get("factors") or []], design=exp.get("design", ""),
@@ -116,8 +116,8 @@ def _design(run_dir: RunDir) -> dict[str, Any]:
 
 def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[str, Any]) -> EngineSummary:
     spec = cfg.engine(engine)
-    pinned = state.pinned(run_dir).get(engine, {})
-    ready = state.readiness(run_dir, engine)
+    pinned = run_documents.pinned(run_dir).get(engine, {})
+    ready = run_documents.readiness(run_dir, engine)
     checks = run_dir.read_rows("checks", engine)
     ttft = TtftVerdict.model_validate(engine_ttft_verdict(run_dir, engine))
     published = ttft.reliable
@@ -157,7 +157,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         # the first start's, else a relaunch's (measurement.launches: "launch N: ...")
         restarts_before_ready=min((f for f in findings if f.finding == COLD_START_FINDING),
                                   key=lambda f: str(f.line).startswith("launch "), default=None),
-        served_revision=run_dir.read_json(state.served_revision_doc(engine)),
+        served_revision=run_dir.read_json(run_documents.served_revision_doc(engine)),
         restarts=engine_restarts,
         steps=steps,
         engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),
@@ -187,7 +187,7 @@ def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) ->
             group = sorted((r for r in mine if (r.get("concurrency"), r.get("rate_rps")) == key),
                            key=lambda r: r.get("round") or 0)
             levels.append(_level(key, group, ttft_published, warmup_rounds, cfg.slo))
-        kept = run_dir.read_json(state.perf_summary_doc(engine, scenario)) or {}
+        kept = run_dir.read_json(run_documents.perf_summary_doc(engine, scenario)) or {}
         design = kept.get("design") or {}
         together = [e for e in design.get("engines") or [] if e != engine] if design.get("order") == "interleaved" \
             else []
@@ -233,7 +233,7 @@ def _capacity(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool
               restarted: bool) -> Capacity | None:
     """The capacity search's result (tasks/scenarios/capacity.py), when it ran. A capacity judged on
     TTFT or TPOT is not published for an engine whose stream timing is unreliable: the probes stay."""
-    doc = run_dir.read_json(state.perf_summary_doc(engine, "capacity"))
+    doc = run_dir.read_json(run_documents.perf_summary_doc(engine, "capacity"))
     if doc is None:
         return None
     doc = published_capacity(doc, ttft_published, cfg.slo)
@@ -267,7 +267,7 @@ def _needle_rows(rows: list[dict[str, Any]], ttft_published: bool) -> list[Needl
 
 
 def _prefix_cache(run_dir: RunDir, engine: str, ttft: dict[str, Any]) -> PrefixCache | None:
-    doc = run_dir.read_json(state.cache_verdict_doc(engine))
+    doc = run_dir.read_json(run_documents.cache_verdict_doc(engine))
     return None if doc is None else PrefixCache.model_validate(published_verdict(doc, ttft))
 
 
@@ -465,7 +465,7 @@ def _comparison(scenario: str, level: str, figure: str, higher_is_better: bool, 
 def _step_outcomes(run_dir: RunDir) -> dict[str, dict[str, OutcomeSummary]]:
     """Recorded step outcomes by engine ("" for run-level steps): {step: {status, detail}}."""
     out: dict[str, dict[str, OutcomeSummary]] = {}
-    for outcome in state.outcomes(run_dir):
+    for outcome in run_documents.outcomes(run_dir):
         if outcome.step == "report":
             continue  # the report's own outcome: a retried report must rebuild the same bytes
         out.setdefault(outcome.engine or "", {})[outcome.step] = OutcomeSummary(status=outcome.status,

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from scipy import stats
 
 from tasks.config.scenarios import CapacityScenario
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
@@ -214,7 +214,7 @@ def shape_for(s: CapacityScenario, load: float) -> Shape:
     return Shape(s.input_tokens, s.output_tokens, int(load))
 
 
-def run_capacity(ctx: StepContext) -> dict[str, Any]:
+def run_capacity(ctx: EngineContext) -> dict[str, Any]:
     """Search the engine's capacity; write the probe rounds (requests, rounds) and one row per probe
     (capacity); return the result."""
     s = ctx.config.scenarios.capacity
@@ -321,7 +321,7 @@ def _probe(s: CapacityScenario, index: int, load: float, shape: Shape, counts: l
     }
 
 
-def probe_row(ctx: StepContext, s: CapacityScenario, probe: dict[str, Any]) -> dict[str, Any]:
+def probe_row(ctx: EngineContext, s: CapacityScenario, probe: dict[str, Any]) -> dict[str, Any]:
     """The capacity-table row of one probe (tasks/tables.py CAPACITY)."""
     keep = ("probe", "phase", "concurrency", "rate_rps", "rounds", "requests", "requests_good", "round_shares",
             "goodput_share", "ci_low", "ci_high", "verdict", "close", "decided_by")

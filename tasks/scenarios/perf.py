@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.experiment import round_order
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
@@ -27,25 +27,25 @@ from tasks.scenarios.warmup import PERF_SCENARIOS, is_first_encounter, mark_seen
 
 log = logging.getLogger("dayone.load")
 
-Relaunch = Callable[[int], "list[StepContext]"]  # launch index -> the engines' contexts, started afresh
+Relaunch = Callable[[int], "list[EngineContext]"]  # launch index -> the engines' contexts, started afresh
 # (the engines' contexts, the launch, its block of rounds) -> the block's result with each engine's restart reading
-Watch = Callable[["list[StepContext]", int, Callable[[], "dict[str, dict[str, Any]]"]], "dict[str, dict[str, Any]]"]
+Watch = Callable[["list[EngineContext]", int, Callable[[], "dict[str, dict[str, Any]]"]], "dict[str, dict[str, Any]]"]
 
 
-def _requests_per_round(ctx: StepContext, scenario: str, shape: Shape) -> int:
+def _requests_per_round(ctx: EngineContext, scenario: str, shape: Shape) -> int:
     s = getattr(ctx.config.scenarios, scenario)
     if shape.concurrency is None:
         return s.requests_per_round
     return s.requests_for(shape.concurrency)
 
 
-def run_perf(ctx: StepContext, scenario: str) -> dict[str, Any]:
+def run_perf(ctx: EngineContext, scenario: str) -> dict[str, Any]:
     """One engine's scenario: every level, its rounds one after another, with each level's summary."""
     measured, levels = _measure([ctx], scenario)
     return {**measured[ctx.endpoint.engine], "levels": levels(ctx.endpoint.engine)}
 
 
-def run_perf_interleaved(ctxs: list[StepContext], scenario: str, launches: int = 1, relaunch: Relaunch | None = None,
+def run_perf_interleaved(ctxs: list[EngineContext], scenario: str, launches: int = 1, relaunch: Relaunch | None = None,
                          watch: Watch | None = None) -> dict[str, dict[str, Any]]:
     """The scenario on engines that are up together, round by round in turn: for each level, repetition n
     measures every engine once, forward on odd n and backward on even n (ABBA, tasks/experiment.py), so
@@ -61,7 +61,7 @@ def run_perf_interleaved(ctxs: list[StepContext], scenario: str, launches: int =
     return _measure(ctxs, scenario, launches, relaunch, watch)[0]
 
 
-def _measure(ctxs: list[StepContext], scenario: str, launches: int = 1, relaunch: Relaunch | None = None,
+def _measure(ctxs: list[EngineContext], scenario: str, launches: int = 1, relaunch: Relaunch | None = None,
              watch: Watch | None = None) -> tuple[dict[str, dict[str, Any]], Callable[[str], list[dict[str, Any]]]]:
     """run_perf_interleaved's measurement, and a function giving an engine's level summaries from its rows."""
     if scenario not in PERF_SCENARIOS:
@@ -86,7 +86,7 @@ def _measure(ctxs: list[StepContext], scenario: str, launches: int = 1, relaunch
             if launch:
                 ctxs = relaunch(launch)
 
-            def block(ctxs: list[StepContext] = ctxs, launch: int = launch) -> dict[str, dict[str, Any]]:
+            def block(ctxs: list[EngineContext] = ctxs, launch: int = launch) -> dict[str, dict[str, Any]]:
                 return run_async(_launch_block(ctxs, scenario, launch, rounds, usage_missing, progress))
 
             watched = (watch or (lambda _, __, run: run()))(ctxs, launch, block)
@@ -108,7 +108,7 @@ def _restarts(readings: list[dict[str, Any]]) -> int | None:
     return None if any(c is None for c in counts) else sum(counts)
 
 
-async def _launch_block(ctxs: list[StepContext], scenario: str, launch: int,
+async def _launch_block(ctxs: list[EngineContext], scenario: str, launch: int,
                         rounds: dict[str, dict[str, list[dict[str, Any]]]], usage_missing: dict[str, dict[str, int]],
                         progress: Progress) -> dict[str, dict[str, Any]]:
     """One launch's rounds of the scenario on the engines as they now run; each round row lands in `rounds`."""

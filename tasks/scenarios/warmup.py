@@ -11,20 +11,20 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.config import RunConfig
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
 from tasks.scenarios import PERF_SCENARIOS
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 WARMUP_SCENARIO = "warmup"
 
 
 def _state(engine: str) -> str:
-    from tasks.state import warmed_shapes_doc
+    from tasks.run_documents import warmed_shapes_doc
 
     return warmed_shapes_doc(engine)
 
@@ -73,7 +73,7 @@ def warmup_requests(shape: Shape) -> int:
     return max(2 * (shape.concurrency or 0), 4)
 
 
-def run_warmup(ctx: StepContext, shapes: list[Shape] | None = None, launch: int = 0,
+def run_warmup(ctx: EngineContext, shapes: list[Shape] | None = None, launch: int = 0,
                scenario: str | None = None) -> dict[str, Any]:
     """Run one warmup round per shape (default: the run's matrix) and mark each shape seen.
 

@@ -10,9 +10,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.config import RunConfig
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.run import NotAttempted, RunContext
-from tasks.state import perf_summary_doc, pinned, readiness, set_readiness
+from tasks.run_documents import perf_summary_doc, pinned, readiness, set_readiness
 from tasks.steps.protocol import StepFn
 
 log = logging.getLogger("dayone.steps")
@@ -88,7 +88,7 @@ def startup_findings(ctx: RunContext, engine: str) -> dict[str, Any]:
             "served_revision": served["served"]}
 
 
-def startup_finding_rows(ectx: StepContext, text: str) -> list[dict[str, Any]]:
+def startup_finding_rows(ectx: EngineContext, text: str) -> list[dict[str, Any]]:
     """Rows of the startup_findings table from the engine's startup log, read by its adapter."""
     return [{**ectx.endpoint.row_keys("startup"), **f} for f in ectx.endpoint.adapter.scan_startup_log(text)]
 
@@ -160,7 +160,7 @@ def keep_perf_summary(ctx: RunContext, engine: str, scenario: str, summary: dict
     return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
 
 
-def measure_together(ctx: RunContext, ready: list[StepContext], scenario: str) -> dict[str, dict[str, Any]]:
+def measure_together(ctx: RunContext, ready: list[EngineContext], scenario: str) -> dict[str, dict[str, Any]]:
     """A performance scenario over engines up together, its rounds nested in `measurement.launches`
     starts of every engine (tasks/scenarios/perf.py): each launch after the first starts them afresh
     (`_relaunch`), each launch's rounds run between restart readings of their own, and each engine's
@@ -177,7 +177,7 @@ def measure_together(ctx: RunContext, ready: list[StepContext], scenario: str) -
 
 
 def _relaunch(ctx: RunContext, engines: list[str], scenario: str, launch: int,
-              launched: dict[str, list[dict[str, Any]]]) -> list[StepContext]:
+              launched: dict[str, list[dict[str, Any]]]) -> list[EngineContext]:
     """Start every engine of a scenario afresh for launch `launch`: all torn down first (an old process
     may hold the memory the new one needs), then deployed and readied by the deploy and readiness steps'
     own code (a new process locally, a fresh rollout on Kubernetes), then warmed on the scenario's shapes.
@@ -205,7 +205,7 @@ def _launch_record(ctx: RunContext, engine: str, launch: int, ready_waited_s: fl
             "deployment": handle.get("deployment")}
 
 
-def _watched_all(ctx: RunContext, ectxs: list[StepContext], step: str,
+def _watched_all(ctx: RunContext, ectxs: list[EngineContext], step: str,
                  run: Callable[[], dict[str, dict[str, Any]]], launch: int = 0) -> dict[str, dict[str, Any]]:
     """`_watched` for engines measured together: each engine's restarts are read before and after the
     step (or one launch's block of it), and each engine's summary says whether it restarted."""
@@ -270,7 +270,7 @@ def teardown(ctx: RunContext, engine: str) -> dict[str, Any]:
     return {"engine": engine, "torn_down": True, "deleted": list(deleted or [])}
 
 
-def _watched(ctx: RunContext, ectx: StepContext, step: str, run: Callable[[], dict[str, Any]],
+def _watched(ctx: RunContext, ectx: EngineContext, step: str, run: Callable[[], dict[str, Any]],
              restarts: Callable[[], int | None] | None = None, launch: int = 0) -> dict[str, Any]:
     """Run an engine step between restart readings (tasks/evidence/restarts.py): a restart during
     it is a failed `engine_restarts` check naming the step, and its result says `engine_restarted`."""

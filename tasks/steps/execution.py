@@ -11,12 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.config import ConfigError
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.desensitize import desensitize
 from tasks.run import NotAttempted, RunContext
 from tasks.scenarios import PERF_SCENARIOS
-from tasks.staging import RunDir
-from tasks.state import VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, write_outcome
+from tasks.run_storage import RunDir
+from tasks.run_documents import VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, write_outcome
 from tasks.steps.engine_steps import keep_perf_summary, measure_together
 from tasks.steps.protocol import Step, StepResult
 from tasks.steps.registry import STEPS
@@ -70,7 +70,7 @@ def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
     if not step.enabled(ctx.config):
         results = [execute(ctx, name, e) for e in engines]
         return StepResult(step=name, status="skipped", detail=results[0].detail if results else "no engines")
-    ready: list[StepContext] = []
+    ready: list[EngineContext] = []
     for e in engines:
         try:
             ready.append(ctx.engine(e))

@@ -1,4 +1,4 @@
-"""What a step is and what it returns: a transaction over the run's state (tasks/state.py) that takes
+"""What a step is and what it returns: a transaction over the run's state (tasks/run_documents.py) that takes
 the run context (tasks/run.py) and, for a per-engine step, the engine's name."""
 
 from __future__ import annotations

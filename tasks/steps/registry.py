@@ -11,7 +11,7 @@ from typing import Any
 from tasks.config import RunConfig
 from tasks.run import RunContext
 from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
-from tasks.state import MANIFEST
+from tasks.run_documents import MANIFEST
 from tasks.steps import engine_steps, run_steps
 from tasks.steps.protocol import Step
 

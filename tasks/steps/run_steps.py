@@ -7,7 +7,7 @@ from typing import Any
 
 from tasks.config import ConfigError, RunConfig
 from tasks.run import RunContext
-from tasks.state import MANIFEST, PINNED, manifest
+from tasks.run_documents import MANIFEST, PINNED, manifest
 
 
 def pin_now(ctx: RunContext) -> dict[str, str]:

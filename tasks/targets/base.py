@@ -15,8 +15,8 @@ from tasks.config import RunConfig
 from tasks.config.engines import EngineSpec
 from tasks.endpoint_access import EndpointAccess
 from tasks.engines import Readiness
-from tasks.staging import RunDir
-from tasks.state import deployment_doc
+from tasks.run_storage import RunDir
+from tasks.run_documents import deployment_doc
 
 
 class DeployError(RuntimeError):

@@ -25,9 +25,9 @@ from typing import Any, BinaryIO
 
 from tasks.polling import TimedOut, poll
 from tasks.processes import start_group
-from tasks.staging import RunDir
-from tasks.state import engine_exit_doc, engine_log_copied_doc, engine_log_doc, keeper_orders_doc
-from tasks.storage import S3Store
+from tasks.run_storage import RunDir
+from tasks.run_documents import engine_exit_doc, engine_log_copied_doc, engine_log_doc, keeper_orders_doc
+from tasks.object_store import S3Store
 
 CHECK_EVERY_S = 0.5
 LOG_TAIL_BYTES = 2_000_000  # what the startup findings read of a log

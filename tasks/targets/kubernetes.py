@@ -26,8 +26,8 @@ from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selec
 from tasks.k8s.rollout import (created_at, newest_pod, pods_to_explain, restart_causes, restart_total,
                                 rollout_platform)
 from tasks.readiness import Platform, wait_until_serving
-from tasks.staging import RunDir, run_id_of
-from tasks.state import applied_objects_doc, rendered_objects_doc
+from tasks.run_storage import RunDir, run_id_of
+from tasks.run_documents import applied_objects_doc, rendered_objects_doc
 from tasks.targets.base import Deployment, DeployError
 
 ApiClientFactory = Callable[[str], Any]  # Airflow connection id -> kubernetes.client.ApiClient

@@ -31,8 +31,8 @@ from tasks.polling import TimedOut, poll
 from tasks.ports import free_port
 from tasks.processes import alive, stop_group
 from tasks.readiness import UP, Platform, wait_until_serving
-from tasks.staging import RunDir
-from tasks.state import engine_log_doc, keeper_orders_doc
+from tasks.run_storage import RunDir
+from tasks.run_documents import engine_log_doc, keeper_orders_doc
 from tasks.targets.base import Deployment, DeployError, Launcher, identity_digest
 from tasks.targets.keeper import exit_record, fresh_log, request_stop, start_kept
 from tasks.targets.llamacpp import LlamaCppLauncher

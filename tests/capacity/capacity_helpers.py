@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.scenarios.warmup import reset_shapes
 from tasks.sim import SimProcess, start_sim
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 DIGEST = "sha256:" + "0" * 64
 # Fast requests: 8 output tokens 10 ms apart; the knee's factor 3 makes TPOT 30 ms, the SLO is 20 ms.
@@ -23,7 +23,7 @@ SLO = {"tpot_s": 0.02}
 
 @contextmanager
 def capacity_context(root: Path, profile: dict[str, Any], capacity: dict[str, Any],
-                     slo: dict[str, Any] | None = None, warmup: bool = False) -> Iterator[tuple[SimProcess, StepContext]]:
+                     slo: dict[str, Any] | None = None, warmup: bool = False) -> Iterator[tuple[SimProcess, EngineContext]]:
     with start_sim("sglang", {**FAST, **profile}) as sim:
         config = parse_run_config({
             "run_id": "capacity-run",
@@ -33,7 +33,7 @@ def capacity_context(root: Path, profile: dict[str, Any], capacity: dict[str, An
             "slo": SLO if slo is None else slo,
             "request_timeout_s": 30,
         })
-        ctx = StepContext(config, endpoint_for(config, "sim", sim.url, DIGEST), RunDir("capacity-run", root=root))
+        ctx = EngineContext(config, endpoint_for(config, "sim", sim.url, DIGEST), RunDir("capacity-run", root=root))
         reset_shapes(ctx.run_dir, "sim")  # a fresh deploy: no shape seen
         yield sim, ctx
 
@@ -55,11 +55,11 @@ class Result:
                 "e2e_s": ttft + 0.1, "tpot_s": 0.01, "send_ts": 1.0}
 
 
-def fake_context(root: Path, engine: str = "fake", slo: dict[str, Any] | None = None, **search: Any) -> StepContext:
+def fake_context(root: Path, engine: str = "fake", slo: dict[str, Any] | None = None, **search: Any) -> EngineContext:
     """A context whose engine is never reached (run_round is replaced): SLO TTFT 0.5 s by default."""
     cfg = parse_run_config({
         "run_id": "probe-rounds", "engines": [{"name": engine, "dialect": "openai"}],
         "slo": {"ttft_s": 0.5} if slo is None else slo,
         "scenarios": {"warmup": False, "capacity": {"enabled": True, "requests_per_round": 40, **search}},
     })
-    return StepContext(cfg, endpoint_for(cfg, engine, "http://127.0.0.1:9", DIGEST), RunDir("probe-rounds", root=root))
+    return EngineContext(cfg, endpoint_for(cfg, engine, "http://127.0.0.1:9", DIGEST), RunDir("probe-rounds", root=root))

@@ -7,7 +7,7 @@ import pytest
 
 import tasks.scenarios.capacity as capacity
 from capacity_helpers import fake_context
-from tasks import state
+from tasks import run_documents
 from tasks.config import parse_run_config
 from tasks.report import build_summary, read_summary, render_html
 from tasks.report.charts import render_charts
@@ -19,7 +19,7 @@ def _search(tmp_path, rounds_of_shares, slo):
     for engine, planted in PLANTED.items():
         rounds_of_shares(lambda load, n, planted=planted: 1.0 if load <= planted else 0.2)
         ctx = fake_context(tmp_path, engine=engine, slo=slo, start=3, max=32, rounds=2)
-        ctx.run_dir.write_json(state.perf_summary_doc(engine, "capacity"), capacity.run_capacity(ctx))
+        ctx.run_dir.write_json(run_documents.perf_summary_doc(engine, "capacity"), capacity.run_capacity(ctx))
     cfg = parse_run_config({"run_id": "probe-rounds", "engines": [{"name": e, "dialect": "openai"} for e in PLANTED],
                             "slo": slo, "scenarios": {"capacity": {"enabled": True, "start": 3, "max": 32}}})
     return build_summary(ctx.run_dir, cfg)
@@ -56,7 +56,7 @@ def test_the_chart_and_the_section_show_the_capacity(summary):
 
 
 def test_no_capacity_section_when_the_search_did_not_run(tmp_path):
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     cfg = parse_run_config({"run_id": "no-capacity", "engines": [{"name": "a", "dialect": "openai"}]})
     summary = build_summary(RunDir("no-capacity", root=tmp_path), cfg)

@@ -3,7 +3,7 @@ probe's rounds are kept as rows (PROTOCOL.md section 8, "Capacity under SLO").""
 
 from __future__ import annotations
 
-from tasks import state
+from tasks import run_documents
 from tasks.report import build_summary
 from tasks.scenarios.capacity import run_capacity
 from tasks.tables import to_frame
@@ -50,7 +50,7 @@ def test_a_planted_capacity_is_found_within_one_step(capacity_ctx):
     assert all(r["success"] for r in results.values()), results
 
     # The search's own streams show the engine streams: its capacity, judged on TPOT, is published.
-    ctx.run_dir.write_json(state.perf_summary_doc("sim", "capacity"), result)
+    ctx.run_dir.write_json(run_documents.perf_summary_doc("sim", "capacity"), result)
     summary = build_summary(ctx.run_dir, ctx.config).engines["sim"]
     assert summary.ttft_published and summary.capacity.capacity == result["capacity"]
     assert summary.capacity.withheld is None

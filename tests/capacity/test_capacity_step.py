@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from capacity_helpers import FAST, SLO
-from tasks import state
+from tasks import run_documents
 from tasks.report import write_report
 from tasks.run import RunContext
 from tasks.steps.execution import execute
@@ -30,7 +30,7 @@ def test_the_capacity_step_finds_the_knee_and_the_report_shows_it(tmp_path, monk
     ctx = RunContext.build(CONFIG, "capacity-step")
     for name in ("plan", "pin"):
         execute(ctx, name)
-    assert {"engine": "sim-knee", "scenario": "capacity"} in state.manifest(ctx.run_dir)["matrix"]
+    assert {"engine": "sim-knee", "scenario": "capacity"} in run_documents.manifest(ctx.run_dir)["matrix"]
     execute(ctx, "deploy", "sim-knee")
     try:
         execute(ctx, "wait_ready", "sim-knee")
@@ -39,7 +39,7 @@ def test_the_capacity_step_finds_the_knee_and_the_report_shows_it(tmp_path, monk
         execute(ctx, "teardown", "sim-knee")
     assert done.status == "ok" and done.data["outcome"] == "found" and done.data["capacity"] == KNEE
     assert done.data["engine_restarted"] is False
-    outcome = next(o for o in state.outcomes(ctx.run_dir) if o.step == "capacity")
+    outcome = next(o for o in run_documents.outcomes(ctx.run_dir) if o.step == "capacity")
     assert outcome.status == "ok"
     restarts = [c for c in ctx.run_dir.read_rows("checks", "sim-knee") if c["check"] == "engine_restarts"]
     assert [c["scenario"] for c in restarts] == ["capacity"] and restarts[0]["outcome"] == "pass"

@@ -58,7 +58,7 @@ QUEUE = "default"  # Airflow's [operators] default_queue: every worker consumes 
 # A worker's task instance that stops heartbeating (its worker died) is failed, and retried, after this long.
 TASK_HEARTBEAT_TIMEOUT_S = 20
 LOG_TAIL_LINES = 60
-# Run state: an S3 prefix every worker reaches (tasks/storage.py), through the same dayone_s3 connection.
+# Run state: an S3 prefix every worker reaches (tasks/object_store.py), through the same dayone_s3 connection.
 STAGING = "s3://dayone-staging/runs"
 
 

@@ -6,19 +6,19 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundOutcome, RoundPlan, run_round
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 
-def context(url: str, dialect: str, root: Path) -> StepContext:
+def context(url: str, dialect: str, root: Path) -> EngineContext:
     cfg = parse_run_config({"run_id": "engine-metrics", "engines": [{"name": "eng", "dialect": dialect}]})
-    return StepContext(cfg, endpoint_for(cfg, "eng", url, "sha256:" + "0" * 64), RunDir("engine-metrics", root=root))
+    return EngineContext(cfg, endpoint_for(cfg, "eng", url, "sha256:" + "0" * 64), RunDir("engine-metrics", root=root))
 
 
-def one_round(ctx: StepContext, shape: Shape, requests: int, round_: int = 1) -> RoundOutcome:
+def one_round(ctx: EngineContext, shape: Shape, requests: int, round_: int = 1) -> RoundOutcome:
     plan = RoundPlan(scenario="short", shape=shape, round=round_, requests=requests, first_encounter=False)
 
     async def go() -> RoundOutcome:
@@ -29,7 +29,7 @@ def one_round(ctx: StepContext, shape: Shape, requests: int, round_: int = 1) ->
     return run_async(go())
 
 
-def engine_row(ctx: StepContext, round_: int = 1) -> dict[str, Any]:
+def engine_row(ctx: EngineContext, round_: int = 1) -> dict[str, Any]:
     rows = [r for r in ctx.run_dir.read_rows("engine_rounds", ctx.endpoint.engine) if r["round"] == round_]
     assert len(rows) == 1, rows
     return rows[0]

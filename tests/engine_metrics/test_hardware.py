@@ -16,15 +16,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 
 from fake_apiserver import FakeApiServer  # noqa: E402
 from k8s_helpers import run_config  # noqa: E402
-from tasks import state  # noqa: E402
+from tasks import run_documents  # noqa: E402
 from tasks.config import parse_run_config  # noqa: E402
-from tasks.context import StepContext, endpoint_for  # noqa: E402
+from tasks.engine_context import EngineContext, endpoint_for  # noqa: E402
 from tasks.evidence import hardware  # noqa: E402
 from tasks.evidence.startup_facts import record_startup_facts  # noqa: E402
 from tasks.k8s.manifests import render_engine  # noqa: E402
 from tasks.report.html import render_html  # noqa: E402
 from tasks.report.summary import build_summary  # noqa: E402
-from tasks.staging import RunDir  # noqa: E402
+from tasks.run_storage import RunDir  # noqa: E402
 from tasks.tables import to_frame  # noqa: E402
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget  # noqa: E402
 from tasks.targets.local import LocalTarget, this_node  # noqa: E402
@@ -87,11 +87,11 @@ def test_kubernetes_record_from_the_node_labels_and_the_pod(tmp_path, fake_smi):
         printed = subprocess.run([*container["command"], "true"], capture_output=True, text=True, timeout=20,
                                  env={"PATH": f"{fake_smi}:/usr/bin:/bin"}).stdout
         api.set_log("bench", pod, printed + "INFO GPU KV cache size: 1,709,664 tokens\n")
-        ectx = StepContext(cfg, endpoint_for(cfg, "vllm", dep.base_url, dep.image_digest), run_dir)
+        ectx = EngineContext(cfg, endpoint_for(cfg, "vllm", dep.base_url, dep.image_digest), run_dir)
         ctx = SimpleNamespace(engine=lambda e: ectx, run_dir=run_dir, config=cfg, target=target,
                               deployment=lambda e: dep)
         state_doc = {"engines": [{"name": "vllm"}]}
-        run_dir.write_json(state.MANIFEST, state_doc)
+        run_dir.write_json(run_documents.MANIFEST, state_doc)
         facts = record_startup_facts(ctx, "vllm", target.startup_log(dep))
     finally:
         api.close()
@@ -102,7 +102,7 @@ def test_kubernetes_record_from_the_node_labels_and_the_pod(tmp_path, fake_smi):
     assert row["gpu_uuids"] == UUIDS and row["sources"]["gpu_uuids"] == "nvidia-smi inside the engine's container"
     assert row["sources"]["gpu_product"] == "node label nvidia.com/gpu.product of h20-node-1"
     assert row["cpu_model"] is None and row["unknown"] == {"cpu_model": "not reported", "cpu_cores": "not reported"}
-    assert state.manifest(run_dir)["hardware"]["vllm"]["gpu_uuids"] == UUIDS
+    assert run_documents.manifest(run_dir)["hardware"]["vllm"]["gpu_uuids"] == UUIDS
     assert list(to_frame("hardware", [row]).columns)[-1] == "unknown"
 
 

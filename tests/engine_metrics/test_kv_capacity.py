@@ -17,7 +17,7 @@ from tasks.evidence.kv_capacity import fits_context, kv_capacity_row
 from tasks.evidence.startup_facts import record_startup_facts
 from tasks.report.html import render_html
 from tasks.report.summary import build_summary
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.tables import to_frame
 
 NO_LONG_CONTEXT = {"long_context": {"enabled": False}, "boundary": {"enabled": False}}

@@ -13,10 +13,10 @@ import pytest
 
 from engine_rounds_helpers import one_round
 from tasks.config import ConfigError, parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.evidence import telemetry
 from tasks.load.plan import Shape
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 SLOTS = 8
 SHAPE = Shape(input_tokens=64, output_tokens=40, concurrency=4)
@@ -30,13 +30,13 @@ def gpus(**extra):
             "kv_cache_mib": 4000.0, "exporter_refresh_s": REFRESH_S, **extra}
 
 
-def context(url: str, root, interval_s: float = 0.02) -> StepContext:
+def context(url: str, root, interval_s: float = 0.02) -> EngineContext:
     cfg = parse_run_config({"run_id": "telemetry", "engines": [{"name": "eng", "dialect": "vllm"}],
                             "telemetry": {"enabled": True, "interval_s": interval_s}})
-    return StepContext(cfg, endpoint_for(cfg, "eng", url, "sha256:" + "0" * 64), RunDir("telemetry", root=root))
+    return EngineContext(cfg, endpoint_for(cfg, "eng", url, "sha256:" + "0" * 64), RunDir("telemetry", root=root))
 
 
-def telemetry_row(ctx: StepContext, round_: int = 1) -> dict:
+def telemetry_row(ctx: EngineContext, round_: int = 1) -> dict:
     rows = [r for r in ctx.run_dir.read_rows("telemetry_rounds", "eng") if r["round"] == round_]
     assert len(rows) == 1, rows
     return rows[0]

@@ -46,7 +46,7 @@ def launched(eval_dag, s3_server, tmp_path_factory):
     """One dayone_eval run with two launches; its run directory and summary."""
     from dayone_airflow.glue import dayone_run_id
     from tasks.report.schema import RunSummary
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     root = tmp_path_factory.mktemp("launches")
     with pytest.MonkeyPatch.context() as mp:

@@ -13,11 +13,11 @@ from aiohttp import web
 from plain_server import MODEL, PlainServer
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.engines import adapter_for
 from tasks.engines.vllm import VLLMAdapter
 from tasks.evidence.cache import run_prefix_cache
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 
 class ClearsAfterRefusals(PlainServer):
@@ -66,7 +66,7 @@ def test_cache_verdict_names_a_cold_request_that_was_not_cleared(tmp_path, monke
         "request_timeout_s": 30,
     })
     with ClearsAfterRefusals(None) as server:
-        ctx = StepContext(config, endpoint_for(config, "plain-vllm", server.url, "sha256:" + "0" * 64),
+        ctx = EngineContext(config, endpoint_for(config, "plain-vllm", server.url, "sha256:" + "0" * 64),
                           RunDir("plain-run", root=tmp_path))
         verdict = run_prefix_cache(ctx)
         trials = ctx.run_dir.read_rows("cache_trials", "plain-vllm")

@@ -22,12 +22,12 @@ from plain_server import MODEL, PlainServer
 from test_restarts_plain import CACHE_PROMPT_TOKENS, QUERIES, REPEATS, PrefixCacheServer
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.report.summary import build_summary
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 OTHER_CLIENTS_TOKENS = 50_000  # counted by the shared engine while the failed scrape hid its restart
 
@@ -106,7 +106,7 @@ def test_a_round_where_one_engine_core_restarted_publishes_no_delta_in_the_summa
                             "engines": [{"name": "eng", "dialect": "vllm", "launcher": "external",
                                          "endpoint": "http://127.0.0.1:1"}]})
     with TwoEngineCores() as server:
-        ctx = StepContext(cfg, endpoint_for(cfg, "eng", server.url, None), RunDir("cores", root=tmp_path))
+        ctx = EngineContext(cfg, endpoint_for(cfg, "eng", server.url, None), RunDir("cores", root=tmp_path))
         plan = RoundPlan(scenario="short", shape=Shape(input_tokens=8, output_tokens=4, concurrency=2), round=1,
                          requests=4, first_encounter=False)
 

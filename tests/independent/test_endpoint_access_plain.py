@@ -21,8 +21,8 @@ from test_ca import make_ca
 
 from tasks.checks import run_functional
 from tasks.config import ConfigError, parse_run_config
-from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir
+from tasks.engine_context import EngineContext, endpoint_for
+from tasks.run_storage import RunDir
 
 
 def EndpointAccess(**given):  # noqa: N802 -- imported where used, so each test stands or falls alone
@@ -73,10 +73,10 @@ def test_bench_names_the_variable_when_it_holds_no_key(tmp_path):
     assert proc.returncode != 0 and "DAYONE_TEST_UNSET_KEY is unset or empty" in proc.stderr
 
 
-def _ctx(tmp_path: Path, url: str, access: EndpointAccess | None = None) -> StepContext:
+def _ctx(tmp_path: Path, url: str, access: EndpointAccess | None = None) -> EngineContext:
     cfg = parse_run_config({"run_id": "keyed", "model": {"name": MODEL},
                             "engines": [{"name": "eng", "dialect": "openai", "launcher": "external", "endpoint": url}]})
-    return StepContext(cfg, endpoint_for(cfg, "eng", url, "sha256:" + "0" * 64, access),
+    return EngineContext(cfg, endpoint_for(cfg, "eng", url, "sha256:" + "0" * 64, access),
                        RunDir("keyed", root=tmp_path / url.rsplit(":", 1)[1]))
 
 

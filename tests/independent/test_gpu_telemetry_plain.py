@@ -15,13 +15,13 @@ from dcgm_exporter import DcgmExporter
 from plain_server import MODEL, PlainServer
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.report.html import render_html
 from tasks.report.summary import build_summary
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 GPUS = ["GPU-aaaa", "GPU-bbbb"]
 SHAPE = Shape(input_tokens=8, output_tokens=50, concurrency=4)
@@ -34,7 +34,7 @@ class Engine(PlainServer):
     token_delay_s = 0.004
 
 
-def _context(root, dcgm_url: str, uuids: list[str] | None) -> StepContext:
+def _context(root, dcgm_url: str, uuids: list[str] | None) -> EngineContext:
     engine_telemetry = {"dcgm_url": dcgm_url, **({"gpu_uuids": uuids} if uuids else {})}
     cfg = parse_run_config({"run_id": "gpus", "model": {"name": MODEL},
                             "engines": [{"name": "eng", "dialect": "openai", "launcher": "external",
@@ -47,7 +47,7 @@ def _rounds(exporter: DcgmExporter, root, uuids: list[str] | None = GPUS, rounds
     """`rounds` measured rounds of one shape back to back; the run's summary."""
     with Engine() as engine:
         cfg = _context(root, exporter.url + "/metrics", uuids)
-        ctx = StepContext(cfg, endpoint_for(cfg, "eng", engine.url, None), RunDir("gpus", root=root))
+        ctx = EngineContext(cfg, endpoint_for(cfg, "eng", engine.url, None), RunDir("gpus", root=root))
 
         async def go() -> None:
             async with new_session(ctx.endpoint.adapter.keeps_alive_after_stream) as session:

@@ -18,10 +18,10 @@ from aiohttp import web
 from plain_server import MODEL, PlainServer, prompt_token_count
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.evidence.needles import run_long_context
 from tasks.evidence.reliability import engine_ttft_verdict
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 CODE = re.compile(r"The secret code is ([A-Z0-9]{4}-[A-Z0-9]{4})\.")
 
@@ -72,7 +72,7 @@ def test_every_needle_request_decodes_greedily_and_passes(tmp_path):
         "request_timeout_s": 30,
     })
     with AnswersWhenGreedy() as server:
-        ctx = StepContext(config, endpoint_for(config, "plain-vllm", server.url, "sha256:" + "0" * 64),
+        ctx = EngineContext(config, endpoint_for(config, "plain-vllm", server.url, "sha256:" + "0" * 64),
                           RunDir("plain-run", root=tmp_path))
         rows = run_long_context(ctx)
         temperatures = server.temperatures

@@ -59,7 +59,7 @@ def test_broken_nights_stay_red_until_a_person_accepts_the_new_level(airflow_db,
     from airflow.dag_processing.dagbag import DagBag
 
     from dayone_airflow.glue import dayone_run_id
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     bucket = f"nightly-plain-{time.time_ns()}"
     root = tmp_path / "runs"

@@ -17,7 +17,7 @@ from dayone_airflow.connections import hook_api_client
 from dayone_airflow.glue import dayone_run_id, run_step
 from dayone_airflow.kubernetes import FAILED, READY, TIMEOUT, EngineReadinessOperator, EngineReadyTrigger
 from tasks.readiness import UP
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget
 
 NS = "bench"

@@ -10,7 +10,7 @@ from k8s_helpers import CONN_ID, MODEL
 
 from tasks.config import parse_run_config
 from tasks.run import RunContext
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 KEY = "dk-secretKey-7hQ2pX9w"
 

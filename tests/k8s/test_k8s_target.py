@@ -13,11 +13,11 @@ from dayone_airflow.connections import hook_api_client
 from tasks.run import NotAttempted, RunContext
 from tasks.steps.engine_steps import startup_finding_rows
 from tasks.steps.execution import execute
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.k8s.manifests import render_engine
 from tasks.tables import TABLES, to_frame
 from tasks.targets.base import DeployError
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.config import parse_run_config
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget, _without_env_values
 
@@ -178,7 +178,7 @@ def test_restart_counts_and_startup_log_findings(apiserver, target, run_dir):
     text = target.startup_log(dep)
     assert text.index("OutOfMemoryError") < text.index("Using default MoE config")  # crashed run first
     assert '{"msg": "a log line that is JSON"}' in text
-    ectx = StepContext(config, endpoint_for(config, "vllm", dep.base_url, dep.image_digest), run_dir)
+    ectx = EngineContext(config, endpoint_for(config, "vllm", dep.base_url, dep.image_digest), run_dir)
     rows = startup_finding_rows(ectx, text)
     assert {(r["finding"], r["severity"]) for r in rows} == {
         ("out_of_memory", "error"), ("missing_tuned_config", "warning"), ("cuda_graph_capture", "info")}

@@ -1,4 +1,4 @@
-"""Shared helpers: a StepContext over a running simulator and a fresh run directory, and the
+"""Shared helpers: a EngineContext over a running simulator and a fresh run directory, and the
 independent reference server (bench/ref_server.py) in a process of its own."""
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ from typing import Any
 import pytest
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir
+from tasks.engine_context import EngineContext, endpoint_for
+from tasks.run_storage import RunDir
 
 
 @pytest.fixture
 def make_ctx(tmp_path: Path):
-    def make(url: str, dialect: str = "sglang", **config: Any) -> StepContext:
+    def make(url: str, dialect: str = "sglang", **config: Any) -> EngineContext:
         doc = {"run_id": "test-run", "engines": [{"name": "sim", "dialect": dialect}], **config}
         cfg = parse_run_config(doc)
-        return StepContext(cfg, endpoint_for(cfg, "sim", url, "sha256:" + "0" * 64), RunDir("test-run", root=tmp_path))
+        return EngineContext(cfg, endpoint_for(cfg, "sim", url, "sha256:" + "0" * 64), RunDir("test-run", root=tmp_path))
 
     return make
 

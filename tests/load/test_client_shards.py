@@ -219,7 +219,7 @@ def test_the_short_scenario_gets_the_processes_the_run_config_asks_for(ref_serve
 def test_the_report_names_the_rounds_whose_client_waited_for_a_core(tmp_path):
     from tasks.report.html import render_html
     from tasks.report.summary import build_summary
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     cfg = parse_run_config({"run_id": "rep", "engines": [{"name": "eng", "dialect": "sglang"}]})
     run_dir = RunDir("rep", root=tmp_path)

@@ -25,7 +25,7 @@ from tasks import partitions
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 STALL_S, STALLS = 0.3, 2  # the partition's first two flushes take 0.3 s each: a disk that stalls
 MAX_LOOP_STALL_S = 0.15  # a loaded machine delays the loop by tens of ms, not 150

@@ -58,7 +58,7 @@ def _seed_catalog(s3, bucket: str) -> dict[dt.datetime, str]:
 
 def test_backfill_over_three_dates_uses_each_dates_catalog_digest(dagbag, s3_conn, run_root, bucket):
     from dayone_airflow.glue import dayone_run_id
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     s3 = s3_conn.client()
     seeded = _seed_catalog(s3, bucket)

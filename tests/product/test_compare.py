@@ -15,7 +15,7 @@ from product_fixtures import check_row, needle_row, round_row, small_config
 from tasks.archive import archive_run
 from tasks.compare import RegressionFound, Side, compare_engine, compare_run, engine_lineage
 from tasks.config import parse_run_config
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.tables import to_frame
 
 ENGINE = "sim-a"

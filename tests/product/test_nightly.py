@@ -35,7 +35,7 @@ def test_nightly_records_digests_compares_and_fails_on_a_planted_regression(dagb
     from dayone_airflow.glue import dayone_run_id
     from tasks.catalog import read_entry
     from tasks.config import parse_run_config
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     bucket = f"nightly-{time.time_ns()}"
     nightly = dagbag.get_dag("dayone_nightly")

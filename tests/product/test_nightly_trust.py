@@ -23,7 +23,7 @@ from product_fixtures import round_row, small_config
 
 from tasks.compare import RegressionFound, Side, compare_engine, compare_run
 from tasks.config import parse_run_config
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.tables import to_frame
 
 ENGINE = "sim-a"
@@ -206,16 +206,16 @@ def test_a_baseline_of_another_engine_configuration_is_skipped_and_named(s3_serv
 
 
 def test_a_baseline_of_another_model_revision_or_gpu_product_is_skipped_and_in_the_report(s3_server, run_root, bucket):
-    from tasks import state
+    from tasks import run_documents
     from tasks.report import build_summary
 
     s3 = s3_server.client()
     root_then = run_root / "then"
     base = RunDir("g1", root_then)
-    base.write_json(state.hardware_doc(ENGINE), {"gpu_product": "NVIDIA H100 80GB HBM3"})
+    base.write_json(run_documents.hardware_doc(ENGINE), {"gpu_product": "NVIDIA H100 80GB HBM3"})
     _night(root_then, s3, bucket, "g1", 100.0, 1000.0)
     now = RunDir("g2", run_root)
-    now.write_json(state.hardware_doc(ENGINE), {"gpu_product": "NVIDIA H200"})
+    now.write_json(run_documents.hardware_doc(ENGINE), {"gpu_product": "NVIDIA H200"})
     run_dir, rows, passed = _night(run_root, s3, bucket, "g2", 50.0, 2000.0,
                                    model={**small_config(bucket)["model"], "revision": "abc123"})
     assert passed and rows == []
@@ -365,11 +365,11 @@ def test_the_accept_variable_names_one_run_or_several(monkeypatch):
 
 
 def _served(root: Any, run_id: str, served: dict[str, Any] | None) -> None:
-    from tasks import state
+    from tasks import run_documents
     from tasks.evidence.revision import revision_identity
 
     record = revision_identity({"model": {"revision": "main"}}, served)
-    RunDir(run_id, root).write_json(state.served_revision_doc(ENGINE), record)
+    RunDir(run_id, root).write_json(run_documents.served_revision_doc(ENGINE), record)
 
 
 def test_a_baseline_that_served_other_weights_under_the_same_moving_revision_is_skipped(s3_server, run_root, bucket):

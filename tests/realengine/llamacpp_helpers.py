@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import RunConfig, parse_run_config
-from tasks.context import StepContext, endpoint_for
-from tasks.staging import RunDir
+from tasks.engine_context import EngineContext, endpoint_for
+from tasks.run_storage import RunDir
 from tasks.targets.base import Deployment
 from tasks.targets.local import LocalTarget
 
@@ -47,10 +47,10 @@ class RunningEngine:
     def base_url(self) -> str:
         return self.deployment.base_url
 
-    def ctx(self) -> StepContext:
+    def ctx(self) -> EngineContext:
         name = self.deployment.engine
         endpoint = endpoint_for(self.config, name, self.base_url, self.deployment.image_digest)
-        return StepContext(self.config, endpoint, self.run_dir)
+        return EngineContext(self.config, endpoint, self.run_dir)
 
 
 @contextmanager

@@ -163,14 +163,14 @@ def test_load_client_bounds_and_records_every_hostile_stream(hostile):
 def test_functional_checks_record_hostile_answers_as_bounded_rows(hostile, mode, tmp_path):
     from tasks.checks import run_functional
     from tasks.config import parse_run_config
-    from tasks.context import StepContext, endpoint_for
-    from tasks.staging import RunDir
+    from tasks.engine_context import EngineContext, endpoint_for
+    from tasks.run_storage import RunDir
 
     hostile.mode = mode
     cfg = parse_run_config({"run_id": "hostile", "model": {"name": "hostile"}, "request_timeout_s": 20,
                             "engines": [{"name": "hostile", "dialect": "openai", "launcher": "external",
                                          "endpoint": hostile.url}]})
-    ctx = StepContext(cfg, endpoint_for(cfg, "hostile", hostile.url, "sha256:" + "0" * 64), RunDir("hostile", tmp_path))
+    ctx = EngineContext(cfg, endpoint_for(cfg, "hostile", hostile.url, "sha256:" + "0" * 64), RunDir("hostile", tmp_path))
     rows = run_functional(ctx)
     assert rows and all(r["outcome"] in ("pass", "fail", "not_applicable") for r in rows)
     assert any(r["outcome"] == "fail" for r in rows)

@@ -56,7 +56,7 @@ class SimRun:
     config: dict
 
     def run_dir(self, root: Path | None = None):
-        from tasks.staging import RunDir
+        from tasks.run_storage import RunDir
 
         return RunDir(self.run_id, root=root or self.root)
 

@@ -39,12 +39,12 @@ def test_every_figure_is_the_median_of_its_round_values_with_a_spread_flag(sim_r
 def test_a_levels_figures_are_kept_once_from_the_rounds_table(sim_run, summary):
     """The performance step keeps how it measured (design, launches, restarts), not figures of its own:
     summary.json's levels are computed once, from the rounds table archived beside it."""
-    from tasks import state
+    from tasks import run_documents
 
     kept = 0
     for engine, e in summary.engines.items():
         for scenario, perf in e.perf.items():
-            doc = sim_run.run_dir().read_json(state.perf_summary_doc(engine, scenario))
+            doc = sim_run.run_dir().read_json(run_documents.perf_summary_doc(engine, scenario))
             assert doc is not None and {"design", "launches", "engine_restarted"} <= set(doc)
             assert "levels" not in doc, f"{engine} {scenario}: the step kept figures beside summary.json's"
             assert perf.levels
@@ -234,7 +234,7 @@ def test_a_run_that_measured_nothing_still_renders_and_says_why(tmp_path):
     from tasks.config import parse_run_config
     from tasks.report import write_report
     from tasks.report.schema.run import NotTested
-    from tasks.staging import RunDir
+    from tasks.run_storage import RunDir
 
     cfg = parse_run_config({"run_id": "dry-run-1", "dry_run": True})
     built = write_report(RunDir("dry-run-1", root=tmp_path), cfg)

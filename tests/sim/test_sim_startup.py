@@ -10,7 +10,7 @@ import pytest
 
 from tasks.config import parse_run_config
 from tasks.engines import adapter_for
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.targets.local import LocalTarget
 
 

@@ -22,7 +22,7 @@ from storage_helpers import fresh_worker_env
 
 from tasks.partitions import CHUNK_EVERY_S, CHUNK_ROWS, TRY_POINTER
 from tasks.pipes import FLUSH_EVERY_S
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 RUN_ID = "killed-worker-s3"

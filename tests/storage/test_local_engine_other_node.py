@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from tasks.config import parse_run_config
-from tasks.staging import RunDir
-from tasks.state import engine_exit_doc, engine_log_doc
+from tasks.run_storage import RunDir
+from tasks.run_documents import engine_exit_doc, engine_log_doc
 from tasks.targets import local
 from tasks.targets.base import DeployError
 from tasks.targets.local import LocalTarget

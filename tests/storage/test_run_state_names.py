@@ -1,4 +1,4 @@
-"""Every run document is named by tasks/state.py, the one layout a reader and a writer share: no other
+"""Every run document is named by tasks/run_documents.py, the one layout a reader and a writer share: no other
 module reads or writes run state by a path of its own (a literal, an f-string, a joined string)."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ import ast
 import inspect
 from pathlib import Path
 
-from tasks import state
+from tasks import run_documents
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_STATE_CALLS = {"read_json", "write_json", "read_bytes", "write_bytes", "names"}  # RunDir's document methods
 # the names an archived run's objects share with its run state
-DOCUMENT_NAMES = {state.MANIFEST, state.PINNED, state.VALIDATION, state.ARCHIVED, state.REGRESSIONS, state.SUMMARY,
-                  state.REPORT}
+DOCUMENT_NAMES = {getattr(run_documents, name)
+                  for name in ("MANIFEST", "PINNED", "VALIDATION", "ARCHIVED", "REGRESSIONS", "SUMMARY", "REPORT")}
 
 
 def _spelled_out(node: ast.expr) -> bool:
@@ -24,23 +24,23 @@ def _spelled_out(node: ast.expr) -> bool:
 
 
 def _modules() -> list[Path]:
-    home = Path(inspect.getsourcefile(state)).resolve()
+    home = Path(inspect.getsourcefile(run_documents)).resolve()
     return [p for d in ("tasks", "plugins", "dags", "bench") for p in sorted((ROOT / d).rglob("*.py"))
             if p.resolve() != home]
 
 
-def test_run_documents_are_read_and_written_by_the_names_state_gives():
+def test_run_documents_are_read_and_written_by_the_names_run_documents_gives():
     found = []
     for path in _modules():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in RUN_STATE_CALLS and node.args and _spelled_out(node.args[0])):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
-    assert not found, "run state named outside tasks/state.py:\n" + "\n".join(found)
+    assert not found, "run state named outside tasks/run_documents.py:\n" + "\n".join(found)
 
 
-def test_the_nightly_and_the_report_name_archived_documents_as_state_does():
-    """compare.py reads an archived run's summary and manifest, the report publishes its own: by state's names."""
+def test_the_nightly_and_the_report_name_archived_documents_as_run_documents_does():
+    """compare.py reads an archived run's summary and manifest, the report publishes its own: by run_documents' names."""
     found = []
     for rel in ("tasks/compare.py", "tasks/report/__init__.py", "tasks/report/summary.py"):
         for node in ast.walk(ast.parse((ROOT / rel).read_text(encoding="utf-8"))):
@@ -50,4 +50,4 @@ def test_the_nightly_and_the_report_name_archived_documents_as_state_does():
                     isinstance(v, ast.Constant) and str(v.value).startswith(("charts/", "verdicts/", "summaries/"))
                     for v in node.values):
                 found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
-    assert not found, "documents named outside tasks/state.py:\n" + "\n".join(found)
+    assert not found, "documents named outside tasks/run_documents.py:\n" + "\n".join(found)

@@ -13,8 +13,8 @@ import pytest
 
 from tasks import partitions
 from tasks.partitions import ChunkSink
-from tasks.staging import NoLocalPath, RunDir
-from tasks.storage import parse_staging
+from tasks.run_storage import NoLocalPath, RunDir
+from tasks.object_store import parse_staging
 from tasks.config import ConfigError
 
 
@@ -47,7 +47,7 @@ def test_documents_round_trip_and_nothing_lands_on_local_disk(staging, tmp_path,
 
 
 def test_outcomes_and_verdict_read_from_s3(staging):
-    from tasks.state import StepOutcome, outcomes, write_outcome
+    from tasks.run_documents import StepOutcome, outcomes, write_outcome
     from tasks.steps.execution import verdict
 
     rd = RunDir("run-outcomes", staging)

@@ -1,5 +1,5 @@
 """A run's storage (RunDir): its documents, objects and table partitions, on this machine or under an S3
-prefix (tasks/storage.py), so the next task finds them from any worker; and the run id that names it.
+prefix (tasks/object_store.py), so the next task finds them from any worker; and the run id that names it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tasks.partitions import RowWriter, json_default, partition_writer, read_partitions
-from tasks.storage import LocalStore, Store
+from tasks.object_store import LocalStore, Store
 from tasks.tables import TABLES
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class RunDir:
         return self.store.get(name)
 
     def names(self, folder: str) -> list[str]:
-        """The objects directly in `folder` (e.g. the step outcomes, tasks/state.py OUTCOMES_DIR), by name, sorted."""
+        """The objects directly in `folder` (e.g. OUTCOMES_DIR, the step outcomes), by name, sorted."""
         prefix = folder.rstrip("/") + "/"
         return sorted({k[len(prefix):] for k in self.store.keys(prefix) if "/" not in k[len(prefix):]})
 

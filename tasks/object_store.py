@@ -1,7 +1,7 @@
 """Where a run's state is kept: a directory on this machine, or a prefix in S3-compatible storage.
 
 Both stores hold whole objects under keys relative to their root: put, get, list and delete, nothing
-else; the run's layout is tasks/state.py's and tasks/staging.py's. A shared-nothing Airflow (Celery or
+else; the run's layout is tasks/run_documents.py's and tasks/run_storage.py's. A shared-nothing Airflow (Celery or
 Kubernetes executor) keeps run state under `DAYONE_STAGING=s3://BUCKET/PREFIX`, one prefix per run; a
 local directory (DAYONE_WORKDIR) is the default of `make demo` and the CLI. The S3 store speaks boto3
 (the archive's client already), not fsspec/s3fs: s3fs needs aiobotocore, which pins botocore below the

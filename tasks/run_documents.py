@@ -1,7 +1,7 @@
 """The run's state: every document a task leaves for a later task, and where it lies in the run.
 
 One place names the layout, so a reader (the report, the verdict, a retry) and a writer never
-disagree about a path; the run's storage (tasks/staging.py RunDir) holds the bytes, on this
+disagree about a path; the run's storage (tasks/run_storage.py RunDir) holds the bytes, on this
 machine or under the run's S3 staging prefix, so a later task finds them from any worker.
 
     manifest.json                  the plan: config (env values redacted), matrix, pins
@@ -30,7 +30,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 MANIFEST = "manifest.json"
 PINNED = "pinned.json"

@@ -1,4 +1,5 @@
-"""What a scenario or a check talks to: one served engine, with its adapter."""
+"""An engine's context: what a scenario or a check talks to (one served engine, with its adapter) and
+where its rows go. The run's own context is tasks/run.py's RunContext."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import TYPE_CHECKING
 from tasks.config import RunConfig
 from tasks.endpoint_access import EndpointAccess, access_for
 from tasks.engines import EngineAdapter, adapter_for
-from tasks.staging import RunDir, run_id_of
+from tasks.run_storage import RunDir, run_id_of
 
 if TYPE_CHECKING:
     import httpx
@@ -42,8 +43,8 @@ class EngineEndpoint:
 
 
 @dataclass(frozen=True)
-class StepContext:
-    """Everything a step needs: the validated config, the endpoint, and where rows go."""
+class EngineContext:
+    """What an engine's step needs: the validated config, the engine's endpoint, and where rows go."""
 
     config: RunConfig
     endpoint: EngineEndpoint

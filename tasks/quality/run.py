@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from tasks.checks.base import CHAT_PATH, Probe, first_message
-from tasks.context import StepContext
+from tasks.engine_context import EngineContext
 from tasks.quality.items import Item, generate
 from tasks.quality.score import is_correct
 
@@ -17,7 +17,7 @@ SCENARIO = "quality"
 _TAIL_CHARS = 240
 
 
-def items_of(ctx: StepContext) -> list[Item]:
+def items_of(ctx: EngineContext) -> list[Item]:
     q = ctx.config.scenarios.quality
     return generate(q.seed, q.items_per_family, q.kv_context_tokens)
 
@@ -56,7 +56,7 @@ def ask(probe: Probe, item: Item, max_tokens: int) -> dict[str, Any]:
     return {"answer": answer, "correct": correct, "status": "ok", "error": None, "latency_s": latency_s}
 
 
-def run_quality(ctx: StepContext) -> list[dict[str, Any]]:
+def run_quality(ctx: EngineContext) -> list[dict[str, Any]]:
     """Send every item to the engine; write and return the `quality` rows."""
     ep = ctx.endpoint
     max_tokens = ctx.config.scenarios.quality.max_tokens

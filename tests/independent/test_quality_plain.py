@@ -9,11 +9,11 @@ from plain_server import MODEL
 from quality_server import CorruptsHalfTheArithmetic, SolvesEverything
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.quality.items import FAMILIES, generate
 from tasks.quality.run import run_quality
 from tasks.quality.score import accuracy_by_family, is_correct
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 from tasks.tables import to_frame
 from tasks.validate import validate_frames
 
@@ -33,7 +33,7 @@ def _run(server_cls, tmp_path):  # noqa: ANN001 (a server class)
     })
     run_dir = RunDir("quality-run", root=tmp_path)
     with server_cls() as server:
-        rows = run_quality(StepContext(config, endpoint_for(config, "plain", server.url, "sha256:" + "0" * 64),
+        rows = run_quality(EngineContext(config, endpoint_for(config, "plain", server.url, "sha256:" + "0" * 64),
                                        run_dir))
     return server, rows, run_dir, config
 
@@ -66,7 +66,8 @@ def test_the_quality_suite_passes_the_rows_and_fails_a_broken_one(tmp_path):
     _, rows, _, _ = _run(SolvesEverything, tmp_path)
     good = validate_frames({"quality": to_frame("quality", rows)})
     assert good["quality"]["success"], good
-    broken = [*rows[1:], {**rows[0], "family": "trivia", "correct": None}, rows[1]]  # unknown family, no verdict, a repeat
+    # an unknown family, a row without its verdict, an item twice
+    broken = [*rows[1:], {**rows[0], "family": "trivia", "correct": None}, rows[1]]
     bad = validate_frames({"quality": to_frame("quality", broken)})
     failed = {f["expectation"] for f in bad["quality"]["failed"]}
     assert not bad["quality"]["success"]
@@ -106,7 +107,8 @@ def test_each_match_rule_takes_the_right_answer_and_no_near_miss():
     assert not is_correct(items["sorting"], json.dumps(items["sorting"].expected[::-1]))
     schema_item = items["json_schema"]
     assert is_correct(schema_item, json.dumps(schema_item.expected))
-    assert not is_correct(schema_item, json.dumps({**schema_item.expected, "count": str(schema_item.expected["count"])}))
+    count_as_text = {**schema_item.expected, "count": str(schema_item.expected["count"])}  # the schema says integer
+    assert not is_correct(schema_item, json.dumps(count_as_text))
     assert is_correct(items["copy_reverse"], items["copy_reverse"].expected + "  ")
     assert not is_correct(items["copy_reverse"], items["copy_reverse"].expected.upper())
     assert is_correct(items["tool_call"], json.dumps(items["tool_call"].expected))

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tasks.config import parse_run_config
-from tasks.context import StepContext, endpoint_for
+from tasks.engine_context import EngineContext, endpoint_for
 from tasks.quality.items import FAMILIES
 from tasks.quality.run import run_quality
 from tasks.quality.score import accuracy_by_family
 from tasks.sim.profile import ProfileError, load_profile
-from tasks.staging import RunDir
+from tasks.run_storage import RunDir
 
 FAST = {"itl_s": 0.0005, "ttft_base_s": 0.001, "natural_output_tokens": 4}
 ITEMS_PER_FAMILY = 16
@@ -29,7 +29,7 @@ def test_planted_families_and_no_other_are_found(sims, tmp_path, dialect):
                       "long_context": {"enabled": False}, "boundary": {"enabled": False}},
         "request_timeout_s": 30,
     })
-    rows = run_quality(StepContext(config, endpoint_for(config, "sim", sim.url, "sha256:" + "0" * 64),
+    rows = run_quality(EngineContext(config, endpoint_for(config, "sim", sim.url, "sha256:" + "0" * 64),
                                    RunDir("sim-quality", root=tmp_path)))
     accuracy = accuracy_by_family(rows)["sim"]
     assert set(accuracy) == set(FAMILIES) and all(r["status"] == "ok" for r in rows)

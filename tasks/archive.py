@@ -117,9 +117,9 @@ def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
         prefix = engine_prefix(cfg, e.name, digest, quarantined)
         prefixes[e.name] = prefix
         objects: dict[str, tuple[bytes, str]] = {
-            "manifest.json": (json_bytes(manifest), "application/json"),
+            run_documents.MANIFEST: (json_bytes(manifest), "application/json"),
             # validation results quote failing cells (error text): scrubbed like the tables themselves
-            "validation.json": (json_bytes(desensitize(validation or {"success": False,
+            run_documents.VALIDATION: (json_bytes(desensitize(validation or {"success": False,
                                                                       "reason": "validation did not run"})),
                                 "application/json"),
         }

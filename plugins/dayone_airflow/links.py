@@ -18,6 +18,8 @@ from urllib.parse import quote, urlparse
 
 from airflow.sdk import BaseOperatorLink
 
+from tasks.run_documents import REPORT, SUMMARY
+
 log = logging.getLogger("dayone.airflow.links")
 
 URL_PREFIX = "/dayone"
@@ -33,7 +35,7 @@ NOT_THERE_PAGE = (
     "border-radius:4px;padding:12px 16px}.code{color:#666;font-size:13px}</style></head><body>"
     "<h1>DayOne report</h1><div class='box'><p>$detail</p><p class='code'>HTTP $status. The report "
     "appears here once the run's <b>report</b> task has finished.</p></div></body></html>")
-SERVED = {"report.html": "text/html; charset=utf-8", "summary.json": "application/json"}
+SERVED = {REPORT: "text/html; charset=utf-8", SUMMARY: "application/json"}
 
 
 def is_dayone_dag(dag_id: str, tags: Any = None) -> bool:
@@ -41,17 +43,17 @@ def is_dayone_dag(dag_id: str, tags: Any = None) -> bool:
     return dag_id in DAYONE_DAG_IDS or DAYONE_TAG in set(tags or ())
 
 
-def report_path(dag_id: str, airflow_run_id: str, name: str = "report.html") -> str:
+def report_path(dag_id: str, airflow_run_id: str, name: str = REPORT) -> str:
     """Where the plugin's app serves one run's report (the run id as Airflow spells it)."""
     base = f"{URL_PREFIX}/reports/{quote(dag_id, safe='')}/{quote(airflow_run_id, safe='')}"
-    return base if name == "report.html" else f"{base}/{name}"
+    return base if name == REPORT else f"{base}/{name}"
 
 
 # The run page tab's href: Airflow's UI fills in (and URL-encodes) both, as report_path does.
 RUN_PAGE_PATH = f"{URL_PREFIX}/reports/{{DAG_ID}}/{{RUN_ID}}"
 
 
-def report_url(dag_id: str, airflow_run_id: str, name: str = "report.html") -> str:
+def report_url(dag_id: str, airflow_run_id: str, name: str = REPORT) -> str:
     return api_url(report_path(dag_id, airflow_run_id, name))
 
 
@@ -160,7 +162,7 @@ def staged_object(run_id: str, name: str) -> bytes | None:
     return RunDir(run_id, staging_from_env(access)).read_bytes(name)  # run_id: one key segment, no dots first
 
 
-def find_report(dag_id: str, airflow_run_id: str, name: str = "report.html") -> tuple[bytes, str] | None:
+def find_report(dag_id: str, airflow_run_id: str, name: str = REPORT) -> tuple[bytes, str] | None:
     """(bytes, where) of a run's report or summary: the archive first, then the run's state (under the
     S3 staging prefix, or this machine's run directory)."""
     from dayone_airflow.glue import dayone_run_id
@@ -276,11 +278,11 @@ def build_report_app() -> Any:
 
     @app.get("/reports/{dag_id}/{run_id}", dependencies=[can_read_run])
     def report(dag_id: str, run_id: str) -> Response:
-        return serve(dag_id, run_id, "report.html")
+        return serve(dag_id, run_id, REPORT)
 
     @app.get("/reports/{dag_id}/{run_id}/summary.json", dependencies=[can_read_run])
     def summary(dag_id: str, run_id: str) -> Response:
-        return serve(dag_id, run_id, "summary.json")
+        return serve(dag_id, run_id, SUMMARY)
 
     return app
 

@@ -118,3 +118,18 @@ def test_a_baseline_with_an_older_summary_loses_only_its_verdicts(summary):
     s3.objects["base/summary.json"] = json_bytes(summary.model_dump(mode="json"))
     side = archived_side(s3, cfg, {"run_id": "base-1", "prefixes": {"sim-sglang": "base/"}}, "sim-sglang")
     assert side.cache_verdict == "effective" and side.ttft_published is True
+
+
+def test_the_regressions_table_names_each_rows_load(summary):
+    """A rate round has no concurrency: its row says so rather than showing a number or a bare dash."""
+    from tasks.report import read_summary, render_html
+
+    doc = summary.model_dump(mode="json")
+    row = {"engine": "sim-sglang", "metric": "output_tok_s", "baseline_run_id": "then", "baseline_value": 100.0,
+           "value": 90.0, "change": -0.1, "threshold": -0.05, "regressed": True}
+    doc["regressions"] = [{**row, "scenario": "short", "concurrency": 4},
+                          {**row, "scenario": "rate", "concurrency": None, "metric": "output_tok_s@2rps"}]
+    page = render_html(read_summary(doc), charts={})
+    table = page[page.index("id='regressions'"):]
+    table = table[:table.index("</table>")]
+    assert "<th>load</th>" in table and "<td>c=4</td>" in table and "<td>rate: see metric</td>" in table

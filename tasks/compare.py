@@ -30,7 +30,7 @@ from tasks.evidence.history import HISTORY_RUNS, between_run_log_sd
 from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
 from tasks.scenarios.capacity import order as capacity_order
 from tasks.scenarios.capacity import published as published_capacity
-from tasks.scenarios.capacity import wilson
+from tasks.scenarios.capacity import newcombe
 from tasks.run_storage import RunDir
 
 if TYPE_CHECKING:
@@ -437,16 +437,6 @@ def references(candidates: Candidates, runs: list[dict[str, Any]], engine: str, 
 def _planned_perf(cfg: RunConfig) -> set[str]:
     """The performance scenarios this run measures: a shape of theirs the baseline has must be here."""
     return {s for s in PERF_SCENARIOS if getattr(cfg.scenarios, s).enabled}
-
-
-def newcombe(x_now: int, n_now: int, x_then: int, n_then: int, confidence: float) -> tuple[float, float]:
-    """Newcombe's hybrid score interval of the difference of two proportions, now - then (each side's
-    Wilson interval combined; sensible at 0 and 1, where the Wald interval collapses)."""
-    p1, p2 = x_now / n_now, x_then / n_then
-    l1, u1 = wilson(x_now, n_now, confidence)
-    l2, u2 = wilson(x_then, n_then, confidence)
-    d = p1 - p2
-    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
 
 
 def _mostly_failed(counts: dict[str, int]) -> bool:

@@ -10,6 +10,7 @@ regressions against the baseline when the nightly comparison wrote any.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from tasks.report.schema import RunSummary
@@ -62,13 +63,16 @@ def _leads(summary: RunSummary) -> list[str]:
         for engine in dict.fromkeys(c.engine for c in mine):
             parts = [comparison_words(c) for c in mine if c.engine == engine]
             line = f"{scenario} {words}, {engine} vs {mine[0].base}: " + "; ".join(parts) + "."
-            wrong = [n for n in (engine, mine[0].base) if n in worse_answers]
-            if wrong:  # a speed lead is never a recommendation for an engine whose answers are worse
-                line += f" Not a reason to choose {' or '.join(wrong)}: its answers are worse (see above)."
-            lines.append(line)
+            lines.append(line + _answers_caveat((engine, mine[0].base), worse_answers))
     lines += _evidence_leads(engines)
-    lines += _capacity_leads(summary)
+    lines += _capacity_leads(summary, worse_answers)
     return lines
+
+
+def _answers_caveat(named: tuple[str, ...], worse_answers: Collection[str]) -> str:
+    """A speed lead is never a recommendation for an engine whose answers are worse."""
+    wrong = [n for n in named if n in worse_answers]
+    return f" Not a reason to choose {' or '.join(wrong)}: its answers are worse (see above)." if wrong else ""
 
 
 def _answer_leads(engines: dict[str, EngineSummary]) -> tuple[list[str], set[str]]:
@@ -93,7 +97,7 @@ def _answer_leads(engines: dict[str, EngineSummary]) -> tuple[list[str], set[str
     return lines, set(found)
 
 
-def _capacity_leads(summary: RunSummary) -> list[str]:
+def _capacity_leads(summary: RunSummary, worse_answers: Collection[str] = ()) -> list[str]:
     """Each engine's capacity under the SLO and, against the base, an order only where one engine
     passed a load the other failed: a search brackets a capacity between two probed loads, so
     overlapping brackets cannot be told apart."""
@@ -109,7 +113,8 @@ def _capacity_leads(summary: RunSummary) -> list[str]:
         return lines
     for name, c in searched.items():
         if name != base_name and not c.withheld:
-            lines.append(f"capacity, {name} vs {base_name}: {capacity_order(c, base)}.")
+            lines.append(f"capacity, {name} vs {base_name}: {capacity_order(c, base)}."
+                         + _answers_caveat((name, base_name), worse_answers))
     return lines
 
 

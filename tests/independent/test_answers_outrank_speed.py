@@ -11,6 +11,7 @@ from tasks.config import parse_run_config
 from tasks.engine_context import EngineContext, endpoint_for
 from tasks.quality.run import run_quality
 from tasks.report.decision import decide
+from tasks.report.schema.capacity import Capacity
 from tasks.report.schema.comparison import Comparison
 from tasks.report.summary import build_summary
 from tasks.run_storage import RunDir
@@ -41,9 +42,17 @@ def _speed_lead(engine: str, base: str) -> Comparison:
                       rounds_needed_for_5pct=12)
 
 
+def _capacity(passed: float, failed: float) -> Capacity:
+    """A capacity search's result without its probes: enough for the decision's capacity line."""
+    return Capacity(mode="concurrency", input_tokens=64, output_tokens=16, target_goodput_share=0.9,
+                    confidence=0.95, start=1, max=64, step=2, outcome="found", capacity=passed,
+                    bracket=[passed, failed], text=f"{passed:g} concurrent requests", probes=[])
+
+
 def test_the_engine_with_worse_answers_is_named_first_and_its_speed_lead_carries_the_caveat(tmp_path):
     summary = _summary(tmp_path, {"right": SolvesEverything, "fast": CorruptsHalfTheArithmetic})
     summary.comparisons = [_speed_lead("fast", "right")]
+    summary.engines["right"].capacity, summary.engines["fast"].capacity = _capacity(4, 8), _capacity(16, 32)
     leads = [d.text for d in decide(summary) if d.topic == "leads"]
     assert leads[0].startswith("Answers differ: fast answered worse in arithmetic 50% (4/8) against right's "
                                "100% (8/8), difference CI"), leads
@@ -51,6 +60,8 @@ def test_the_engine_with_worse_answers_is_named_first_and_its_speed_lead_carries
     assert "sorting" not in leads[0] and "right answered worse" not in " ".join(leads)
     speed = next(line for line in leads if line.startswith("short output throughput, fast vs right"))
     assert "better" in speed and "Not a reason to choose fast: its answers are worse" in speed, speed
+    capacity = next(line for line in leads if line.startswith("capacity, fast vs right"))
+    assert capacity.endswith("Not a reason to choose fast: its answers are worse (see above)."), capacity
 
 
 def test_engines_that_answer_alike_get_no_answers_line_and_no_caveat(tmp_path):

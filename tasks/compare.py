@@ -3,9 +3,10 @@
 Per comparable baseline (the same engine lineage, `engine_lineage`, and scenario settings,
 `SCENARIO_SETTINGS`), each shape's figures are compared as effects with an interval
 (tasks/evidence/effects.py, widened by the lineage's history: tasks/evidence/history.py); checks,
-needles, cache verdicts and capacity regress on pass -> fail. The rules: PROTOCOL.md section 8,
-"Regression verdicts". Every comparison is a row of the `regressions` table; any regressed row makes
-`compare` raise RegressionFound after the rows are written, so the table is archived and the task fails.
+needles, cache verdicts and capacity regress on pass -> fail; a quality family's accuracy on a drop
+its interval detects. The rules: PROTOCOL.md section 8, "Regression verdicts". Every comparison is a
+row of the `regressions` table; any regressed row makes `compare` raise RegressionFound after the rows
+are written, so the table is archived and the task fails.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from tasks.evidence.history import HISTORY_RUNS, between_run_log_sd
 from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
 from tasks.scenarios.capacity import order as capacity_order
 from tasks.scenarios.capacity import published as published_capacity
-from tasks.scenarios.capacity import wilson
+from tasks.scenarios.capacity import newcombe
 from tasks.run_storage import RunDir
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ SCENARIO_SETTINGS: dict[str, tuple[str, ...]] = {
     "long_context": ("output_tokens", "prompt_style"),
     "prefix_cache": ("prompt_tokens", "output_tokens"),
     "capacity": ("mode", "input_tokens", "output_tokens", "target_goodput_share", "start", "max", "step"),
+    "quality": ("seed", "items_per_family", "kv_context_tokens", "max_tokens"),  # the same items, answered alike
 }
 
 Shape = tuple[str, int | None, float | None]  # (scenario, concurrency, rate): exactly one of the two is set
@@ -114,8 +116,9 @@ class Side:
 
     def __init__(self, run_id: str, rounds: pd.DataFrame, checks: pd.DataFrame, needles: pd.DataFrame,
                  cache_verdict: str | None, ttft_published: bool | None = None,
-                 capacity: dict[str, Any] | None = None):
+                 capacity: dict[str, Any] | None = None, quality: pd.DataFrame | None = None):
         self.run_id = run_id
+        self.quality = quality if quality is not None else pd.DataFrame()  # the quality step's verdicts, where it ran
         self.capacity = capacity  # the capacity search's published result (capacity.published), where it ran
         # The run's own verdict on its stream timing, where known (tasks/evidence/reliability.py)
         self.ttft_published = ttft_published
@@ -135,6 +138,8 @@ class Side:
             found.add("prefix_cache")
         if self.capacity is not None:
             found.add("capacity")
+        if not self.quality.empty:
+            found.add("quality")
         return {str(s) for s in found}
 
     def shape_rounds(self) -> dict[Shape, dict[str, list[float]]]:
@@ -169,6 +174,13 @@ class Side:
             self._shapes = dict(sorted(self._shapes.items(),
                                        key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)))
         return self._shapes
+
+    def family_counts(self) -> dict[str, tuple[int, int]]:
+        """family -> (correct, items) of the quality step; a failed request counts as wrong."""
+        if self.quality.empty:
+            return {}
+        return {str(f): (int(g["correct"].fillna(False).astype(bool).sum()), len(g))
+                for f, g in self.quality.groupby("family")}
 
     def check_outcomes(self) -> dict[str, str]:
         return {str(r["check"]): str(r["outcome"]) for _, r in self.checks.iterrows()}
@@ -213,7 +225,8 @@ def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
     searched = run_dir.read_json(run_documents.perf_summary_doc(engine, CAPACITY_SCENARIO))
     capacity = None if searched is None else published_capacity(searched, bool(stream["reliable"]), cfg.slo)
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
-                run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]), capacity)
+                run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]), capacity,
+                run_dir.frame("quality", engine))
 
 
 def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
@@ -224,7 +237,8 @@ def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -
     published = None if mine is None else mine.ttft.reliable
     capacity = None if mine is None or mine.capacity is None else mine.capacity.model_dump(mode="json")
     return Side(index["run_id"], _read_table(s3, bucket, prefix, "rounds"), _read_table(s3, bucket, prefix, "checks"),
-                _read_table(s3, bucket, prefix, "needles"), cache, published, capacity)
+                _read_table(s3, bucket, prefix, "needles"), cache, published, capacity,
+                _read_table(s3, bucket, prefix, "quality"))
 
 
 def archived_manifest(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:
@@ -439,16 +453,6 @@ def _planned_perf(cfg: RunConfig) -> set[str]:
     return {s for s in PERF_SCENARIOS if getattr(cfg.scenarios, s).enabled}
 
 
-def newcombe(x_now: int, n_now: int, x_then: int, n_then: int, confidence: float) -> tuple[float, float]:
-    """Newcombe's hybrid score interval of the difference of two proportions, now - then (each side's
-    Wilson interval combined; sensible at 0 and 1, where the Wald interval collapses)."""
-    p1, p2 = x_now / n_now, x_then / n_then
-    l1, u1 = wilson(x_now, n_now, confidence)
-    l2, u2 = wilson(x_then, n_then, confidence)
-    d = p1 - p2
-    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
-
-
 def _mostly_failed(counts: dict[str, int]) -> bool:
     return 2 * counts["rounds_failed"] > counts["rounds"]
 
@@ -547,6 +551,8 @@ def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side
             now_ok = current.cache_verdict == "effective"
             row("prefix_cache", "cache_verdict", base, 1.0, 1.0 if now_ok else 0.0, None, None, not now_ok,
                 f"effective -> {current.cache_verdict}")
+    if "quality" in bases and not current.quality.empty:
+        _accuracy_rows(row, cfg, bases["quality"], current)
     if "capacity" in bases and current.capacity is not None:
         base = bases["capacity"]
         was, now = base.capacity or {}, current.capacity
@@ -578,6 +584,23 @@ def _failed_share_row(row: Callable[..., None], cfg: RunConfig, scenario: str, s
     row(scenario, "failed_share" + suffix, base, share_was, share_now, share_now - share_was, t.failed_share_rise,
         regressed, verdict, key[1], interval=(low, high),
         covers=f"the finite number of requests ({n_was} then, {n_now} now), taken as independent")
+
+
+def _accuracy_rows(row: Callable[..., None], cfg: RunConfig, base: Side, current: Side) -> None:
+    """Each family's accuracy, then and now: a regression when the Newcombe interval of the difference
+    lies wholly below -`accuracy_drop` (docs/PROTOCOL.md, "Answers")."""
+    t = cfg.thresholds
+    now_counts = current.family_counts()
+    for family, (good_was, n_was) in sorted(base.family_counts().items()):
+        if family not in now_counts or not n_was or not now_counts[family][1]:
+            continue
+        good_now, n_now = now_counts[family]
+        was, now = good_was / n_was, good_now / n_now
+        low, high = newcombe(good_now, n_now, good_was, n_was, t.confidence)
+        verdict = "lower" if high < 0 else "higher" if low > 0 else "no detectable difference"
+        row("quality", f"accuracy/{family}", base, was, now, now - was, -t.accuracy_drop, high < -t.accuracy_drop,
+            f"{verdict} ({good_was}/{n_was} then, {good_now}/{n_now} now)", interval=(low, high),
+            covers=f"the finite number of items ({n_was} then, {n_now} now), taken as independent")
 
 
 def _beyond(e: Effect, limit: float, worse: str) -> bool:
@@ -654,6 +677,10 @@ def _describe(r: dict[str, Any]) -> str:
         return (f"{where} {r['metric']}: {r['baseline_value']:.1%} -> {r['value']:.1%} of requests failed "
                 f"(difference interval {r['ci_low']:+.1%} to {r['ci_high']:+.1%}, threshold "
                 f"+{r['threshold']:.0%}; {r['verdict']}) {vs}")
+    if r["metric"].startswith("accuracy/"):
+        return (f"{where} {r['metric']}: {r['baseline_value']:.0%} -> {r['value']:.0%} of items answered right "
+                f"(difference interval {r['ci_low']:+.1%} to {r['ci_high']:+.1%}, threshold "
+                f"{r['threshold']:+.0%}; {r['verdict']}) {vs}")
     if r["metric"].startswith("measured"):
         return f"{where} {r['metric']}: measured in {r['baseline_run_id']}, missing now {vs}"
     if r.get("ratio") is not None:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from tasks.config.base import ConfigModel
+from tasks.config.base import ConfigModel, Fix
 
 
 class SLO(ConfigModel):
@@ -22,6 +22,11 @@ class RegressionThresholds(ConfigModel):
         0.02, ge=0, le=1, description="A rise of the share of failed requests of a shape beyond this many share "
         "points (0.02: 2 in 100 requests more than the baseline's) is a regression, when the whole interval of the "
         "difference lies above it.")
+    accuracy_drop: Annotated[float, Fix("give a share between 0 and 1, e.g. 0.0 (any detectable drop)")] = Field(
+        0.0, ge=0, le=1, description="A drop of a quality family's accuracy beyond this many share points is a "
+        "regression, when the whole interval of the difference lies below minus it. 0: the items are fixed, "
+        "easy and answered greedily, so a sound engine answers them alike every night; any drop the interval "
+        "detects is a fault.")
     confidence: float = Field(
         0.95, gt=0.5, lt=1, description="Confidence of the interval on the ratio new/baseline of round values: "
         "a regression only when the whole interval lies beyond the threshold, so jitter between rounds alone "

@@ -1,6 +1,7 @@
 """The decision summary: a few sentences written from the summary's figures, never by hand.
 
-How each engine compares with the base engine (the config's first) where, from the summary's
+Answers first: an engine that answered a family detectably worse than another is named before any
+speed lead, and its speed leads carry the caveat. Then how each engine compares with the base engine (the config's first) where, from the summary's
 comparisons: a ratio with its confidence interval, called better or worse only when the interval
 excludes 1 and otherwise "no detectable difference" with the change this run could have detected
 (no winner without an interval); what is unreliable and why, what was not tested, and the
@@ -9,6 +10,7 @@ regressions against the baseline when the nightly comparison wrote any.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from tasks.report.schema import RunSummary
@@ -18,7 +20,7 @@ from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import StartupFinding
 from tasks.report.schema.run import DecisionLine
 from tasks.evidence.effects import ratio_interval
-from tasks.scenarios.capacity import decisive_bracket, order
+from tasks.scenarios.capacity import decisive_bracket, newcombe, order
 
 # The figures engines are compared on: (scenario, figure, higher is better, words)
 LEAD_FIGURES = (
@@ -55,18 +57,47 @@ def _leads(summary: RunSummary) -> list[str]:
     engines = summary.engines
     if len(engines) < 2:
         return ([_single_engine(engines)] if engines else []) + _capacity_leads(summary)
-    lines = []
+    lines, worse_answers = _answer_leads(engines)
     for scenario, figure, _, words in LEAD_FIGURES:
         mine = [c for c in summary.comparisons if (c.scenario, c.figure) == (scenario, figure)]
         for engine in dict.fromkeys(c.engine for c in mine):
             parts = [comparison_words(c) for c in mine if c.engine == engine]
-            lines.append(f"{scenario} {words}, {engine} vs {mine[0].base}: " + "; ".join(parts) + ".")
+            line = f"{scenario} {words}, {engine} vs {mine[0].base}: " + "; ".join(parts) + "."
+            lines.append(line + _answers_caveat((engine, mine[0].base), worse_answers))
     lines += _evidence_leads(engines)
-    lines += _capacity_leads(summary)
+    lines += _capacity_leads(summary, worse_answers)
     return lines
 
 
-def _capacity_leads(summary: RunSummary) -> list[str]:
+def _answers_caveat(named: tuple[str, ...], worse_answers: Collection[str]) -> str:
+    """A speed lead is never a recommendation for an engine whose answers are worse."""
+    wrong = [n for n in named if n in worse_answers]
+    return f" Not a reason to choose {' or '.join(wrong)}: its answers are worse (see above)." if wrong else ""
+
+
+def _answer_leads(engines: dict[str, EngineSummary]) -> tuple[list[str], set[str]]:
+    """The families where one engine answered detectably worse than another (the Newcombe interval of the
+    difference of accuracies wholly below 0), first among the leads: answers outrank speed. Also the
+    engines named, whose speed leads then carry the caveat."""
+    scored = {n: e.quality.families for n, e in engines.items() if e.quality is not None}
+    found: dict[str, list[str]] = {}
+    for name, families in scored.items():
+        for other, theirs in scored.items():
+            for family, mine in families.items():
+                best = theirs.get(family)
+                if other == name or best is None:
+                    continue
+                low, high = newcombe(mine.correct, mine.items, best.correct, best.items, mine.confidence)
+                if high < 0:
+                    found.setdefault(name, []).append(
+                        f"{family} {mine.accuracy:.0%} ({mine.correct}/{mine.items}) against {other}'s "
+                        f"{best.accuracy:.0%} ({best.correct}/{best.items}), difference CI {low:+.0%} to {high:+.0%}")
+    lines = [f"Answers differ: {name} answered worse in " + "; ".join(parts)
+             + ". Its answers outrank any speed lead: do not choose it on speed." for name, parts in found.items()]
+    return lines, set(found)
+
+
+def _capacity_leads(summary: RunSummary, worse_answers: Collection[str] = ()) -> list[str]:
     """Each engine's capacity under the SLO and, against the base, an order only where one engine
     passed a load the other failed: a search brackets a capacity between two probed loads, so
     overlapping brackets cannot be told apart."""
@@ -82,7 +113,8 @@ def _capacity_leads(summary: RunSummary) -> list[str]:
         return lines
     for name, c in searched.items():
         if name != base_name and not c.withheld:
-            lines.append(f"capacity, {name} vs {base_name}: {capacity_order(c, base)}.")
+            lines.append(f"capacity, {name} vs {base_name}: {capacity_order(c, base)}."
+                         + _answers_caveat((name, base_name), worse_answers))
     return lines
 
 

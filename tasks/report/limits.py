@@ -3,9 +3,10 @@
 The standing limits (summary.STANDING_LIMITS) hold for every run; these are this run's, in the manner of
 the Day-1 report's "what this round did not prove": speculative decoding off (or on, and with it an
 acceptance that random prompts do not show), no video, one weights precision, one node, one GPU product,
-engines whose streams were never shown, scenarios switched off, a context window not reached, a moving
-model revision. Each engine's switches are read through its adapter; a switch DayOne cannot read for a
-dialect is said to be unknown, never assumed off. One pure function, read by summary.json and the report.
+engines whose streams were never shown, scenarios switched off, a context window not reached, answers
+checked only on the generated task set (or not at all), a moving model revision. Each engine's switches
+are read through its adapter; a switch DayOne cannot read for a dialect is said to be unknown, never
+assumed off. One pure function, read by summary.json and the report.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def not_proved(config: RunConfig, summary: RunSummary) -> list[str]:
     if off:
         out.append(f"Switched off in the config, so nothing is known of them from this run: {', '.join(off)}.")
     out.append(_context(config, summary, ready))
+    out.append(_answers(config, summary, ready))
     concurrency = _max_concurrency(summary, ready)
     if concurrency:
         out.append(f"Loads above concurrency {concurrency} (the highest measured) were not tested.")
@@ -114,6 +116,26 @@ def _context(config: RunConfig, summary: RunSummary, ready: list[str]) -> str | 
     what = f"up to {longest:,} tokens" if longest else "not retrieved at any length"
     return (f"The model's {limit:,}-token context was not reached: needles were retrieved {what}; the rest "
             "of the window is unproven.")
+
+
+def _answers(config: RunConfig, summary: RunSummary, ready: list[str]) -> str:
+    """What the answer checks covered (docs/PROTOCOL.md, "Answers"), or that answers were not checked."""
+    quality = config.scenarios.quality
+    checked = [n for n in ready if summary.engines[n].quality is not None]
+    if not quality.enabled or not checked:
+        why = "scenarios.quality is off" if not quality.enabled else "the quality step produced no verdicts"
+        return (f"Answers were not checked ({why}): nothing here shows the engines answer right, and a fast "
+                "engine may answer wrong.")
+    lengths = ", ".join(f"{n:,}" for n in quality.kv_context_tokens)
+    families = sorted({f for n in checked for f in summary.engines[n].quality.families})
+    unchecked = [n for n in ready if n not in checked]
+    text = (f"Answers were checked for {', '.join(checked)} on a generated task set ({', '.join(families)}; "
+            f"key-value retrieval at {lengths} tokens; {quality.items_per_family} items per family, seed "
+            f"{quality.seed}) at greedy decoding: not the user's own prompts, not sampled decoding, and not "
+            "open-ended quality (the items are easy on purpose)")
+    if unchecked:
+        text += f"; the answers of {', '.join(unchecked)} were not checked"
+    return text + "."
 
 
 def _max_concurrency(summary: RunSummary, ready: list[str]) -> int | None:

@@ -73,6 +73,16 @@ def wilson(good: int, n: int, confidence: float) -> tuple[float, float]:
     return max(0.0, center - half), min(1.0, center + half)
 
 
+def newcombe(x_now: int, n_now: int, x_then: int, n_then: int, confidence: float) -> tuple[float, float]:
+    """Newcombe's hybrid score interval of the difference of two proportions, now - then (each side's
+    Wilson interval combined; sensible at 0 and 1, where the Wald interval collapses)."""
+    p1, p2 = x_now / n_now, x_then / n_then
+    l1, u1 = wilson(x_now, n_now, confidence)
+    l2, u2 = wilson(x_then, n_then, confidence)
+    d = p1 - p2
+    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
+
+
 def round_t(shares: Sequence[float], confidence: float) -> tuple[float, float] | None:
     """A t-interval on the round shares (None with fewer than two rounds)."""
     k = len(shares)

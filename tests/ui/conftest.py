@@ -53,7 +53,8 @@ class UiStack:
         return self.state / "runs"  # DAYONE_WORKDIR as dayone_airflow.ui sets it
 
     def api(self, path: str, **params: object) -> httpx.Response:
-        return httpx.get(f"{self.base_url}{path}", params=params, timeout=30,
+        # a loaded machine's API server has been seen to answer after 30 s (its scheduler retried too)
+        return httpx.get(f"{self.base_url}{path}", params=params, timeout=90,
                          headers={"Authorization": f"Bearer {self.token}"})
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:

@@ -135,27 +135,18 @@ class RunConfig(ConfigModel):
         for i, e in enumerate(self.engines):
             self._llamacpp_checks(i, e)
         self.telemetry.check(self.engines, self.target)
-        limit = self.usable_context_tokens(self.scenarios.long_context.output_tokens)
-        for i, n in enumerate(self.scenarios.long_context.lengths):
-            if self.scenarios.long_context.enabled and n > limit:
-                raise ValueError(
-                    f"scenarios.long_context.lengths[{i}]: {n} is over the model limit "
-                    f"({self.model.context_limit_tokens} minus output and template = {limit})"
-                )
-        blimit = self.usable_context_tokens(self.scenarios.boundary.output_tokens)
-        for i, n in enumerate(self.scenarios.boundary.lengths):
-            if self.scenarios.boundary.enabled and n > blimit:
-                raise ValueError(
-                    f"scenarios.boundary.lengths[{i}]: {n} is over the model limit "
-                    f"({self.model.context_limit_tokens} minus output and template = {blimit})"
-                )
-        qlimit = self.usable_context_tokens(self.scenarios.quality.max_tokens)
-        for i, n in enumerate(self.scenarios.quality.kv_context_tokens):
-            if self.scenarios.quality.enabled and n > qlimit:
-                raise ValueError(
-                    f"scenarios.quality.kv_context_tokens[{i}]: {n} is over the model limit "
-                    f"({self.model.context_limit_tokens} minus output and template = {qlimit})"
-                )
+        sc = self.scenarios
+        for path, enabled, lengths, output_tokens in (
+                ("scenarios.long_context.lengths", sc.long_context.enabled, sc.long_context.lengths,
+                 sc.long_context.output_tokens),
+                ("scenarios.boundary.lengths", sc.boundary.enabled, sc.boundary.lengths, sc.boundary.output_tokens),
+                ("scenarios.quality.kv_context_tokens", sc.quality.enabled, sc.quality.kv_context_tokens,
+                 sc.quality.max_tokens)):
+            limit = self.usable_context_tokens(output_tokens)
+            for i, n in enumerate(lengths):
+                if enabled and n > limit:
+                    raise ValueError(f"{path}[{i}]: {n} is over the model limit "
+                                     f"({self.model.context_limit_tokens} minus output and template = {limit})")
         return self
 
     def _experiment_checks(self, exp: Experiment) -> None:

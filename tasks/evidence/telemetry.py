@@ -135,10 +135,14 @@ def parse_reading(text: str, gpu_uuids: Iterable[str] | None = None, ts: float |
 def read(client: httpx.Client, source: TelemetrySource) -> GpuReading | None:
     """One reading, or None where the exporter could not be read."""
     try:
+        # Stamped at the middle of the request, not after parsing: the exposition was written while the
+        # request was open, and a parse delayed by a busy core says nothing of when its values were taken.
+        sent = time.time()
         r = client.get(source.url)
+        answered = time.time()
         if r.status_code != 200:
             return None
-        return parse_reading(r.text, source.gpu_uuids)
+        return parse_reading(r.text, source.gpu_uuids, ts=(sent + answered) / 2)
     except (httpx.HTTPError, ValueError):
         return None
 

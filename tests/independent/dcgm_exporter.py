@@ -27,6 +27,7 @@ class DcgmExporter(PlainServer):
         self.timestamps, self.hole_at_read, self.hole = timestamps, hole_at_read, hole
         self.born = time.time()
         self.reads = 0
+        self.served_ts: list[float] = []  # when each read was answered
 
     def energy_j(self, t0: float, t1: float) -> float:
         """The energy all its GPUs truly drew from t0 to t1 (Unix seconds)."""
@@ -34,6 +35,7 @@ class DcgmExporter(PlainServer):
 
     async def _dcgm(self, request: web.Request) -> web.Response:
         self.reads += 1
+        self.served_ts.append(time.time())
         if self.reads == self.hole_at_read:
             if self.hole == "fail":
                 raise web.HTTPInternalServerError()
@@ -48,6 +50,10 @@ class DcgmExporter(PlainServer):
             lines += [f'{name}{{gpu="{i}",UUID="{u}",modelName="Test GPU"}} {value}{stamp}'
                       for i, u in enumerate(self.uuids)]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    def longest_read_gap_s(self) -> float:
+        """The longest time between two consecutive reads: a refresh is seen up to this late."""
+        return max((b - a for a, b in zip(self.served_ts, self.served_ts[1:])), default=0.0)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/metrics", self._dcgm)]

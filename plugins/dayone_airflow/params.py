@@ -33,7 +33,7 @@ SECTIONS = {
     "slo": "SLOs and limits", "request_timeout_s": "SLOs and limits", "round_error_rate_max": "SLOs and limits",
     "step_failed_share_max": "SLOs and limits",
     "target": "Where", "dry_run": "Where", "kubernetes": "Where", "telemetry": "Where",
-    "archive": "Results", "thresholds": "Results",
+    "archive": "Results", "thresholds": "Results", "choice": "Results",
 }
 ORDER = tuple(SECTIONS)
 

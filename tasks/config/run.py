@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from tasks.config.archive import ArchiveSettings
 from tasks.config.base import ConfigModel, Fix, field_path
+from tasks.config.choice import ChoiceSettings
 from tasks.config.engines import EngineSpec
 from tasks.config.experiment import Experiment
 from tasks.config.kubernetes import KubernetesSettings
@@ -72,6 +73,10 @@ class RunConfig(ConfigModel):
     thresholds: RegressionThresholds = Field(RegressionThresholds(), title="Regression thresholds (nightly)",
                                              description="How far a value may move against the last good run before "
                                                          "the nightly calls it a regression (fractions: 0.10 is 10%).")
+    choice: ChoiceSettings = Field(
+        ChoiceSettings(), title="Choice by purpose",
+        description="The purposes the decision summary picks an engine for, and the order each weighs the evidence "
+        "in (answers and failed requests always first).")
     experiment: Experiment | None = Field(
         None, title="Experiment (optional)", description="A single-variable A/B or factor sweep over a base engine "
         "(tasks/experiment.py): base, factors with their levels. Empty ({}): no experiment.")

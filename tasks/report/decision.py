@@ -75,12 +75,11 @@ def _answers_caveat(named: tuple[str, ...], worse_answers: Collection[str]) -> s
     return f" Not a reason to choose {' or '.join(wrong)}: its answers are worse (see above)." if wrong else ""
 
 
-def _answer_leads(engines: dict[str, EngineSummary]) -> tuple[list[str], set[str]]:
-    """The families where one engine answered detectably worse than another (the Newcombe interval of the
-    difference of accuracies wholly below 0), first among the leads: answers outrank speed. Also the
-    engines named, whose speed leads then carry the caveat."""
+def answer_gaps(engines: dict[str, EngineSummary]) -> list[tuple[str, str, str]]:
+    """(worse engine, better engine, the evidence) for each pair where one answered a family detectably
+    worse than the other: the Newcombe interval of the difference of accuracies wholly below 0."""
     scored = {n: e.quality.families for n, e in engines.items() if e.quality is not None}
-    found: dict[str, list[str]] = {}
+    gaps: list[tuple[str, str, str]] = []
     for name, families in scored.items():
         for other, theirs in scored.items():
             for family, mine in families.items():
@@ -89,9 +88,18 @@ def _answer_leads(engines: dict[str, EngineSummary]) -> tuple[list[str], set[str
                     continue
                 low, high = newcombe(mine.correct, mine.items, best.correct, best.items, mine.confidence)
                 if high < 0:
-                    found.setdefault(name, []).append(
-                        f"{family} {mine.accuracy:.0%} ({mine.correct}/{mine.items}) against {other}'s "
-                        f"{best.accuracy:.0%} ({best.correct}/{best.items}), difference CI {low:+.0%} to {high:+.0%}")
+                    gaps.append((name, other,
+                                 f"{family} {mine.accuracy:.0%} ({mine.correct}/{mine.items}) against {other}'s "
+                                 f"{best.accuracy:.0%} ({best.correct}/{best.items}), difference CI {low:+.0%} to {high:+.0%}"))
+    return gaps
+
+
+def _answer_leads(engines: dict[str, EngineSummary]) -> tuple[list[str], set[str]]:
+    """The families where one engine answered detectably worse than another (`answer_gaps`), first among
+    the leads: answers outrank speed. Also the engines named, whose speed leads then carry the caveat."""
+    found: dict[str, list[str]] = {}
+    for worse, _, evidence in answer_gaps(engines):
+        found.setdefault(worse, []).append(evidence)
     lines = [f"Answers differ: {name} answered worse in " + "; ".join(parts)
              + ". Its answers outrank any speed lead: do not choose it on speed." for name, parts in found.items()]
     return lines, set(found)

@@ -24,6 +24,7 @@ from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import COLD_START_FINDING
 from tasks.evidence.restarts import restart_summary
 from tasks.load.stats import client_load, level_figures, withhold_slo_judged
+from tasks.report.choice import choose
 from tasks.report.decision import LEAD_FIGURES, decide
 from tasks.report.limits import not_proved
 from tasks.report.schema import RunSummary
@@ -96,6 +97,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
     )
     summary.not_proved = not_proved(cfg, summary)
     summary.decision = decide(summary)
+    summary.choices = choose(summary, cfg.choice.orders())
     return RunSummary.model_validate(desensitize(summary.model_dump(mode="json")))
 
 
@@ -225,6 +227,7 @@ def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: b
         first_encounter=None if first is None else FirstEncounter.model_validate(first),
         rounds_failed=level["failed_rounds"],
         requests_failed=sum(int(r.get("requests_failed") or 0) for r in rounds),
+        requests_ok=sum(int(r.get("requests_ok") or 0) for r in rounds),
         length_deviations=level["length_deviations"],
     )
 

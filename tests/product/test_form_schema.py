@@ -131,7 +131,7 @@ EXPECTED_FIELDS = {
     "slo": "JSON editor", "request_timeout_s": "number", "round_error_rate_max": "number", "target": "dropdown",
     "dry_run": "switch", "kubernetes": "JSON editor", "archive": "JSON editor", "thresholds": "JSON editor",
     "experiment": "JSON editor", "telemetry": "JSON editor", "load": "JSON editor", "step_failed_share_max": "number",
-    "measurement": "JSON editor",
+    "measurement": "JSON editor", "choice": "JSON editor",
 }
 
 

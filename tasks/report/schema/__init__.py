@@ -12,7 +12,7 @@ from tasks.report.schema.base import Doc
 from tasks.report.schema.comparison import Comparison, Regression
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import OutcomeSummary
-from tasks.report.schema.run import DecisionLine, ExperimentSummary, NotTested, ScenarioSettings, Validation
+from tasks.report.schema.run import DecisionLine, ExperimentSummary, NotTested, PurposeChoice, ScenarioSettings, Validation
 
 SCHEMA = "dayone.summary/2"
 
@@ -52,6 +52,8 @@ class RunSummary(Doc):
     confidence: float  # of every interval in `comparisons`
     comparisons: list[Comparison]
     decision: list[DecisionLine]
+    # The engine picked per purpose of the run config, evidence for and against (tasks/report/choice.py).
+    choices: list[PurposeChoice] = Field(default_factory=list)
     # interleaved (engines up together, rounds alternating ABBA), randomized (one after another in an
     # order drawn per run), or lanes (engines sharing a node one after another in config order)
     measurement_design: str = "lanes"

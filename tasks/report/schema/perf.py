@@ -46,6 +46,7 @@ class PerfLevel(Doc):
     first_encounter: FirstEncounter | None
     rounds_failed: int
     requests_failed: int
+    requests_ok: int = 0
     length_deviations: int
 
     def median(self, figure: str) -> float | None:

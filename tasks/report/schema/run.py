@@ -43,6 +43,26 @@ class DecisionLine(Doc):
     text: str
 
 
+class ChoiceReason(Doc):
+    """One piece of evidence for or against an engine under a purpose (tasks/report/choice.py)."""
+
+    engine: str
+    stance: Literal["for", "against"]
+    criterion: str
+    text: str
+    section: str  # the report section that holds the evidence (its anchor)
+
+
+class PurposeChoice(Doc):
+    """The engine DayOne would pick for one purpose, and why: the criteria in the order weighed."""
+
+    purpose: str
+    order: list[str]
+    picked: list[str]  # one engine, several the evidence could not tell apart, or none
+    text: str
+    reasons: list[ChoiceReason]
+
+
 class Variant(Doc):
     """One engine of an experiment: the settings where it differs from the base."""
 

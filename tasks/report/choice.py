@@ -1,0 +1,183 @@
+"""The choice by purpose: for each purpose of the run config, the engine DayOne would pick and the
+evidence for and against it (PROTOCOL.md, "The choice by purpose").
+
+Criteria are weighed in the purpose's order, answers and failed requests first: an engine detectably
+worse than another still standing on a criterion is dropped before the next criterion is read, so a
+later criterion (speed) never rescues an engine an earlier one (answers) dropped. "Detectably" is each
+criterion's own rule, the one the rest of the report uses: an interval that excludes no difference
+(answers, failed requests, speed), a check one engine passed and the other failed, a capacity one engine
+held that the other did not, more stability findings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tasks.report.decision import answer_gaps, capacity_order
+from tasks.report.schema import RunSummary
+from tasks.report.schema.engine import EngineSummary
+from tasks.report.schema.run import ChoiceReason, PurposeChoice
+from tasks.scenarios.capacity import newcombe, order
+
+# (worse engine, better engine, the evidence)
+Gap = tuple[str, str, str]
+
+# Where each criterion's evidence stands in the report (its section's anchor).
+SECTIONS = {"answers": "quality", "failed_requests": "throughput", "functional_checks": "checks",
+            "stability": "startup", "latency": "comparison", "throughput": "comparison", "capacity": "capacity"}
+WORDS = {"answers": "answers", "failed_requests": "failed requests", "functional_checks": "functional checks",
+         "stability": "stability", "latency": "latency", "throughput": "throughput", "capacity": "capacity under the SLO"}
+# The figures each speed criterion reads from the comparisons against the base engine.
+SPEED_FIGURES = {"latency": ("ttft_p95_s", "tpot_p50_s"), "throughput": ("output_tps", "goodput_rps")}
+FIRST_ENCOUNTER_TAIL = 1.5  # a first-encounter P99 this many times the steady median is a finding
+
+
+def choose(summary: RunSummary, orders: dict[str, tuple[str, ...]]) -> list[PurposeChoice]:
+    """One choice per purpose, from the summary's figures."""
+    gaps = {criterion: rule(summary) for criterion, rule in RULES.items()}
+    return [_choose(purpose, order_, summary.engines, gaps) for purpose, order_ in orders.items()]
+
+
+def _choose(purpose: str, criteria: tuple[str, ...], engines: dict[str, EngineSummary],
+            gaps: dict[str, list[Gap]]) -> PurposeChoice:
+    reasons: list[ChoiceReason] = []
+    standing = [n for n, e in engines.items() if e.ready]
+    reasons += [ChoiceReason(engine=n, stance="against", criterion="readiness", section="startup",
+                             text=f"{n} never became ready") for n, e in engines.items() if not e.ready]
+    dropped_by: dict[str, str] = {}
+    for criterion in criteria:
+        live = [g for g in gaps[criterion] if g[0] in standing and g[1] in standing]
+        worse = {g[0] for g in live}
+        if worse and worse >= set(standing):
+            # each is worse than another somewhere (answers in different families): none is dropped
+            reasons += [_reason(g, "against", criterion, "each engine is worse somewhere: none dropped") for g in live]
+            continue
+        for g in live:
+            reasons.append(_reason(g, "against", criterion, "dropped"))
+            dropped_by.setdefault(g[0], criterion)
+        standing = [n for n in standing if n not in worse]
+    for criterion in criteria:  # the rest of the evidence on the engines still standing, for and against
+        for g in gaps[criterion]:
+            if g[1] in standing and g[0] in dropped_by:
+                reasons.append(_reason(g, "for", criterion, ""))
+            elif g[0] in standing and g[1] in dropped_by:
+                reasons.append(_reason(g, "against", criterion,
+                                       f"outranked: {g[1]} was dropped on {WORDS[dropped_by[g[1]]]}"))
+    return PurposeChoice(purpose=purpose, order=list(criteria), picked=standing,
+                         text=_verdict(purpose, standing, len(engines)), reasons=reasons)
+
+
+def _reason(gap: Gap, stance: str, criterion: str, note: str) -> ChoiceReason:
+    worse, better, evidence = gap
+    engine = worse if stance == "against" else better
+    text = f"{WORDS[criterion]}: {worse} worse than {better} ({evidence})" + (f"; {note}" if note else "")
+    return ChoiceReason(engine=engine, stance=stance, criterion=criterion, text=text, section=SECTIONS[criterion])
+
+
+def _verdict(purpose: str, standing: list[str], engines: int) -> str:
+    words = purpose.replace("_", " ")
+    if not standing:
+        return f"For {words}: no engine to pick; none became ready."
+    if len(standing) == 1:
+        return f"For {words}: {standing[0]}" + ("." if engines > 1 else " (the only engine).")
+    return (f"For {words}: no engine stands out; {' and '.join(standing)} were not told apart on this purpose's "
+            "evidence (more rounds, or the criteria this run did not measure, might).")
+
+
+# ---- each criterion's rule: who is detectably worse than whom --------------------------------------
+
+
+def _answers(summary: RunSummary) -> list[Gap]:
+    return answer_gaps(summary.engines)
+
+
+def _failed_requests(summary: RunSummary) -> list[Gap]:
+    """The share of the performance steps' measured requests that failed, Newcombe interval of the
+    difference wholly above 0."""
+    counts = {}
+    for name, e in summary.engines.items():
+        levels = [lv for p in e.perf.values() for lv in p.levels]
+        failed = sum(lv.requests_failed for lv in levels)
+        counts[name] = (failed, failed + sum(lv.requests_ok for lv in levels))
+    gaps = []
+    for a, (fa, na) in counts.items():
+        for b, (fb, nb) in counts.items():
+            if a != b and na and nb:
+                low, high = newcombe(fa, na, fb, nb, summary.confidence)
+                if low > 0:
+                    gaps.append((a, b, f"{fa}/{na} failed against {fb}/{nb}, difference CI {low:+.0%} to {high:+.0%}"))
+    return gaps
+
+
+def _functional_checks(summary: RunSummary) -> list[Gap]:
+    gaps = []
+    for a, ea in summary.engines.items():
+        for b, eb in summary.engines.items():
+            lost = sorted(c for c, o in ea.checks.items() if o == "fail" and eb.checks.get(c) == "pass")
+            if a != b and lost:
+                gaps.append((a, b, f"failed {', '.join(lost)}, which {b} passed"))
+    return gaps
+
+
+def stability_findings(e: EngineSummary) -> list[str]:
+    """What made an engine's run less calm: restarts, startup warnings, first-encounter tails, rough medians."""
+    found = []
+    if e.restarts_before_ready is not None:
+        found.append(f"restarts while loading ({e.restarts_before_ready.severity})")
+    if e.restarts.total:
+        found.append(f"{e.restarts.total} restart(s) during its steps")
+    found += [f"startup {f.severity}: {f.finding}" for f in e.startup_findings
+              if f.severity in ("warning", "error") and f != e.restarts_before_ready]
+    metric = "ttft_p99_s" if e.ttft_published else "e2e_p99_s"
+    for scenario, p in e.perf.items():
+        for level in p.levels:
+            tail = None if level.first_encounter is None else level.first_encounter.figure(metric)
+            median = level.median(metric)
+            if tail and median and tail / median >= FIRST_ENCOUNTER_TAIL:
+                found.append(f"first-encounter tail {tail / median:.1f}x at {scenario} {level.label}")
+            found += [f"{scenario} {level.label} {fig} spread" for fig, f in level.figures.items()
+                      if f.spread and fig in ("output_tps", "ttft_p95_s", "e2e_p95_s", "tpot_p50_s")]
+    return found
+
+
+def _stability(summary: RunSummary) -> list[Gap]:
+    found = {n: stability_findings(e) for n, e in summary.engines.items()}
+    return [(a, b, f"{len(fa)} finding(s) against {len(found[b])}: {'; '.join(fa[:3])}")
+            for a, fa in found.items() for b in found if a != b and len(fa) > len(found[b])]
+
+
+def _speed(criterion: str) -> Callable[[RunSummary], list[Gap]]:
+    """An engine against the base engine on the criterion's figures: worse where some level's interval says
+    worse and none says better (mixed verdicts order nothing)."""
+
+    def rule(summary: RunSummary) -> list[Gap]:
+        gaps = []
+        by_engine: dict[tuple[str, str], list] = {}
+        for c in summary.comparisons:
+            if c.figure in SPEED_FIGURES[criterion] and c.verdict in ("better", "worse"):
+                by_engine.setdefault((c.engine, c.base), []).append(c)
+        for (engine, base), found in by_engine.items():
+            verdicts = {c.verdict for c in found}
+            if len(verdicts) != 1:
+                continue
+            evidence = "; ".join(f"{c.scenario} {c.figure} at {c.level} {c.interval()}" for c in found[:3])
+            gaps.append((engine, base, evidence) if verdicts == {"worse"} else (base, engine, evidence))
+        return gaps
+
+    return rule
+
+
+def _capacity(summary: RunSummary) -> list[Gap]:
+    searched = {n: e.capacity for n, e in summary.engines.items() if e.capacity is not None and not e.capacity.withheld}
+    gaps = []
+    for a, ca in searched.items():
+        for b, cb in searched.items():
+            if a != b and order(ca, cb) == "less":
+                gaps.append((a, b, capacity_order(ca, cb)))
+    return gaps
+
+
+RULES: dict[str, Callable[[RunSummary], list[Gap]]] = {
+    "answers": _answers, "failed_requests": _failed_requests, "functional_checks": _functional_checks,
+    "stability": _stability, "latency": _speed("latency"), "throughput": _speed("throughput"), "capacity": _capacity,
+}

@@ -12,7 +12,6 @@ the DAG parses this package and should not pay for it.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from typing import Any
 
@@ -21,16 +20,16 @@ from tasks.report.decision import LEAD_WORDS
 from tasks.report.schema import RunSummary
 from tasks.report.schema.comparison import Comparison
 from tasks.report.schema.engine import EngineSummary
-from tasks.report.schema.perf import Figure, PerfLevel
+from tasks.report.schema.perf import PerfLevel
 from tasks.evidence.reliability import WITHHELD
+from tasks.report.plotting import (bar_with_rounds, empty_axes, engine_colors, legend, new_figure, png_bytes,
+                                   round_dot_legend, round_values, spread_mark, style_axes)
 
-DPI = 100
-PASS_COLOR, FAIL_COLOR, SPREAD_COLOR = "#2e7d32", "#c62828", "#d32f2f"
+PASS_COLOR, FAIL_COLOR = "#2e7d32", "#c62828"
 # Ratio ticks: fine for narrow intervals, coarse when an interval spans more than a factor of 3
 FINE_RATIO_TICKS = (0.5, 0.67, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2)
 COARSE_RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
 VERDICT_COLORS = {"better": PASS_COLOR, "worse": FAIL_COLOR}  # otherwise grey: no verdict
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
 
 
 def render_charts(summary: RunSummary) -> dict[str, bytes]:
@@ -54,81 +53,6 @@ def render_charts(summary: RunSummary) -> dict[str, bytes]:
     return out
 
 
-# ---- helpers ---------------------------------------------------------------------------------------
-
-
-def _figure(width: float, height: float, ncols: int = 1, nrows: int = 1) -> tuple[Any, Any]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes
-
-
-def _png(fig: Any) -> bytes:
-    buf = io.BytesIO()
-    # No Software/date metadata: the same summary gives the same bytes, so a retried archive write succeeds.
-    fig.savefig(buf, format="png", dpi=DPI, metadata={"Software": None})
-    return buf.getvalue()
-
-
-def _colors(summary: RunSummary) -> dict[str, str]:
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(summary.engines)}
-
-
-def _rounds(figure: Figure | None) -> list[float]:
-    return [] if figure is None else [v for v in figure.rounds if v is not None]
-
-
-def _style(ax: Any, title: str, ylabel: str) -> None:
-    ax.set_title(title, fontsize=10, loc="left")
-    ax.set_ylabel(ylabel, fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
-    ax.tick_params(labelsize=8)
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-
-
-def _empty(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, color="#666", wrap=True, transform=ax.transAxes)
-    ax.set_xticks([])
-    ax.set_yticks([])
-
-
-def _spread_mark(ax: Any, x: float, y: float) -> None:
-    ax.annotate("spread", (x, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7,
-                color=SPREAD_COLOR, fontweight="bold")
-
-
-def _bars_with_rounds(ax: Any, x: float, width: float, figure: Figure | None, color: str,
-                      hatch: str | None = None, label: str | None = None) -> None:
-    """One bar at the median, its round values as dots, the spread mark when flagged."""
-    if figure is None or figure.median is None:
-        return
-    med = figure.median
-    ax.bar(x, med, width, color=color, alpha=0.85 if not hatch else 0.35, hatch=hatch, edgecolor=color, label=label)
-    values = _rounds(figure)
-    if values:
-        ax.scatter([x] * len(values), values, s=9, color="black", zorder=3, linewidths=0)
-    if figure.spread:
-        _spread_mark(ax, x, max([med, *values]))
-
-
-def _legend(ax: Any, **kwargs: Any) -> None:
-    handles, labels = ax.get_legend_handles_labels()
-    if handles:
-        seen: dict[str, Any] = {}
-        for h, lab in zip(handles, labels):
-            seen.setdefault(lab, h)
-        ax.legend(list(seen.values()), list(seen.keys()), fontsize=7, frameon=False, **kwargs)
-
-
-def _round_dot_legend(ax: Any) -> None:
-    ax.scatter([], [], s=9, color="black", label="round values")
-
-
 # ---- charts ----------------------------------------------------------------------------------------
 
 
@@ -137,8 +61,8 @@ def throughput_chart(summary: RunSummary) -> bytes | None:
     engines = summary.engines
     if not any(e.levels("short") for e in engines.values()):
         return None
-    colors = _colors(summary)
-    fig, axes = _figure(11, 4.0, ncols=2)
+    colors = engine_colors(summary)
+    fig, axes = new_figure(11, 4.0, ncols=2)
     for ax, figure_name, ylabel in ((axes[0][0], "output_tps", "output tokens/s"),
                                     (axes[0][1], "request_tps", "requests/s")):
         ticks: set[int] = set()
@@ -160,7 +84,7 @@ def throughput_chart(summary: RunSummary) -> bytes | None:
                     marker = "^" if rnd in firsts else "o"
                     ax.scatter([x], [v], s=16, marker=marker, facecolors="none", edgecolors=colors[name], zorder=3)
                 if f.spread and f.median is not None:
-                    _spread_mark(ax, x, max([f.median, *[v for v in values if v is not None]]))
+                    spread_mark(ax, x, max([f.median, *[v for v in values if v is not None]]))
                 ticks.add(lv.concurrency)
         ax.scatter([], [], s=16, marker="o", facecolors="none", edgecolors="gray", label="round values")
         ax.scatter([], [], s=16, marker="^", facecolors="none", edgecolors="gray", label="first-encounter round")
@@ -168,10 +92,10 @@ def throughput_chart(summary: RunSummary) -> bytes | None:
         ax.set_xticks(sorted(ticks), [str(t) for t in sorted(ticks)])
         ax.minorticks_off()
         ax.set_xlabel("concurrency", fontsize=9)
-        _style(ax, f"short scenario: {ylabel} vs concurrency", ylabel)
+        style_axes(ax, f"short scenario: {ylabel} vs concurrency", ylabel)
         ax.set_ylim(bottom=0)
-        _legend(ax, loc="best")
-    return _png(fig)
+        legend(ax, loc="best")
+    return png_bytes(fig)
 
 
 def ttft_chart(summary: RunSummary) -> bytes | None:
@@ -182,7 +106,7 @@ def ttft_chart(summary: RunSummary) -> bytes | None:
     engines = {n: e for n, e in summary.engines.items() if e.levels("short")}
     if not engines:
         return None
-    fig, axes = _figure(11, 3.3 * len(engines), nrows=len(engines))
+    fig, axes = new_figure(11, 3.3 * len(engines), nrows=len(engines))
     shades = {"p50": "#90caf9", "p95": "#1e88e5", "p99": "#0d47a1"}
     for row, (name, e) in enumerate(engines.items()):
         ax = axes[row][0]
@@ -190,10 +114,10 @@ def ttft_chart(summary: RunSummary) -> bytes | None:
         levels = e.levels("short")
         width = 0.15
         drawn = [v for lv in levels for p in ("p50", "p95", "p99")
-                 for v in _rounds(lv.figures.get(f"{metric}_{p}_s")) if v > 0]
+                 for v in round_values(lv.figures.get(f"{metric}_{p}_s")) if v > 0]
         for i, lv in enumerate(levels):
             for j, p in enumerate(("p50", "p95", "p99")):
-                _bars_with_rounds(ax, i + (j - 2) * width, width, lv.figures.get(f"{metric}_{p}_s"), shades[p],
+                bar_with_rounds(ax, i + (j - 2) * width, width, lv.figures.get(f"{metric}_{p}_s"), shades[p],
                                   label=f"{p.upper()} (median of rounds)")
             first = lv.first_encounter
             for j, p in enumerate(("p95", "p99")):
@@ -201,7 +125,7 @@ def ttft_chart(summary: RunSummary) -> bytes | None:
                 if v is not None:
                     ax.bar(i + (j + 1) * width, v, width, color="#ef6c00", alpha=0.4 if p == "p95" else 0.7,
                            hatch="//", edgecolor="#ef6c00", label=f"first-encounter round {p.upper()}")
-        _round_dot_legend(ax)
+        round_dot_legend(ax)
         ax.set_xticks(range(len(levels)), [lv.label for lv in levels])
         if drawn:  # a level whose rounds all failed draws nothing, and a log axis needs a value
             ax.set_yscale("log")  # first-encounter tails can be tens of times the steady figures
@@ -211,9 +135,9 @@ def ttft_chart(summary: RunSummary) -> bytes | None:
             title = f"{name}: TTFT by concurrency (short)"
         else:
             title = f"{name}: E2E by concurrency (short)\nTTFT not published: {_short(e.ttft.reason, 110)}"
-        _style(ax, title, f"{metric.upper()} (log scale)")
-        _legend(ax, loc="best", ncols=3)
-    return _png(fig)
+        style_axes(ax, title, f"{metric.upper()} (log scale)")
+        legend(ax, loc="best", ncols=3)
+    return png_bytes(fig)
 
 
 def decode_prefill_chart(summary: RunSummary) -> bytes | None:
@@ -221,8 +145,8 @@ def decode_prefill_chart(summary: RunSummary) -> bytes | None:
     engines = summary.engines
     if not any(e.levels("decode") or e.levels("prefill") for e in engines.values()):
         return None
-    colors = _colors(summary)
-    fig, axes = _figure(11, 7.0, ncols=2, nrows=2)
+    colors = engine_colors(summary)
+    fig, axes = new_figure(11, 7.0, ncols=2, nrows=2)
     panels = (
         (axes[0][0], "decode", "output_tps", "decode: output tokens/s", "tokens/s", False),
         (axes[0][1], "decode", "tpot_p50_s", "decode: P50 TPOT", "seconds per token", True),
@@ -235,9 +159,9 @@ def decode_prefill_chart(summary: RunSummary) -> bytes | None:
         labels = sorted({lv.label for e in shown.values() for lv in e.levels(scenario)},
                         key=lambda s: float(s.split("=")[-1].split()[0]))
         if not labels:
-            _empty(ax, f"{scenario}: not run" if not withheld else f"{scenario}: not published for "
+            empty_axes(ax, f"{scenario}: not run" if not withheld else f"{scenario}: not published for "
                    f"{', '.join(withheld)} (TTFT unreliable)")
-            _style(ax, title, ylabel)
+            style_axes(ax, title, ylabel)
             continue
         width = 0.8 / max(len(shown), 1)
         for k, (name, e) in enumerate(shown.items()):
@@ -246,17 +170,17 @@ def decode_prefill_chart(summary: RunSummary) -> bytes | None:
                 f = lv.figures.get(figure_name)
                 first = _first_encounter(lv, figure_name) if figure_name == "ttft_p95_s" else None
                 bar_width = width / 2 if first is not None else width
-                _bars_with_rounds(ax, x - (bar_width / 2 if first is not None else 0), bar_width, f, colors[name],
+                bar_with_rounds(ax, x - (bar_width / 2 if first is not None else 0), bar_width, f, colors[name],
                                   label=name)
                 if first is not None:
                     ax.bar(x + bar_width / 2, first, bar_width, color=colors[name], alpha=0.3, hatch="//",
                            edgecolor=colors[name])
-        _round_dot_legend(ax)
+        round_dot_legend(ax)
         ax.set_xticks(range(len(labels)), labels)
         note = f"\n{', '.join(withheld)}: not published (TTFT unreliable)" if withheld else ""
-        _style(ax, title + note, ylabel)
-        _legend(ax, loc="best")
-    return _png(fig)
+        style_axes(ax, title + note, ylabel)
+        legend(ax, loc="best")
+    return png_bytes(fig)
 
 
 def long_context_chart(summary: RunSummary) -> bytes | None:
@@ -267,8 +191,8 @@ def long_context_chart(summary: RunSummary) -> bytes | None:
     engines = {n: e for n, e in summary.engines.items() if e.long_context}
     if not engines:
         return None
-    colors = _colors(summary)
-    fig, axes = _figure(11, 4.2, ncols=2)
+    colors = engine_colors(summary)
+    fig, axes = new_figure(11, 4.2, ncols=2)
     for ax, key, title in ((axes[0][0], "ttft_s", "long context: TTFT vs prompt length"),
                            (axes[0][1], "e2e_s", "long context: E2E vs prompt length")):
         drawn = False
@@ -294,7 +218,7 @@ def long_context_chart(summary: RunSummary) -> bytes | None:
                     ax.scatter([r.target_tokens], [v], s=18, color=colors[name], zorder=3)
         withheld = [n for n, e in engines.items() if key == "ttft_s" and not e.ttft_published]
         if not drawn:
-            _empty(ax, "TTFT not published for " + ", ".join(withheld) if withheld else "no needle requests")
+            empty_axes(ax, "TTFT not published for " + ", ".join(withheld) if withheld else "no needle requests")
         else:
             ax.scatter([], [], s=18, color="gray", label="needle retrieved")
             ax.scatter([], [], s=28, facecolors="none", edgecolors="gray", label="needle retrieved, first shape")
@@ -304,11 +228,11 @@ def long_context_chart(summary: RunSummary) -> bytes | None:
             ax.set_xticks(ticks, [_tokens(t) for t in ticks])
             ax.minorticks_off()
             ax.set_ylim(bottom=0)
-            _legend(ax, loc="best")
+            legend(ax, loc="best")
         ax.set_xlabel("prompt tokens", fontsize=9)
         note = f"\n{', '.join(withheld)}: not published (TTFT unreliable)" if withheld and drawn else ""
-        _style(ax, title + note, "seconds")
-    return _png(fig)
+        style_axes(ax, title + note, "seconds")
+    return png_bytes(fig)
 
 
 def prefix_cache_chart(summary: RunSummary) -> bytes | None:
@@ -316,13 +240,13 @@ def prefix_cache_chart(summary: RunSummary) -> bytes | None:
     engines = {n: e for n, e in summary.engines.items() if e.cache_trials}
     if not engines:
         return None
-    colors = _colors(summary)
-    fig, axes = _figure(11, 4.0, ncols=2)
+    colors = engine_colors(summary)
+    fig, axes = new_figure(11, 4.0, ncols=2)
     for ax, key, words in ((axes[0][0], "ttft_s", "TTFT"), (axes[0][1], "e2e_s", "E2E")):
         names = [n for n, e in engines.items() if _trial_values(e, key, lambda trial: True)]
         if not names:
-            _empty(ax, f"{words} not published (TTFT unreliable)")
-            _style(ax, f"prefix cache: {words} cold vs repeats", "seconds")
+            empty_axes(ax, f"{words} not published (TTFT unreliable)")
+            style_axes(ax, f"prefix cache: {words} cold vs repeats", "seconds")
             continue
         for i, name in enumerate(names):
             e = engines[name]
@@ -340,14 +264,14 @@ def prefix_cache_chart(summary: RunSummary) -> bytes | None:
             top = max([*cold, *hot, 0.0])
             ax.annotate(text, (i, top), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8,
                         color=PASS_COLOR if pc is not None and pc.verdict == "effective" else FAIL_COLOR)
-        _round_dot_legend(ax)
+        round_dot_legend(ax)
         ax.set_xticks(range(len(names)), names)
         ax.set_ylim(0, ax.get_ylim()[1] * 1.25)
         withheld = [n for n in engines if n not in names]
         note = f"\n{', '.join(withheld)}: not published (TTFT unreliable)" if withheld else ""
-        _style(ax, f"prefix cache: {words} cold vs repeats{note}", "seconds")
-        _legend(ax, loc="best")
-    return _png(fig)
+        style_axes(ax, f"prefix cache: {words} cold vs repeats{note}", "seconds")
+        legend(ax, loc="best")
+    return png_bytes(fig)
 
 
 def capacity_chart(summary: RunSummary) -> bytes | None:
@@ -356,8 +280,8 @@ def capacity_chart(summary: RunSummary) -> bytes | None:
     engines = {n: e.capacity for n, e in summary.engines.items() if e.capacity is not None and e.capacity.probes}
     if not engines:
         return None
-    colors = _colors(summary)
-    fig, axes = _figure(11, 4.4)
+    colors = engine_colors(summary)
+    fig, axes = new_figure(11, 4.4)
     ax = axes[0][0]
     first = next(iter(engines.values()))
     unit = "concurrency" if first.mode == "concurrency" else "request rate (req/s)"
@@ -396,10 +320,10 @@ def capacity_chart(summary: RunSummary) -> bytes | None:
     ax.set_xlabel(unit, fontsize=9)
     withheld = [n for n, c in engines.items() if c.withheld]
     note = f"\n{', '.join(withheld)}: capacity not published (TTFT unreliable)" if withheld else ""
-    _style(ax, f"capacity under SLO: goodput share vs {unit} ({first.input_tokens} in / {first.output_tokens} out)"
+    style_axes(ax, f"capacity under SLO: goodput share vs {unit} ({first.input_tokens} in / {first.output_tokens} out)"
                + note, "share of requests within every SLO")
-    _legend(ax, loc="lower left")
-    return _png(fig)
+    legend(ax, loc="lower left")
+    return png_bytes(fig)
 
 
 def telemetry_chart(summary: RunSummary) -> bytes | None:
@@ -408,8 +332,8 @@ def telemetry_chart(summary: RunSummary) -> bytes | None:
     engines = {n: e.telemetry_rounds for n, e in summary.engines.items() if any(r.readings for r in e.telemetry_rounds)}
     if not engines:
         return None
-    colors = _colors(summary)
-    fig, axes = _figure(11, 5.2, nrows=2)
+    colors = engine_colors(summary)
+    fig, axes = new_figure(11, 5.2, nrows=2)
     power_ax, util_ax = axes[0][0], axes[1][0]
     for name, rounds in engines.items():
         color = colors[name]
@@ -423,18 +347,18 @@ def telemetry_chart(summary: RunSummary) -> bytes | None:
             if r.power_mean_w is not None and pts:
                 power_ax.plot([pts[0][0], pts[-1][0]], [r.power_mean_w] * 2, "-", color=color, linewidth=4, alpha=0.25)
     power_ax.plot([], [], "-", color="gray", linewidth=4, alpha=0.25, label="round mean")
-    _style(power_ax, "GPU power over the run (DCGM_FI_DEV_POWER_USAGE, summed over each engine's GPUs)", "W")
-    _style(util_ax, "GPU utilization (DCGM_FI_DEV_GPU_UTIL, mean over each engine's GPUs)", "%")
+    style_axes(power_ax, "GPU power over the run (DCGM_FI_DEV_POWER_USAGE, summed over each engine's GPUs)", "W")
+    style_axes(util_ax, "GPU utilization (DCGM_FI_DEV_GPU_UTIL, mean over each engine's GPUs)", "%")
     util_ax.set_ylim(-2, 102)
     util_ax.set_xlabel("seconds since the engine's first measured round", fontsize=9)
-    _legend(power_ax, loc="upper right")
-    return _png(fig)
+    legend(power_ax, loc="upper right")
+    return png_bytes(fig)
 
 
 def forest_chart(summary: RunSummary, scenario: str) -> bytes:
     """One row per (level, figure, engine vs base): the ratio with its interval, the line at 1."""
     rows = [c for c in summary.comparisons if c.scenario == scenario]
-    fig, axes = _figure(11, 1.2 + 0.38 * len(rows))
+    fig, axes = new_figure(11, 1.2 + 0.38 * len(rows))
     ax = axes[0][0]
     for y, c in enumerate(rows):
         color = VERDICT_COLORS.get(c.verdict, "#757575")
@@ -451,10 +375,10 @@ def forest_chart(summary: RunSummary, scenario: str) -> bytes:
     ax.set_yticks(range(len(rows)), [_forest_label(c) for c in rows])
     ax.set_ylim(len(rows) - 0.5, -0.5)  # first row on top
     base = rows[0].base if rows else ""
-    _style(ax, f"{scenario}: each engine against {base} ({summary.confidence:.0%} CI of the ratio)", "")
+    style_axes(ax, f"{scenario}: each engine against {base} ({summary.confidence:.0%} CI of the ratio)", "")
     ax.grid(axis="x", alpha=0.3)
     ax.set_xlabel(f"ratio engine / {base} (log scale)", fontsize=9)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _forest_label(c: Comparison) -> str:

@@ -233,6 +233,18 @@ def _exp(x: float) -> float:
     return math.exp(x) if x < 709 else math.inf
 
 
+def level_interval(values: Sequence[float | None], confidence: float = DEFAULT_CONFIDENCE
+                   ) -> tuple[float, float, float] | None:
+    """One figure's rounds alone: their geometric mean with a t-interval on the log values (the scale the
+    effects use), or None under two good rounds."""
+    logs = _logs(values)
+    if len(logs) < 2:
+        return None
+    mean = _mean(logs)
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(logs) - 1)) * _sd(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
 def _undecided(confidence: float, na: int, nb: int, paired: bool, reason: str | None = None) -> Effect:
     return Effect("not enough rounds", None, None, None, confidence, na, nb, paired, None,
                   reason=reason or f"{na} vs {nb} good rounds; 2 a side needed")

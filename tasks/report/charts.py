@@ -22,6 +22,7 @@ from tasks.report.schema.comparison import Comparison
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.perf import PerfLevel
 from tasks.evidence.reliability import WITHHELD
+from tasks.report.frontier import frontier_chart
 from tasks.report.plotting import (bar_with_rounds, empty_axes, engine_colors, legend, new_figure, png_bytes,
                                    round_dot_legend, round_values, spread_mark, style_axes)
 
@@ -36,6 +37,7 @@ def render_charts(summary: RunSummary) -> dict[str, bytes]:
     """{chart name: PNG bytes} for every chart the run has data for."""
     makers: dict[str, Callable[[RunSummary], bytes | None]] = {
         "throughput": throughput_chart,
+        "frontier": frontier_chart,
         "ttft": ttft_chart,
         "decode_prefill": decode_prefill_chart,
         "long_context": long_context_chart,

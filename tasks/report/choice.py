@@ -6,7 +6,9 @@ worse than another still standing on a criterion is dropped before the next crit
 later criterion (speed) never rescues an engine an earlier one (answers) dropped. "Detectably" is each
 criterion's own rule, the one the rest of the report uses: an interval that excludes no difference
 (answers, failed requests, speed), a check one engine passed and the other failed, a capacity one engine
-held that the other did not, more stability findings.
+held that the other did not, more restarts and startup warnings (first-encounter tails and rounds that
+spread are shown as caveats, never a reason to drop: one round's tail or a busy client's noise would
+then decide).
 """
 
 from __future__ import annotations
@@ -63,6 +65,13 @@ def _choose(purpose: str, criteria: tuple[str, ...], engines: dict[str, EngineSu
             elif g[0] in standing and g[1] in dropped_by:
                 reasons.append(_reason(g, "against", criterion,
                                        f"outranked: {g[1]} was dropped on {WORDS[dropped_by[g[1]]]}"))
+    for name in standing:
+        caveats = measurement_caveats(engines[name])
+        if caveats:
+            reasons.append(ChoiceReason(
+                engine=name, stance="against", criterion="stability", section="throughput",
+                text=f"measurement caveats (shown, never a reason to drop): {'; '.join(caveats[:3])}"
+                     + (f" and {len(caveats) - 3} more" if len(caveats) > 3 else "")))
     return PurposeChoice(purpose=purpose, order=list(criteria), picked=standing,
                          text=_verdict(purpose, standing, len(engines)), reasons=reasons)
 
@@ -120,7 +129,7 @@ def _functional_checks(summary: RunSummary) -> list[Gap]:
 
 
 def stability_findings(e: EngineSummary) -> list[str]:
-    """What made an engine's run less calm: restarts, startup warnings, first-encounter tails, rough medians."""
+    """What the engine itself did that a calm service does not: restarts, startup warnings or errors."""
     found = []
     if e.restarts_before_ready is not None:
         found.append(f"restarts while loading ({e.restarts_before_ready.severity})")
@@ -128,6 +137,13 @@ def stability_findings(e: EngineSummary) -> list[str]:
         found.append(f"{e.restarts.total} restart(s) during its steps")
     found += [f"startup {f.severity}: {f.finding}" for f in e.startup_findings
               if f.severity in ("warning", "error") and f != e.restarts_before_ready]
+    return found
+
+
+def measurement_caveats(e: EngineSummary) -> list[str]:
+    """First-encounter tails and rounds that spread: shown against an engine, never a reason to drop it (one
+    round's tail, or a busy client's noise, would then decide the choice)."""
+    found = []
     metric = "ttft_p99_s" if e.ttft_published else "e2e_p99_s"
     for scenario, p in e.perf.items():
         for level in p.levels:
@@ -135,7 +151,7 @@ def stability_findings(e: EngineSummary) -> list[str]:
             median = level.median(metric)
             if tail and median and tail / median >= FIRST_ENCOUNTER_TAIL:
                 found.append(f"first-encounter tail {tail / median:.1f}x at {scenario} {level.label}")
-            found += [f"{scenario} {level.label} {fig} spread" for fig, f in level.figures.items()
+            found += [f"{scenario} {level.label} {fig} spread over rounds" for fig, f in level.figures.items()
                       if f.spread and fig in ("output_tps", "ttft_p95_s", "e2e_p95_s", "tpot_p50_s")]
     return found
 

@@ -20,6 +20,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from tasks.report.decision import LEAD_WORDS
+from tasks.report.frontier import frontier, frontier_scenarios
 from tasks.report.schema import RunSummary
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.functional import Needle
@@ -82,6 +83,7 @@ def _environment() -> Environment:
         TOPICS=TOPICS, FIGURE_WORDS=FIGURE_WORDS, LEAD_WORDS=LEAD_WORDS, BADGE_CLASSES=BADGE_CLASSES,
         SEVERITY_CLASSES=SEVERITY_CLASSES,
         measured=measured, comparison_rows=comparison_rows, needle_table=needle_table, check_matrix=check_matrix,
+        frontier=frontier, frontier_scenarios=frontier_scenarios,
     )
     return env
 

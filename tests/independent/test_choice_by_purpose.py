@@ -106,3 +106,20 @@ def test_failed_requests_outrank_speed_for_every_purpose_own_included(tmp_path):
     # A few failures the interval cannot tell from none do not outrank a detected speed lead.
     summary.engines["flaky"].perf = _measured(199, 1)
     assert _picked(summary, config) == {"throughput_research": ["flaky"], "batch_jobs": ["flaky"]}
+
+
+def test_restarts_outrank_speed_for_a_production_api_and_rounds_that_spread_drop_no_engine(tmp_path):
+    from tasks.report.schema.perf import Figure
+
+    summary, config = _summary(tmp_path, {"calm": SolvesEverything, "restarts": SolvesEverything})
+    summary.comparisons = [_faster("restarts", "calm")]
+    summary.engines["restarts"].restarts = summary.engines["restarts"].restarts.model_copy(update={"total": 2})
+    assert _picked(summary, config) == {"production_api": ["calm"], "throughput_research": ["restarts"]}
+    summary.engines["restarts"].restarts = summary.engines["calm"].restarts
+    summary.engines["restarts"].perf = _measured(200, 0)
+    level = summary.engines["restarts"].perf["short"].levels[0]
+    level.figures["output_tps"] = Figure(median=100.0, rounds=[60.0, 140.0], spread=True)
+    choices = choose(summary, config.choice.orders())
+    assert [c.picked for c in choices] == [["restarts"], ["restarts"]]
+    caveat = next(r for r in choices[0].reasons if r.engine == "restarts" and r.criterion == "stability")
+    assert caveat.stance == "against" and "never a reason to drop" in caveat.text and "spread" in caveat.text

@@ -24,7 +24,7 @@ def two_engine_run(airflow_db, s3_server, tmp_path_factory):
             # the first engine is the base every other one is compared with
             "engines": [external("base", base.url), external("faster", faster.url)],
             # 6 rounds: paired intervals (5 df) that a busy suite's noise does not swamp
-            "scenarios": scenarios(short={"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [2],
+            "scenarios": scenarios(short={"input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "concurrency": [1, 2],
                                           "rounds": 6, "requests_per_round": 8}),
             "archive": {"bucket": "effects"},
             "request_timeout_s": 30,
@@ -37,7 +37,8 @@ def two_engine_run(airflow_db, s3_server, tmp_path_factory):
 def test_halving_the_token_gap_is_called_better_with_an_interval_that_excludes_1(two_engine_run):
     summary, html = two_engine_run
     [c] = [c for c in summary["comparisons"]
-           if (c["scenario"], c["figure"], c["base"], c["engine"]) == ("short", "output_tps", "base", "faster")]
+           if (c["scenario"], c["figure"], c["base"], c["engine"], c["level"])
+           == ("short", "output_tps", "base", "faster", "c=2")]
     # 24 tokens: about 10 + 23 x 4 ms against 10 + 23 x 2 ms a request, so roughly 1.8x the throughput
     assert c["verdict"] == "better", c
     assert 1 < c["low"] <= c["ratio"] <= c["high"] and c["ratio"] > 1.3, c
@@ -45,3 +46,24 @@ def test_halving_the_token_gap_is_called_better_with_an_interval_that_excludes_1
     assert lead and "better" in lead[0] and "leads" not in lead[0], lead
     effects = html[html.index("id='effects'"):]
     assert "faster vs base" in effects and "better" in effects
+
+
+def test_the_frontier_puts_the_faster_token_gap_above_at_every_level_and_the_choice_follows(two_engine_run):
+    from tasks.report.frontier import frontier
+    from tasks.report.schema import read_summary
+
+    summary, html = two_engine_run
+    run = read_summary(summary)
+    points = {name: {p.level: p for p in frontier(e, "short", run.confidence)} for name, e in run.engines.items()}
+    assert set(points["base"]) == set(points["faster"]) == {"c=1", "c=2"}, points
+    for level in ("c=1", "c=2"):
+        base, faster = points["base"][level], points["faster"][level]
+        # One stream sees 1/TPOT: about 1/4 ms against 1/2 ms, each inside its interval over rounds.
+        for p in (base, faster):
+            assert p.per_user_tps[1] <= p.per_user_tps[0] <= p.per_user_tps[2] and not p.per_gpu, p
+        assert faster.per_user_tps[0] > 1.4 * base.per_user_tps[0], (level, base, faster)
+        assert faster.total_tps[0] > base.total_tps[0], (level, base, faster)
+    assert "id='frontier'" in html and "per user (1/TPOT)" in html
+    picked = {c.purpose: c.picked for c in run.choices}
+    assert picked == {"production_api": ["faster"], "throughput_research": ["faster"]}, run.choices
+    assert "For production api: faster." in html

@@ -1,0 +1,90 @@
+"""The throughput–latency frontier: per engine, across a scenario's load levels, what one user gets
+(output tokens/s per user, 1/TPOT) against what the server delivers (output tokens/s in all, per GPU
+where the GPU count is known), each point with its interval over rounds (PROTOCOL.md, "The frontier").
+
+Read from the summary's published figures alone, so the TTFT rule holds: an engine whose stream timing
+is withheld has no TPOT and so no point, and the chart says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tasks.evidence.effects import level_interval
+from tasks.report.plotting import empty_axes, engine_colors, legend, new_figure, png_bytes, style_axes
+from tasks.report.schema import RunSummary
+from tasks.report.schema.engine import EngineSummary
+
+TOTAL, PER_TOKEN = "output_tps", "tpot_p50_s"
+# Interval = (geometric mean over rounds, low, high)
+Interval = tuple[float, float, float]
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    level: str
+    total_tps: Interval  # output tokens/s of the whole server (per GPU when `per_gpu`)
+    per_user_tps: Interval  # output tokens/s one stream sees: 1 / TPOT
+    per_gpu: bool
+
+
+def frontier(engine: EngineSummary, scenario: str, confidence: float) -> list[FrontierPoint]:
+    """The engine's points over the scenario's levels with two good rounds of both figures or more."""
+    perf = engine.perf.get(scenario)
+    gpus = engine.hardware.gpu_count if engine.hardware and engine.hardware.gpu_count else None
+    points = []
+    for level in [] if perf is None else perf.levels:
+        total, tpot = level.figures.get(TOTAL), level.figures.get(PER_TOKEN)
+        if total is None or tpot is None:
+            continue
+        per_user = [None if v is None or v <= 0 else 1.0 / v for v in tpot.rounds]
+        per_gpu_total = [None if v is None or gpus is None else v / gpus for v in total.rounds]
+        t = level_interval(per_gpu_total if gpus else total.rounds, confidence)
+        u = level_interval(per_user, confidence)
+        if t is not None and u is not None:
+            points.append(FrontierPoint(level.label, t, u, gpus is not None))
+    return points
+
+
+def frontier_scenarios(summary: RunSummary) -> list[str]:
+    """The scenarios some engine measured at two load levels or more: a frontier needs a sweep."""
+    found = [s for e in summary.engines.values() for s, p in e.perf.items() if len(p.levels) >= 2]
+    return list(dict.fromkeys(found))
+
+
+def frontier_chart(summary: RunSummary) -> bytes | None:
+    """One panel per swept scenario, every engine on it, each point with its intervals on both axes."""
+    scenarios = frontier_scenarios(summary)
+    if not scenarios:
+        return None
+    colors = engine_colors(summary)
+    fig, axes = new_figure(4.2 * len(scenarios), 3.4, ncols=len(scenarios))
+    for ax, scenario in zip(axes[0], scenarios):
+        drawn, withheld = False, []
+        per_gpu = False
+        for name, engine in summary.engines.items():
+            points = frontier(engine, scenario, summary.confidence)
+            if not points:
+                if scenario in engine.perf and not engine.ttft_published:
+                    withheld.append(name)
+                continue
+            drawn, per_gpu = True, per_gpu or points[0].per_gpu
+            xs, ys = [p.total_tps[0] for p in points], [p.per_user_tps[0] for p in points]
+            ax.errorbar(xs, ys, xerr=[[p.total_tps[0] - p.total_tps[1] for p in points],
+                                      [p.total_tps[2] - p.total_tps[0] for p in points]],
+                        yerr=[[p.per_user_tps[0] - p.per_user_tps[1] for p in points],
+                              [p.per_user_tps[2] - p.per_user_tps[0] for p in points]],
+                        color=colors[name], marker="o", markersize=4, capsize=2, linewidth=1, label=name)
+            for p in points:
+                ax.annotate(p.level, (p.total_tps[0], p.per_user_tps[0]), xytext=(4, 3),
+                            textcoords="offset points", fontsize=7, color=colors[name])
+        title = f"{scenario}: per user against in all"
+        if withheld:
+            title += f"\n(no TPOT published for {', '.join(withheld)}: TTFT rule)"
+        style_axes(ax, title, "output tokens/s per user (1/TPOT)")
+        ax.set_xlabel("output tokens/s" + (" per GPU" if per_gpu else " in all"), fontsize=9)
+        if drawn:
+            legend(ax)
+        else:
+            empty_axes(ax, "no level with two good rounds of TPOT and throughput")
+    return png_bytes(fig)

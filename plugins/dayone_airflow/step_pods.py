@@ -41,8 +41,10 @@ class StepPodOperator(KubernetesPodOperator):
             raise AirflowSkipException(f"no engine at position {self.position}")
         return list(names)
 
-    def _in_pod(self, context: Any) -> Any:
-        """The run config when this step runs in a runner pod; None when it runs on this worker."""
+    def _in_pod(self, context: Any, engines: list[str] | None = None) -> Any:
+        """The run config when this step runs in a runner pod; None when it runs on this worker. A step
+        whose engines are none of them ready runs here too: it is not attempted, and a pod placed beside
+        an engine pod that never started would wait unschedulable until its startup timeout."""
         from tasks.config import ConfigError
         from tasks.steps.registry import STEPS
 
@@ -55,7 +57,17 @@ class StepPodOperator(KubernetesPodOperator):
             return None  # the worker's way records the rejected config as the step's outcome
         if cfg.target != "kubernetes" or cfg.kubernetes.measure_from != "cluster" or cfg.dry_run:
             return None
-        return cfg if STEPS[self.step].enabled(cfg) else None  # switched off: recorded here, no pod
+        if not STEPS[self.step].enabled(cfg):
+            return None  # switched off: recorded here, no pod
+        if engines is not None:
+            from tasks.run_documents import readiness
+
+            from dayone_airflow.glue import run_dir
+
+            state = run_dir(context["run_id"])
+            if not any(readiness(state, e).ready for e in engines):
+                return None
+        return cfg
 
     def _configure(self, context: Any, cfg: Any, engines: list[str]) -> None:
         """The runner pod of this step (tasks/k8s/runner_pods.py) and how to reach and watch it."""
@@ -86,7 +98,7 @@ class StepPodOperator(KubernetesPodOperator):
     # ---- the two ways -------------------------------------------------------------------------
     def execute(self, context: Any) -> Any:
         engines = self._engines(context)
-        cfg = self._in_pod(context)
+        cfg = self._in_pod(context, engines)
         if cfg is None:
             return self._on_worker(context, engines)
         self._configure(context, cfg, engines)

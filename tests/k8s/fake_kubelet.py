@@ -77,8 +77,10 @@ class FakeKubelet:
                 env[e["name"]] = e["value"]
                 continue
             ref = e["valueFrom"]["secretKeyRef"]
-            secret = self.server.get("secrets", ns, ref["name"]) or {}
-            env[e["name"]] = base64.b64decode((secret.get("data") or {})[ref["key"]]).decode()
+            data = (self.server.get("secrets", ns, ref["name"]) or {}).get("data") or {}
+            if ref["key"] not in data:
+                raise LookupError(f'couldn\'t find key {ref["key"]} in Secret {ns}/{ref["name"]}')
+            env[e["name"]] = base64.b64decode(data[ref["key"]]).decode()
         # the emptyDirs at /tmp and /work are directories of this pod's own
         for var in ("HOME", "MPLCONFIGDIR", "DAYONE_WORKDIR"):
             if var in env:
@@ -98,7 +100,14 @@ class FakeKubelet:
         argv = [*container.get("command", []), *container.get("args", [])]
         if argv and argv[0] == "dayone":
             argv = [sys.executable, "-m", "tasks.cli", *argv[1:]]
-        env = self._env(ns, container, home)
+        try:
+            env = self._env(ns, container, home)
+        except LookupError as exc:  # the kubelet's CreateContainerConfigError: the pod waits
+            self._status(ns, name, {"phase": "Pending", "containerStatuses": [
+                {"name": container["name"], "image": container["image"], "imageID": "", "ready": False,
+                 "restartCount": 0, "state": {"waiting": {"reason": "CreateContainerConfigError",
+                                                          "message": str(exc)}}}]}, node)
+            return
         if pod["spec"].get("automountServiceAccountToken"):
             env["KUBECONFIG"] = str(self.kubeconfig)
         started = rfc3339()

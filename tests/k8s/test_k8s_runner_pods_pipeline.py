@@ -16,6 +16,9 @@ from dataclasses import replace
 import pytest
 from fake_kubelet import FakeKubelet
 from k8s_helpers import CONN_ID, DIGESTS, MODEL
+from test_k8s_rbac import api_calls
+
+from tasks.k8s.rbac import POD_OPERATOR_CALLS, RUNNER_NAMESPACED, WORKER_CLUSTER, WORKER_NAMESPACED
 
 NS = "bench"
 NODE = "h20-node-1"
@@ -44,10 +47,14 @@ def _secret(apiserver, name, data):
                                  "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}})
 
 
-def _play_the_engine_rollout(apiserver, stop):
-    """The Deployment's controller and kubelet: its pod runs on NODE and serves once it was created."""
+def _play_the_engine_rollout(apiserver, stop, serving):
+    """The Deployment's controller and kubelet: its pod runs on NODE and serves once it was created
+    (while `serving` is set; otherwise it never becomes available)."""
     def play():
         while not stop.is_set():
+            if not serving.is_set():
+                time.sleep(0.05)
+                continue
             for dep in apiserver.list("deployments", NS):
                 name = dep["metadata"]["name"]
                 if not apiserver.list("pods", NS, f"app.kubernetes.io/instance={name}"):
@@ -71,9 +78,10 @@ def cluster_run(apiserver, kube_conn, engine_url, s3_conn, run_root, tmp_path, m
                         lambda: replace(real(), service_url=lambda name, ns, port: engine_url))
     _secret(apiserver, "dayone-s3", {"access-key-id": s3_conn.access_key, "secret-access-key": s3_conn.secret_key})
     kubelet = FakeKubelet(apiserver, tmp_path / "kubelet")
-    stop = threading.Event()
-    _play_the_engine_rollout(apiserver, stop)
-    yield apiserver, kubelet, prefix
+    stop, serving = threading.Event(), threading.Event()
+    serving.set()
+    _play_the_engine_rollout(apiserver, stop, serving)
+    yield apiserver, kubelet, prefix, serving
     stop.set()
 
 
@@ -84,7 +92,7 @@ def test_measuring_steps_run_as_runner_pods_through_kubernetes_pod_operator(eval
     from dayone_airflow.glue import dayone_run_id, run_dir
     from tasks.k8s.runner_pods import RUNNER_STEPS
 
-    apiserver, kubelet, prefix = cluster_run
+    apiserver, kubelet, prefix, _ = cluster_run
     # the graph: every measuring step is a KubernetesPodOperator task, the others are not
     for t in eval_dag.tasks:
         step = re.sub(r"^engines_\d+_", "", t.task_id.rsplit(".", 1)[-1])
@@ -126,3 +134,27 @@ def test_measuring_steps_run_as_runner_pods_through_kubernetes_pod_operator(eval
     assert state.read_json("archive.json")["prefixes"]["sglang"].endswith(dayone_run_id(run.run_id) + "/")
     assert state.read_json("state/steps/report.json")["status"] == "ok"
     assert state.read_bytes("report.html")
+    # the worker and the runner pods called only what their Roles grant (docs/deploy.md)
+    worker = api_calls(apiserver.requests, "worker")
+    assert POD_OPERATOR_CALLS - {("", "pods", "patch")} <= worker <= WORKER_NAMESPACED | WORKER_CLUSTER
+    assert ("", "pods", "list") in api_calls(apiserver.requests, "runner") <= RUNNER_NAMESPACED
+
+
+def test_steps_of_an_engine_that_never_served_are_skipped_without_a_pod(eval_dag, cluster_run):
+    """A runner pod beside an engine pod that never started could not be scheduled: the worker finds no
+    engine ready, records the steps as not attempted, and skips their tasks without creating a pod."""
+    apiserver, kubelet, _, serving = cluster_run
+    serving.clear()
+    conf = {**RUN, "engines": [{**RUN["engines"][0], "ready_timeout_s": 2}]}
+
+    run = eval_dag.test(run_conf=conf)
+
+    assert str(run.state).endswith("failed"), run.state  # the readiness failure is the run's verdict
+    states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
+    assert states["engines_0.wait_ready"] == "failed"
+    assert states["engines_0.functional"] == states["engines_0_short"] == "skipped", states
+    assert not [r for r in apiserver.requests if r["method"] == "POST" and r["path"].endswith("/pods")]
+    from dayone_airflow.glue import run_dir
+
+    outcome = run_dir(run.run_id).read_json("state/steps/sglang-functional.json")
+    assert outcome["status"] == "not_attempted" and "not ready" in outcome["detail"]

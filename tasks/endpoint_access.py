@@ -15,6 +15,7 @@ import base64
 import functools
 import json
 import os
+import re
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -126,6 +127,12 @@ def access_for(spec: EngineSpec, connection_password: ConnectionPassword | None 
             raise ApiKeyMissing(f"engine {spec.name}: Secret {spec.api_key_secret.name!r} key "
                                 f"{spec.api_key_secret.key!r} is empty")
     return EndpointAccess(api_key=key, ca_bundle=spec.tls_ca_bundle, verify=spec.tls_verify)
+
+
+def api_key_env(engine: str) -> str:
+    """The variable a runner pod holds an engine's API key in, filled by the kubelet from the engine's
+    api_key_secret (tasks/k8s/runner_pods.py): the pod reads no Secret through the API."""
+    return "DAYONE_API_KEY_" + re.sub(r"[^A-Z0-9]", "_", engine.upper())
 
 
 def run_secret_value(config: RunConfig, api_client: Callable[[str], Any] | None) -> SecretValue | None:

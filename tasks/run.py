@@ -12,6 +12,7 @@ the environment (DAYONE_STAGING, AWS_*, DAYONE_S3_ENDPOINT_URL). Nothing is set 
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -104,10 +105,13 @@ class RunContext:
 
     def endpoint_access(self, engine: str) -> EndpointAccess:
         """The engine's API key (its connection, or a Secret read with the run's cluster access) and TLS trust."""
-        from tasks.endpoint_access import access_for, run_secret_value
+        from tasks.endpoint_access import access_for, api_key_env, run_secret_value
 
         spec = self.config.engine(engine)
         api_client = None
+        from_pod = os.environ.get(api_key_env(engine)) if spec.api_key_secret is not None else None
+        if from_pod:  # a runner pod: the kubelet filled it from the Secret
+            return access_for(spec, secret_value=lambda name, key: from_pod)
         if spec.api_key_secret is not None:
             from tasks.targets.kubernetes import ClusterAccess
 

@@ -4,7 +4,8 @@ The graph follows the step registry (tasks/steps/registry.py) alone: its order, 
 steps the nightly alone runs; the order is stated in docs/ARCHITECTURE.md, "The step order". Each task
 runs one step through glue.run_step, which records its outcome; the engines of a position (lanes by
 node, tasks/lanes.py) run in task groups engines_<p> and engines_<p>_after around one task per
-performance scenario (engines_<p>_<scenario>) that measures them together.
+performance scenario (engines_<p>_<scenario>) that measures them together. The measuring steps are
+StepPodOperator tasks (step_pods.py): runner pods under kubernetes.measure_from: cluster, this worker otherwise.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from airflow.sdk import chain, task, task_group
 
 from dayone_airflow.assets import ARCHIVED_RUN, archive_event_extra
 from dayone_airflow.glue import conclude, dayone_run_id, run_step
+from tasks.k8s.runner_pods import RUNNER_STEPS
 from tasks.lanes import MAX_ENGINES_PER_NODE
 from tasks.scenarios import PERF_SCENARIOS
 from tasks.steps.registry import AFTER_ENGINES, BEFORE_ENGINES, ENGINE_STEPS, SCENARIO_STEPS, STEPS, required_run_steps
@@ -56,6 +58,12 @@ def retries(step: str) -> dict[str, Any]:
 
 
 def _step_task(step_name: str):
+    if step_name in RUNNER_STEPS:  # a runner pod under measure_from: cluster, this worker otherwise
+        from dayone_airflow.step_pods import StepPodOperator
+
+        return lambda name: StepPodOperator(task_id=step_name, step=step_name, engine=name, trigger_rule="all_done",
+                                            **retries(step_name))
+
     @task(task_id=step_name, trigger_rule="all_done", **retries(step_name))
     def _step(name, params=None, run_id=None):
         return run_step(step_name, params, run_id, name)
@@ -91,24 +99,10 @@ def _measured_together(position: int, scenario: str) -> Any:
     # engines are pulled, not passed, and a position with none (or none ready) skips. The later ones:
     # none_skipped, so they follow a failed scenario but an empty position costs one task, not four.
     first = scenario == MEASURING[0]
-    @task(task_id=f"engines_{position}_{scenario}", trigger_rule="all_done" if first else "none_skipped",
-          **retries(scenario))
-    def measure(params=None, run_id=None, ti=None):
-        names = ti.xcom_pull(task_ids=f"engines_{position}_due")
-        if not names:
-            from airflow.sdk.exceptions import AirflowSkipException
+    from dayone_airflow.step_pods import StepPodOperator
 
-            raise AirflowSkipException(f"no engine at position {position}")
-        from airflow.sdk.exceptions import AirflowFailException
-
-        from tasks.steps.engine_steps import RequestsFailed
-
-        try:
-            return run_step(scenario, params, run_id, list(names))
-        except RequestsFailed as exc:  # measured, and most requests failed: a verdict a retry cannot change
-            raise AirflowFailException(str(exc)) from None
-
-    return measure()
+    return StepPodOperator(task_id=f"engines_{position}_{scenario}", step=scenario, position=position,
+                           trigger_rule="all_done" if first else "none_skipped", **retries(scenario))
 
 
 def _engines_after(position: int, handles: dict[str, Any]) -> Any:

@@ -7,9 +7,10 @@ from typing import Any
 from pydantic import Field
 
 from tasks.config.base import ConfigModel, PositiveInt
+from tasks.config.runner_pods import MeasureFrom
 
 
-class KubernetesSettings(ConfigModel):
+class KubernetesSettings(MeasureFrom, ConfigModel):
     namespace: str = Field("dayone", description="Namespace of the engine pods and services.")
     conn_id: str = Field("kubernetes_default", description="Airflow connection of the cluster.")
     startup_timeout_s: PositiveInt = Field(1800, description="Readiness wait, covering a cold start.")

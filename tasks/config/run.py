@@ -139,6 +139,7 @@ class RunConfig(ConfigModel):
                     raise ValueError(f"engines[{i}].image: required when target is kubernetes")
         for i, e in enumerate(self.engines):
             self._llamacpp_checks(i, e)
+        self._runner_pod_checks()
         self.telemetry.check(self.engines, self.target)
         sc = self.scenarios
         for path, enabled, lengths, output_tokens in (
@@ -177,6 +178,23 @@ class RunConfig(ConfigModel):
                     f"engines[{i}].{path}: {e.name} differs from the base {exp.base} in {path} ({a!r} vs {b!r}), "
                     f"which is not a factor of the experiment. Fix: declare it in experiment.factors, make it equal, "
                     f"or list it in experiment.allow_differences")
+
+    def _runner_pod_checks(self) -> None:
+        """What runner pods (kubernetes.measure_from: cluster) cannot do: run beside a local engine,
+        start engines anew mid-step (they hold no rights to deploy), or read an Airflow connection."""
+        if self.kubernetes.measure_from != "cluster":
+            return
+        if self.target != "kubernetes":
+            raise ValueError("kubernetes.measure_from: cluster runs the measuring steps in pods beside engines on "
+                             "Kubernetes, and target is local. Fix: set target: kubernetes, or measure_from: worker")
+        if self.measurement.launches > 1:
+            raise ValueError("measurement.launches: a further launch redeploys the engines from within the measuring "
+                             "step, which a runner pod may not do. Fix: launches: 1, or kubernetes.measure_from: worker")
+        for i, e in enumerate(self.engines):
+            if e.api_key_connection:
+                raise ValueError(f"engines[{i}].api_key_connection: a runner pod cannot read an Airflow connection. "
+                                 f"Fix: put the key in a Kubernetes Secret and name it in api_key_secret, or "
+                                 f"kubernetes.measure_from: worker")
 
     def _llamacpp_checks(self, i: int, e: EngineSpec) -> None:
         """Who reads engines[i].llamacpp depends on the target: the llamacpp launcher on this

@@ -1,5 +1,6 @@
 """`dayone step NAME`: one step run as a DAG task runs it (tasks/steps/execution.py), for a runner pod
-or a person; its outcome is recorded the same way."""
+or a person; its outcome is recorded the same way. Without --config the run's own config is read from
+its manifest in the run's storage (DAYONE_STAGING), as a runner pod does."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from tasks.config import RunConfig, read_config_file
 from tasks.run import NotAttempted, RunContext, load_config
-from tasks.steps.execution import execute
+from tasks.scenarios import PERF_SCENARIOS
+from tasks.steps.execution import execute, execute_group
 from tasks.steps.registry import STEPS
 
 NOT_ATTEMPTED_EXIT = 99  # the runner pod's skip_on_exit_code: a step not attempted is a skipped task
@@ -18,9 +20,10 @@ NOT_ATTEMPTED_EXIT = 99  # the runner pod's skip_on_exit_code: a step not attemp
 def register(sub: Any) -> None:
     p = sub.add_parser("step", help="run one pipeline step (as a DAG task does) and record its outcome")
     p.add_argument("name", choices=list(STEPS))
-    p.add_argument("--config", required=True, help="run config, YAML or JSON file")
+    p.add_argument("--config", help="run config, YAML or JSON file; default: the planned run's own (its manifest)")
     p.add_argument("--run-id", required=True)
-    p.add_argument("--engine")
+    p.add_argument("--engine", action="append",
+                   help="the engine (repeat it for a performance scenario measuring several together)")
     p.set_defaults(run=_run_cli)
 
 
@@ -37,17 +40,44 @@ def _engine_option_error(name: str, engine: str | None, cfg: RunConfig) -> str |
     return None
 
 
+def _planned_config(run_id: str) -> dict[str, Any]:
+    """The config the run's plan step recorded in its manifest (engine env values withheld: a step
+    after the plan deploys nothing)."""
+    from tasks.run_documents import manifest
+    from tasks.run_storage import RunDir
+    from tasks.object_store import staging_from_env
+
+    doc = manifest(RunDir(run_id, staging_from_env()))
+    if doc is None:
+        raise NotAttempted(f"run {run_id} was never planned (no manifest in its storage); give --config")
+    return doc["config"]
+
+
 def _run_cli(args: Any) -> int:
     from tasks.archive import client_from_env
 
-    config = load_config(read_config_file(args.config), args.run_id)  # bad config: exit 2, nothing written
-    problem = _engine_option_error(args.name, args.engine, config)
-    if problem:
-        print(f"dayone step {args.name}: {problem}", file=sys.stderr)
+    try:
+        text = read_config_file(args.config) if args.config else _planned_config(args.run_id)
+    except NotAttempted as exc:
+        print(f"dayone step {args.name}: not attempted: {exc}", file=sys.stderr)
+        return NOT_ATTEMPTED_EXIT
+    config = load_config(text, args.run_id)  # bad config: exit 2, nothing written
+    engines = args.engine or []
+    if len(engines) > 1 and args.name not in PERF_SCENARIOS:
+        print(f"dayone step {args.name}: one --engine only; performance scenarios alone measure engines together",
+              file=sys.stderr)
         return 2
+    for engine in engines or [None]:
+        problem = _engine_option_error(args.name, engine, config)
+        if problem:
+            print(f"dayone step {args.name}: {problem}", file=sys.stderr)
+            return 2
     ctx = RunContext.build(config, args.run_id, archive_client=client_from_env)
     try:
-        result = execute(ctx, args.name, args.engine)
+        if len(engines) > 1:
+            result = execute_group(ctx, args.name, engines)
+        else:
+            result = execute(ctx, args.name, engines[0] if engines else None)
     except NotAttempted as exc:
         print(f"dayone step {args.name}: not attempted: {exc}", file=sys.stderr)
         return NOT_ATTEMPTED_EXIT

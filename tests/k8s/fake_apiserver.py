@@ -4,9 +4,11 @@ It stores objects in memory like the API server does (uid, creationTimestamp, ge
 resourceVersion; 404/409 as Status objects; label and field selectors), and it plays the
 controllers and the kubelet on the test's command: start a Deployment's pod, set its container
 state (ImagePullBackOff, CrashLoopBackOff, restarts), post events and logs, mark the rollout
-available. Deleting a Deployment removes the pods it owns, as the garbage collector would.
+available. Deleting a Deployment removes the pods it owns, as the garbage collector would. Watchers
+(fake_kubelet.py) hear of each pod created or deleted; a pod's log can be followed while it grows.
 
-Clients authenticate with a bearer token, as a kubeconfig user would; anything else gets 401.
+Clients authenticate with a bearer token, as a kubeconfig user would (the worker's, or the runner
+pods' service account's); anything else gets 401. Each request is recorded with its user.
 """
 
 from __future__ import annotations
@@ -17,12 +19,15 @@ import itertools
 import json
 import re
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 TOKEN = "dayone-test-token"
+RUNNER_TOKEN = "dayone-runner-test-token"  # the runner pods' service account (tests/k8s/fake_kubelet.py)
+USERS = {TOKEN: "worker", RUNNER_TOKEN: "runner"}
 _CORE = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<res>pods|services|events|secrets)(?:/(?P<name>[^/]+)(?:/(?P<sub>log|status))?)?$")
 _APPS = re.compile(r"^/apis/apps/v1/namespaces/(?P<ns>[^/]+)/(?P<res>deployments)(?:/(?P<name>[^/]+)(?:/(?P<sub>status))?)?$")
 _NODES = re.compile(r"^/api/v1/nodes/(?P<name>[^/]+)$")
@@ -75,6 +80,8 @@ class FakeApiServer:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (resource, namespace, name)
         self.logs: dict[tuple[str, str, str, bool], str] = {}  # (namespace, pod, container, previous)
         self.requests: list[dict[str, Any]] = []
+        self.watchers: list[Any] = []  # called (event, resource, object) on pod create and delete
+        self.finished_logs: set[tuple[str, str]] = set()  # (namespace, pod) whose log will not grow
         self.lock = threading.Lock()
         self._rv = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -85,12 +92,12 @@ class FakeApiServer:
         self._server.shutdown()
         self._server.server_close()
 
-    def kubeconfig(self) -> dict[str, Any]:
+    def kubeconfig(self, token: str = TOKEN) -> dict[str, Any]:
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "dayone", "user": {"token": TOKEN}}],
+            "users": [{"name": "dayone", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "dayone", "namespace": "default"}}],
             "current-context": "fake",
         }
@@ -211,6 +218,10 @@ class FakeApiServer:
     def set_log(self, namespace: str, pod: str, text: str, container: str = "engine", previous: bool = False) -> None:
         self.logs[(namespace, pod, container, previous)] = text
 
+    def _tell(self, event: str, resource: str, obj: dict[str, Any]) -> None:
+        for watcher in self.watchers:
+            watcher(event, resource, copy.deepcopy(obj))
+
     # ---- the HTTP side ----------------------------------------------------------------------
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -239,9 +250,11 @@ class FakeApiServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 body = json.loads(raw) if raw else None
+                self._body = body
+                user = USERS.get((self.headers.get("Authorization") or "").removeprefix("Bearer "))
                 server.requests.append({"method": self.command, "path": url.path, "query": query,
-                                        "body": copy.deepcopy(body)})
-                if self.headers.get("Authorization") != f"Bearer {TOKEN}":
+                                        "body": copy.deepcopy(body), "user": user})
+                if user is None:
                     return self._status(401, "Unauthorized", "Unauthorized")
                 node = _NODES.match(url.path)
                 if node and self.command == "GET":
@@ -254,10 +267,34 @@ class FakeApiServer:
                 if not m:
                     return self._status(404, "NotFound", f"the server could not find the requested resource ({url.path})")
                 ns, res, name, sub = m.group("ns"), m.group("res"), m.group("name"), m.group("sub")
+                if sub == "log" and query.get("follow") in ("1", "t", "true", "True") and \
+                        (ns, name) not in server.finished_logs and server.get(res, ns, name) is not None:
+                    return self._follow_log(ns, name, query)  # outside the lock: it streams until the pod ends
                 with server.lock:
                     if name is None:
                         return self._collection(ns, res, query, body)
                     return self._item(ns, res, name, sub, query)
+
+            def _follow_log(self, ns: str, name: str, query: dict[str, str]) -> None:
+                """The container's log as it grows (chunked), ending when the pod's process ends."""
+                pod = server.get("pods", ns, name) or {}
+                container = query.get("container") or pod["spec"]["containers"][0]["name"]
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                sent = 0
+                while True:
+                    done = (ns, name) in server.finished_logs or server.get("pods", ns, name) is None
+                    text = server.logs.get((ns, name, container, False), "").encode()
+                    if len(text) > sent:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(text) - sent, text[sent:]))
+                        self.wfile.flush()
+                        sent = len(text)
+                    if done:
+                        break
+                    time.sleep(0.05)
+                self.wfile.write(b"0\r\n\r\n")
 
             def _collection(self, ns: str, res: str, query: dict[str, str], body: Any) -> None:
                 api_version, kind = KINDS[res]
@@ -282,7 +319,10 @@ class FakeApiServer:
                         body["status"] = {}
                     if res == "services":
                         body["spec"]["clusterIP"] = "10.96.0.10"
-                    return self._send(201, server._store(res, body))
+                    stored = server._store(res, body)
+                    if res == "pods":
+                        server._tell("created", res, stored)
+                    return self._send(201, stored)
                 return self._status(405, "MethodNotAllowed", self.command)
 
             def _item(self, ns: str, res: str, name: str, sub: str | None, query: dict[str, str]) -> None:
@@ -300,8 +340,17 @@ class FakeApiServer:
                     return self._send(200, text, "text/plain")
                 if self.command == "GET":
                     return self._send(200, obj)
+                if self.command == "PATCH":  # a merge patch of the labels and annotations, as KPO sends
+                    patch = self._patch_body()
+                    for field in ("labels", "annotations"):
+                        merged = {**(obj["metadata"].get(field) or {}), **((patch.get("metadata") or {}).get(field) or {})}
+                        obj["metadata"][field] = {k: v for k, v in merged.items() if v is not None}
+                    obj["metadata"]["resourceVersion"] = str(next(server._rv))
+                    return self._send(200, obj)
                 if self.command == "DELETE":
                     del server.objects[key]
+                    if res == "pods":
+                        server._tell("deleted", res, obj)
                     if res == "deployments":  # the garbage collector removes what the Deployment owned
                         uid = obj["metadata"]["uid"]
                         for k, o in list(server.objects.items()):
@@ -311,6 +360,9 @@ class FakeApiServer:
                                             "details": {"name": name, "kind": res, "uid": obj["metadata"]["uid"]}})
                 return self._status(405, "MethodNotAllowed", self.command)
 
-            do_GET = do_POST = do_DELETE = _handle
+            def _patch_body(self) -> dict[str, Any]:
+                return self._body or {}
+
+            do_GET = do_POST = do_DELETE = do_PATCH = _handle
 
         return Handler

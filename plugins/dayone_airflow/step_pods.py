@@ -1,0 +1,138 @@
+"""A measuring step's task: a KubernetesPodOperator that, under kubernetes.measure_from: cluster, runs
+`dayone step` in a runner pod beside the engine (deferrable; logs into the task's log; the pod deleted
+when done or killed) and, under worker (or a local target, or a dry run), runs the step on this worker.
+
+One task class for both, because measure_from is run conf and the graph is fixed at parse: a branch per
+step would double the measuring tasks and thread skips through their trigger rules. Both ways record the
+step's outcome through tasks/steps/execution.py in the run's storage, and the task returns it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+from tasks.k8s.runner_pods import CONTAINER, SKIP_EXIT_CODES
+
+
+class StepPodOperator(KubernetesPodOperator):
+    """Step `step` for `engine` (a mapped engine name), or for the engines of `position` measured
+    together (a performance scenario: the engines come from the task engines_<position>_due)."""
+
+    template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "engine")
+
+    def __init__(self, *, step: str, engine: str | None = None, position: int | None = None, **kwargs: Any):
+        super().__init__(deferrable=True, get_logs=True, on_finish_action="delete_pod", on_kill_action="delete_pod",
+                         skip_on_exit_code=list(SKIP_EXIT_CODES), base_container_name=CONTAINER,
+                         do_xcom_push=False, log_events_on_startup=False,
+                         termination_message_policy="FallbackToLogsOnError", **kwargs)
+        self.step, self.engine, self.position = step, engine, position
+
+    # ---- which way --------------------------------------------------------------------------
+    def _engines(self, context: Any) -> list[str]:
+        if self.position is None:
+            return [self.engine]
+        names = context["ti"].xcom_pull(task_ids=f"engines_{self.position}_due")
+        if not names:
+            from airflow.sdk.exceptions import AirflowSkipException
+
+            raise AirflowSkipException(f"no engine at position {self.position}")
+        return list(names)
+
+    def _in_pod(self, context: Any, engines: list[str] | None = None) -> Any:
+        """The run config when this step runs in a runner pod; None when it runs on this worker. A step
+        whose engines are none of them ready runs here too: it is not attempted, and a pod placed beside
+        an engine pod that never started would wait unschedulable until its startup timeout."""
+        from tasks.config import ConfigError
+        from tasks.steps.registry import STEPS
+
+        from dayone_airflow.glue import config_from_params
+        from tasks.run import load_config
+
+        try:
+            cfg = load_config(config_from_params(context["params"]), "runner")
+        except ConfigError:
+            return None  # the worker's way records the rejected config as the step's outcome
+        if cfg.target != "kubernetes" or cfg.kubernetes.measure_from != "cluster" or cfg.dry_run:
+            return None
+        if not STEPS[self.step].enabled(cfg):
+            return None  # switched off: recorded here, no pod
+        if engines is not None:
+            from tasks.run_documents import readiness
+
+            from dayone_airflow.glue import run_dir
+
+            state = run_dir(context["run_id"])
+            if not any(readiness(state, e).ready for e in engines):
+                return None
+        return cfg
+
+    def _configure(self, context: Any, cfg: Any, engines: list[str]) -> None:
+        """The runner pod of this step (tasks/k8s/runner_pods.py) and how to reach and watch it."""
+        import os
+
+        from tasks.k8s.runner_pods import runner_step_pod
+        from tasks.object_store import STAGING_ENV
+
+        from dayone_airflow.connections import staging_store
+        from dayone_airflow.glue import dayone_run_id
+
+        store = staging_store()
+        if store is None:
+            from airflow.sdk.exceptions import AirflowFailException
+
+            raise AirflowFailException(f"kubernetes.measure_from: cluster keeps the run's state where its runner pods "
+                                       f"reach it: set {STAGING_ENV}=s3://BUCKET/PREFIX on the workers "
+                                       "(docs/deploy.md, 'Run state in S3'), or measure_from: worker")
+        k8s, runner = cfg.kubernetes, cfg.kubernetes.runner
+        self.kubernetes_conn_id = k8s.conn_id
+        self.namespace = k8s.namespace
+        self.pod_template_dict = runner_step_pod(cfg, self.step, engines, dayone_run_id(context["run_id"]),
+                                                 os.environ[STAGING_ENV].strip(), store.access.endpoint_url)
+        self.poll_interval = runner.poll_interval_s
+        self.startup_timeout_seconds = runner.startup_timeout_s
+        self.startup_check_interval_seconds = max(1, int(runner.poll_interval_s))
+
+    # ---- the two ways -------------------------------------------------------------------------
+    def execute(self, context: Any) -> Any:
+        engines = self._engines(context)
+        cfg = self._in_pod(context, engines)
+        if cfg is None:
+            return self._on_worker(context, engines)
+        self._configure(context, cfg, engines)
+        return super().execute(context)  # defers to the pod trigger; trigger_reentry ends it
+
+    def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
+        # a resumed task is a fresh operator: it learns the pod's cluster again from the run config
+        cfg = self._in_pod(context)
+        if cfg is not None:
+            self.kubernetes_conn_id = cfg.kubernetes.conn_id
+        super().trigger_reentry(context, event)
+        return self._recorded(context)
+
+    def _recorded(self, context: Any) -> dict[str, Any]:
+        """What the pod's `dayone step` recorded: the step's outcome per engine, from the run's storage."""
+        from tasks.run_documents import outcome_doc
+
+        from dayone_airflow.glue import run_dir
+
+        state = run_dir(context["run_id"])
+        engines = [self.engine] if self.position is None else list(
+            context["ti"].xcom_pull(task_ids=f"engines_{self.position}_due") or [])
+        return {"step": self.step, "measured_in": "runner pod",
+                "outcomes": {e: state.read_json(outcome_doc(self.step, e)) for e in engines}}
+
+    def _on_worker(self, context: Any, engines: list[str]) -> Any:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tasks.steps.engine_steps import RequestsFailed
+
+        from dayone_airflow.glue import run_step
+
+        target: str | list[str] = engines[0] if self.position is None else engines
+        try:
+            return run_step(self.step, context["params"], context["run_id"], target)
+        except RequestsFailed as exc:  # measured, and most requests failed: a verdict a retry cannot change
+            raise AirflowFailException(str(exc)) from None

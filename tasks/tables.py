@@ -441,6 +441,22 @@ QUALITY = Table(
     key=("run_id", "engine", "scenario", "item_id"),
 )
 
+LOGLIK = Table(
+    "loglik",
+    _common()
+    + (
+        Column("length_tokens", "int", nullable=False, min_value=1, description="The fixed text's target length."),
+        Column("text_sha256", "str", nullable=False, description="Digest of the text scored: the same on every engine."),
+        Column("prompt_tokens", "int", min_value=2, description="The tokens the engine scored; null unless ok."),
+        Column("mean_nll_nats", "float", min_value=0,
+               description="Mean negative log-likelihood per token (nats) over the prompt's tokens after the first."),
+        Column("status", "str", nullable=False, values=("ok", "not_applicable", "error")),
+        Column("reason", "str", description="Why not measured: the dialect has no prompt log-probabilities, or the error."),
+        _secs("latency_s"),
+    ),
+    key=("run_id", "engine", "scenario", "length_tokens"),
+)
+
 HARDWARE = Table(
     "hardware",
     _common()
@@ -464,7 +480,8 @@ HARDWARE = Table(
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
-              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS, QUALITY)
+              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS, QUALITY,
+              LOGLIK)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

@@ -1,6 +1,6 @@
 """The decision summary: a few sentences written from the summary's figures, never by hand.
 
-Answers first: an engine that answered a family detectably worse than another is named before any
+Answers first: an engine that answered a family detectably worse than another on the same items is named before any
 speed lead, and its speed leads carry the caveat. Then how each engine compares with the base engine (the config's first) where, from the summary's
 comparisons: a ratio with its confidence interval, called better or worse only when the interval
 excludes 1 and otherwise "no detectable difference" with the change this run could have detected
@@ -20,7 +20,7 @@ from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import StartupFinding
 from tasks.report.schema.run import DecisionLine
 from tasks.evidence.effects import ratio_interval
-from tasks.scenarios.capacity import decisive_bracket, newcombe, order
+from tasks.scenarios.capacity import decisive_bracket, order
 
 # The figures engines are compared on: (scenario, figure, higher is better, words)
 LEAD_FIGURES = (
@@ -57,7 +57,7 @@ def _leads(summary: RunSummary) -> list[str]:
     engines = summary.engines
     if len(engines) < 2:
         return ([_single_engine(engines)] if engines else []) + _capacity_leads(summary)
-    lines, worse_answers = _answer_leads(engines)
+    lines, worse_answers = _answer_leads(summary)
     for scenario, figure, _, words in LEAD_FIGURES:
         mine = [c for c in summary.comparisons if (c.scenario, c.figure) == (scenario, figure)]
         for engine in dict.fromkeys(c.engine for c in mine):
@@ -75,23 +75,22 @@ def _answers_caveat(named: tuple[str, ...], worse_answers: Collection[str]) -> s
     return f" Not a reason to choose {' or '.join(wrong)}: its answers are worse (see above)." if wrong else ""
 
 
-def _answer_leads(engines: dict[str, EngineSummary]) -> tuple[list[str], set[str]]:
-    """The families where one engine answered detectably worse than another (the Newcombe interval of the
-    difference of accuracies wholly below 0), first among the leads: answers outrank speed. Also the
-    engines named, whose speed leads then carry the caveat."""
-    scored = {n: e.quality.families for n, e in engines.items() if e.quality is not None}
+def _answer_leads(summary: RunSummary) -> tuple[list[str], set[str]]:
+    """The families where one engine answered detectably worse than another on the same items (the
+    paired interval of the difference of accuracies excludes 0; tasks/quality/parity.py), first among
+    the leads: answers outrank speed. Also the engines named, whose speed leads then carry the caveat."""
     found: dict[str, list[str]] = {}
-    for name, families in scored.items():
-        for other, theirs in scored.items():
-            for family, mine in families.items():
-                best = theirs.get(family)
-                if other == name or best is None:
-                    continue
-                low, high = newcombe(mine.correct, mine.items, best.correct, best.items, mine.confidence)
-                if high < 0:
-                    found.setdefault(name, []).append(
-                        f"{family} {mine.accuracy:.0%} ({mine.correct}/{mine.items}) against {other}'s "
-                        f"{best.accuracy:.0%} ({best.correct}/{best.items}), difference CI {low:+.0%} to {high:+.0%}")
+    for p in (summary.parity.answers if summary.parity else []):
+        if p.worse is None:
+            continue
+        other = p.a if p.worse == p.b else p.b
+        mine, theirs = (p.only_b_right, p.only_a_right) if p.worse == p.b else (p.only_a_right, p.only_b_right)
+        low, high = (p.low, p.high) if p.worse == p.a else (-p.high, -p.low)  # accuracy(worse) - accuracy(other)
+        right, wrong = p.both_right + len(mine), p.both_right + len(theirs)
+        found.setdefault(p.worse, []).append(
+            f"{p.family} {right / p.items:.0%} ({right}/{p.items}) against {other}'s {wrong / p.items:.0%} "
+            f"({wrong}/{p.items}), difference CI {low:+.0%} to {high:+.0%} (paired: {len(theirs)} items right "
+            f"on {other} only, {len(mine)} on {p.worse} only; {', '.join(theirs[:5])})")
     lines = [f"Answers differ: {name} answered worse in " + "; ".join(parts)
              + ". Its answers outrank any speed lead: do not choose it on speed." for name, parts in found.items()]
     return lines, set(found)

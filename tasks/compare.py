@@ -51,7 +51,7 @@ SCENARIO_SETTINGS: dict[str, tuple[str, ...]] = {
     "long_context": ("output_tokens", "prompt_style"),
     "prefix_cache": ("prompt_tokens", "output_tokens"),
     "capacity": ("mode", "input_tokens", "output_tokens", "target_goodput_share", "start", "max", "step"),
-    "quality": ("seed", "items_per_family", "kv_context_tokens", "max_tokens"),  # the same items, answered alike
+    "quality": ("seed", "items_per_family", "kv_context_tokens", "max_tokens", "eval_set"),  # the same items, answered alike
 }
 
 Shape = tuple[str, int | None, float | None]  # (scenario, concurrency, rate): exactly one of the two is set

@@ -425,10 +425,10 @@ QUALITY = Table(
     + (
         Column("family", "str", nullable=False,
                values=("kv_retrieval", "copy_reverse", "arithmetic", "sorting", "json_schema", "multi_turn_recall",
-                       "tool_call")),
+                       "tool_call", "eval_set")),
         Column("item_id", "str", nullable=False, description="The item of the seed's task set (tasks/quality/items.py)."),
         Column("context_tokens", "int", min_value=1, description="kv_retrieval: the table's approximate length."),
-        Column("match_rule", "str", nullable=False, values=("exact", "numeric", "json", "tool_args")),
+        Column("match_rule", "str", nullable=False, values=("exact", "numeric", "json", "tool_args", "regex")),
         Column("prompt_sha256", "str", nullable=False, description="Digest of the messages and tools sent."),
         Column("prompt_tail", "str", nullable=False, description="The end of the last user message: the question."),
         Column("expected", "str", nullable=False, description="The expected answer, as JSON text."),

@@ -131,8 +131,11 @@ def _answers(config: RunConfig, summary: RunSummary, ready: list[str]) -> str:
     unchecked = [n for n in ready if n not in checked]
     text = (f"Answers were checked for {', '.join(checked)} on a generated task set ({', '.join(families)}; "
             f"key-value retrieval at {lengths} tokens; {quality.items_per_family} items per family, seed "
-            f"{quality.seed}) at greedy decoding: not the user's own prompts, not sampled decoding, and not "
-            "open-ended quality (the items are easy on purpose)")
+            f"{quality.seed}"
+            + (f"; and the user's eval set {quality.eval_set} as the family eval_set" if quality.eval_set else "")
+            + ") at greedy decoding: "
+            + ("not prompts outside the eval set, " if quality.eval_set else "not the user's own prompts, ")
+            + "not sampled decoding, and not open-ended quality (the generated items are easy on purpose)")
     if unchecked:
         text += f"; the answers of {', '.join(unchecked)} were not checked"
     return text + "."

@@ -1,7 +1,8 @@
 """The decision summary: a few sentences written from the summary's figures, never by hand.
 
-Answers first: an engine that answered a family detectably worse than another on the same items is named before any
-speed lead, and its speed leads carry the caveat. Then how each engine compares with the base engine (the config's first) where, from the summary's
+Answers first: an engine that answered a family detectably worse than another on the same items (or
+whose speculative decoding changed a greedy answer) is named before any speed lead, and its speed
+leads carry the caveat. Then how each engine compares with the base engine (the config's first) where, from the summary's
 comparisons: a ratio with its confidence interval, called better or worse only when the interval
 excludes 1 and otherwise "no detectable difference" with the change this run could have detected
 (no winner without an interval); what is unreliable and why, what was not tested, and the
@@ -64,6 +65,7 @@ def _leads(summary: RunSummary) -> list[str]:
             parts = [comparison_words(c) for c in mine if c.engine == engine]
             line = f"{scenario} {words}, {engine} vs {mine[0].base}: " + "; ".join(parts) + "."
             lines.append(line + _answers_caveat((engine, mine[0].base), worse_answers))
+    lines += _speculative_leads(summary)
     lines += _evidence_leads(engines)
     lines += _capacity_leads(summary, worse_answers)
     return lines
@@ -93,7 +95,28 @@ def _answer_leads(summary: RunSummary) -> tuple[list[str], set[str]]:
             f"on {other} only, {len(mine)} on {p.worse} only; {', '.join(theirs[:5])})")
     lines = [f"Answers differ: {name} answered worse in " + "; ".join(parts)
              + ". Its answers outrank any speed lead: do not choose it on speed." for name, parts in found.items()]
-    return lines, set(found)
+    changed = [p for p in (summary.speculative.pairs if summary.speculative else []) if p.changed]
+    lines += [f"Speculative decoding changed answers: {p.on} answered {len(p.changed)} of {p.items} items "
+              f"differently from {p.off} (off) at greedy decoding ({', '.join(list(p.changed)[:5])}), where it "
+              "must not change any. Its answers outrank any speed lead: do not choose it on speed." for p in changed]
+    return lines, set(found) | {p.on for p in changed}
+
+
+def _speculative_leads(summary: RunSummary) -> list[str]:
+    """Each off/on pair: the on engine's acceptance per level with its interval, and its answers kept."""
+    lines = []
+    for p in summary.speculative.pairs if summary.speculative else []:
+        parts = [f"{a.scenario} {a.level} {a.acceptance_rate:.0%}"
+                 + (f" (CI {a.acceptance_rate_low:.0%} to {a.acceptance_rate_high:.0%})"
+                    if a.acceptance_rate_low is not None else " (one round: no interval)")
+                 + (f", {a.accepted_length:.2f} tokens per step" if a.accepted_length is not None else "")
+                 + (f" ({a.accepted_length_low:.2f} to {a.accepted_length_high:.2f})"
+                    if a.accepted_length_low is not None else "") for a in p.acceptance]
+        text = f"Speculative decoding, {p.on} ({p.on_setting}) vs {p.off} (off): acceptance " + (
+            "; ".join(parts) if parts else "not measured (no rounds with drafts)")
+        kept = f"; greedy answers identical on all {p.items} items" if p.items and not p.changed else ""
+        lines.append(text + kept + ".")
+    return lines
 
 
 def _capacity_leads(summary: RunSummary, worse_answers: Collection[str] = ()) -> list[str]:

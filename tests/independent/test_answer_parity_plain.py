@@ -139,3 +139,15 @@ def test_the_report_lists_the_differing_items_the_agreement_and_the_nll_finding(
     _, offset, _ = _run(tmp_path / "nll", {"sound": ScoresPrompts, "offset": OffsetsLogprobs})
     page = render_html(offset, charts={})
     assert "<span class='badge fail'>NLL gap</span> offset&#39;s NLL at 1,024 tokens" in page
+
+
+def test_not_proved_says_which_engines_log_likelihood_covered_and_which_had_none(tmp_path):
+    from tasks.report.limits import not_proved
+
+    _, summary, _ = _run(tmp_path, {"sound": ScoresPrompts, "llama": ScoresPrompts}, dialects={"llama": "llamacpp"})
+    for engine in summary.engines.values():
+        engine.ready = True  # the limits are of engines that served; readiness is not this test's
+    line = next(t for t in not_proved(_config({"sound": "vllm", "llama": "llamacpp"}), summary)
+                if t.startswith("Answers were checked"))
+    assert "Log-likelihood parity compared sound on one generated text at 64, 256, 1,024 tokens; not for llama " \
+           "(llama.cpp's server scores generated tokens only" in line, line

@@ -4,7 +4,7 @@ Per comparable baseline (the same engine lineage, `engine_lineage`, and scenario
 `SCENARIO_SETTINGS`), each shape's figures are compared as effects with an interval
 (tasks/evidence/effects.py, widened by the lineage's history: tasks/evidence/history.py); checks,
 needles, cache verdicts and capacity regress on pass -> fail; a quality family's accuracy on a drop
-its interval detects. The rules: PROTOCOL.md section 8, "Regression verdicts". Every comparison is a
+its interval detects; the fixed text's NLL on a rise beyond its tolerance. The rules: PROTOCOL.md section 8, "Regression verdicts". Every comparison is a
 row of the `regressions` table; any regressed row makes `compare` raise RegressionFound after the rows
 are written, so the table is archived and the task fails.
 """
@@ -51,7 +51,7 @@ SCENARIO_SETTINGS: dict[str, tuple[str, ...]] = {
     "long_context": ("output_tokens", "prompt_style"),
     "prefix_cache": ("prompt_tokens", "output_tokens"),
     "capacity": ("mode", "input_tokens", "output_tokens", "target_goodput_share", "start", "max", "step"),
-    "quality": ("seed", "items_per_family", "kv_context_tokens", "max_tokens"),  # the same items, answered alike
+    "quality": ("seed", "items_per_family", "kv_context_tokens", "max_tokens", "eval_set"),  # the same items, answered alike
 }
 
 Shape = tuple[str, int | None, float | None]  # (scenario, concurrency, rate): exactly one of the two is set
@@ -116,8 +116,10 @@ class Side:
 
     def __init__(self, run_id: str, rounds: pd.DataFrame, checks: pd.DataFrame, needles: pd.DataFrame,
                  cache_verdict: str | None, ttft_published: bool | None = None,
-                 capacity: dict[str, Any] | None = None, quality: pd.DataFrame | None = None):
+                 capacity: dict[str, Any] | None = None, quality: pd.DataFrame | None = None,
+                 loglik: pd.DataFrame | None = None):
         self.run_id = run_id
+        self.loglik = loglik if loglik is not None else pd.DataFrame()  # the fixed text's NLL by length, where scored
         self.quality = quality if quality is not None else pd.DataFrame()  # the quality step's verdicts, where it ran
         self.capacity = capacity  # the capacity search's published result (capacity.published), where it ran
         # The run's own verdict on its stream timing, where known (tasks/evidence/reliability.py)
@@ -182,6 +184,14 @@ class Side:
         return {str(f): (int(g["correct"].fillna(False).astype(bool).sum()), len(g))
                 for f, g in self.quality.groupby("family")}
 
+    def nll_by_length(self) -> dict[int, float]:
+        """length -> mean NLL per token (nats) of the lengths scored ok."""
+        if self.loglik.empty:
+            return {}
+        ok = self.loglik[self.loglik["status"] == "ok"]
+        return {int(r["length_tokens"]): float(r["mean_nll_nats"]) for _, r in ok.iterrows()
+                if _present(r["mean_nll_nats"])}
+
     def check_outcomes(self) -> dict[str, str]:
         return {str(r["check"]): str(r["outcome"]) for _, r in self.checks.iterrows()}
 
@@ -226,7 +236,7 @@ def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
     capacity = None if searched is None else published_capacity(searched, bool(stream["reliable"]), cfg.slo)
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
                 run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]), capacity,
-                run_dir.frame("quality", engine))
+                run_dir.frame("quality", engine), run_dir.frame("loglik", engine))
 
 
 def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
@@ -238,7 +248,7 @@ def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -
     capacity = None if mine is None or mine.capacity is None else mine.capacity.model_dump(mode="json")
     return Side(index["run_id"], _read_table(s3, bucket, prefix, "rounds"), _read_table(s3, bucket, prefix, "checks"),
                 _read_table(s3, bucket, prefix, "needles"), cache, published, capacity,
-                _read_table(s3, bucket, prefix, "quality"))
+                _read_table(s3, bucket, prefix, "quality"), _read_table(s3, bucket, prefix, "loglik"))
 
 
 def archived_manifest(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:
@@ -553,6 +563,7 @@ def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side
                 f"effective -> {current.cache_verdict}")
     if "quality" in bases and not current.quality.empty:
         _accuracy_rows(row, cfg, bases["quality"], current)
+        _nll_rows(row, cfg, bases["quality"], current)
     if "capacity" in bases and current.capacity is not None:
         base = bases["capacity"]
         was, now = base.capacity or {}, current.capacity
@@ -601,6 +612,22 @@ def _accuracy_rows(row: Callable[..., None], cfg: RunConfig, base: Side, current
         row("quality", f"accuracy/{family}", base, was, now, now - was, -t.accuracy_drop, high < -t.accuracy_drop,
             f"{verdict} ({good_was}/{n_was} then, {good_now}/{n_now} now)", interval=(low, high),
             covers=f"the finite number of items ({n_was} then, {n_now} now), taken as independent")
+
+
+def _nll_rows(row: Callable[..., None], cfg: RunConfig, base: Side, current: Side) -> None:
+    """The fixed text's NLL per token at each length, then and now: the same weights and text score the same
+    up to kernel noise, so a rise beyond `scenarios.quality.nll_tolerance` regresses (docs/PROTOCOL.md,
+    "Log-likelihood parity")."""
+    tolerance = cfg.scenarios.quality.nll_tolerance
+    now_nll = current.nll_by_length()
+    for length, was in sorted(base.nll_by_length().items()):
+        if length not in now_nll:
+            continue
+        now = now_nll[length]
+        rise = now - was
+        verdict = "higher" if rise > tolerance else "lower" if rise < -tolerance else "within the tolerance"
+        row("quality", f"nll/{length}", base, was, now, rise, tolerance, rise > tolerance,
+            f"{verdict} ({was:.3f} then, {now:.3f} nats/token now)")
 
 
 def _beyond(e: Effect, limit: float, worse: str) -> bool:
@@ -681,6 +708,9 @@ def _describe(r: dict[str, Any]) -> str:
         return (f"{where} {r['metric']}: {r['baseline_value']:.0%} -> {r['value']:.0%} of items answered right "
                 f"(difference interval {r['ci_low']:+.1%} to {r['ci_high']:+.1%}, threshold "
                 f"{r['threshold']:+.0%}; {r['verdict']}) {vs}")
+    if r["metric"].startswith("nll/"):
+        return (f"{where} {r['metric']}: {r['baseline_value']:.3f} -> {r['value']:.3f} nats/token of the fixed text "
+                f"({r['change']:+.3f}, tolerance {r['threshold']:g}) {vs}")
     if r["metric"].startswith("measured"):
         return f"{where} {r['metric']}: measured in {r['baseline_run_id']}, missing now {vs}"
     if r.get("ratio") is not None:

@@ -39,6 +39,7 @@ ARCHIVED = "archive.json"
 REGRESSIONS = "regressions.json"
 SUMMARY = "summary.json"
 REPORT = "report.html"
+EVAL_SET = "eval_set.json"  # the user's eval set as the plan read and checked it (tasks/quality/eval_set.py)
 OUTCOMES_DIR = "state/steps"
 DEPLOYMENTS_DIR = "deployments"
 

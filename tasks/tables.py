@@ -425,10 +425,10 @@ QUALITY = Table(
     + (
         Column("family", "str", nullable=False,
                values=("kv_retrieval", "copy_reverse", "arithmetic", "sorting", "json_schema", "multi_turn_recall",
-                       "tool_call")),
+                       "tool_call", "eval_set")),
         Column("item_id", "str", nullable=False, description="The item of the seed's task set (tasks/quality/items.py)."),
         Column("context_tokens", "int", min_value=1, description="kv_retrieval: the table's approximate length."),
-        Column("match_rule", "str", nullable=False, values=("exact", "numeric", "json", "tool_args")),
+        Column("match_rule", "str", nullable=False, values=("exact", "numeric", "json", "tool_args", "regex")),
         Column("prompt_sha256", "str", nullable=False, description="Digest of the messages and tools sent."),
         Column("prompt_tail", "str", nullable=False, description="The end of the last user message: the question."),
         Column("expected", "str", nullable=False, description="The expected answer, as JSON text."),
@@ -439,6 +439,22 @@ QUALITY = Table(
         _secs("latency_s", nullable=False),
     ),
     key=("run_id", "engine", "scenario", "item_id"),
+)
+
+LOGLIK = Table(
+    "loglik",
+    _common()
+    + (
+        Column("length_tokens", "int", nullable=False, min_value=1, description="The fixed text's target length."),
+        Column("text_sha256", "str", nullable=False, description="Digest of the text scored: the same on every engine."),
+        Column("prompt_tokens", "int", min_value=2, description="The tokens the engine scored; null unless ok."),
+        Column("mean_nll_nats", "float", min_value=0,
+               description="Mean negative log-likelihood per token (nats) over the prompt's tokens after the first."),
+        Column("status", "str", nullable=False, values=("ok", "not_applicable", "error")),
+        Column("reason", "str", description="Why not measured: the dialect has no prompt log-probabilities, or the error."),
+        _secs("latency_s"),
+    ),
+    key=("run_id", "engine", "scenario", "length_tokens"),
 )
 
 HARDWARE = Table(
@@ -464,7 +480,8 @@ HARDWARE = Table(
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
-              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS, QUALITY)
+              ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS, QUALITY,
+              LOGLIK)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

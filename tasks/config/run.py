@@ -147,7 +147,8 @@ class RunConfig(ConfigModel):
                  sc.long_context.output_tokens),
                 ("scenarios.boundary.lengths", sc.boundary.enabled, sc.boundary.lengths, sc.boundary.output_tokens),
                 ("scenarios.quality.kv_context_tokens", sc.quality.enabled, sc.quality.kv_context_tokens,
-                 sc.quality.max_tokens)):
+                 sc.quality.max_tokens),
+                ("scenarios.quality.nll_lengths_tokens", sc.quality.enabled, sc.quality.nll_lengths_tokens or [], 1)):
             limit = self.usable_context_tokens(output_tokens)
             for i, n in enumerate(lengths):
                 if enabled and n > limit:

@@ -182,6 +182,17 @@ class QualityScenario(ConfigModel):
         description="Approximate key-value table lengths in tokens for kv_retrieval.")
     max_tokens: Annotated[PositiveInt, Fix("give an integer >= 1, e.g. 64")] = Field(
         64, description="Output tokens per item: enough for the answer (a reasoning model needs more).")
+    nll_lengths_tokens: Annotated[list[PositiveInt] | None, Fix(
+        "give lengths in tokens >= 2 below model.context_limit_tokens, e.g. [256, 1024, 4096], or [] for none")] = Field(
+        None, description="Lengths of the fixed text whose mean NLL per token each engine's prompt log-probabilities "
+        "give (log-likelihood parity; a dialect without them records not_applicable). None: 256, 1024, 4096 and "
+        "16384 tokens, those the model's context holds.")
+    eval_set: Annotated[str | None, Fix("give s3://BUCKET/KEY.jsonl or a path to a JSONL file")] = Field(
+        None, description="Your own eval set, scored as the family eval_set: a JSONL file, one item a line with "
+        "prompt or messages, expected, and match exact, regex or numeric (with tolerance); checked at plan.")
+    nll_tolerance: Annotated[float, Fix("give nats per token > 0, e.g. 0.05")] = Field(
+        0.05, gt=0, description="Engines serving the same weights agree on the mean NLL per token within this many "
+        "nats; a gap beyond it, or a rise with length beyond it on one engine only, is a finding.")
 
 
 class Scenarios(ConfigModel):

@@ -173,6 +173,10 @@ class EngineAdapter:
     # quantization; empty where DayOne does not read the dialect's (what a run did not prove says so).
     speculative_args: ClassVar[tuple[str, ...]] = ()
     weights_dtype_args: ClassVar[tuple[str, ...]] = ()
+    # Prompt log-probabilities (log-likelihood parity): the path that scores a prompt's tokens, or None
+    # with why not (the step records not_applicable with that reason).
+    prompt_logprobs_path: ClassVar[str | None] = None
+    prompt_logprobs_missing: ClassVar[str] = "the OpenAI API returns log-probabilities of generated tokens only"
 
     def launch_setting(self, args: list[str], names: tuple[str, ...]) -> str | None:
         """The value of the first of `names` among engine arguments (`--x v` or `--x=v`; "on" for a bare
@@ -187,6 +191,14 @@ class EngineAdapter:
         return None
 
     # ---- request shaping -------------------------------------------------------------
+    def prompt_logprobs_body(self, text: str, model: str) -> dict[str, Any]:
+        """The request to `prompt_logprobs_path` that scores every token of `text`."""
+        raise NotImplementedError(self.prompt_logprobs_missing)
+
+    def prompt_logprobs(self, body: Any) -> list[float]:
+        """The log-probability of each prompt token after the first (which has no context), from the response."""
+        raise NotImplementedError(self.prompt_logprobs_missing)
+
     def exact_output_fields(self, output_tokens: int) -> dict[str, Any]:
         """Request fields that force exactly `output_tokens` tokens where the engine allows it."""
         return {"max_tokens": output_tokens, "ignore_eos": True, "min_tokens": output_tokens}

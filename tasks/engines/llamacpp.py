@@ -42,6 +42,10 @@ class LlamaCppAdapter(EngineAdapter):
     slots_path: ClassVar[str] = "/slots"
     launch_dirs: ClassVar[tuple[str, ...]] = (SLOT_SAVE_DIR,)
     speculative_args: ClassVar[tuple[str, ...]] = ("--model-draft", "-md")  # a draft model (llama-server)
+    # tools/server refuses echo on /v1/completions ("Only no echo is supported"); /completion's n_probs
+    # covers generated tokens only (echo PRs ggml-org/llama.cpp#15189, #17935 unmerged).
+    prompt_logprobs_missing: ClassVar[str] = ("llama.cpp's server scores generated tokens only: /v1/completions "
+                                              "refuses echo, /completion's n_probs has no prompt tokens")
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", SLOT_ERASE_PATH)
     # prompt_tokens_total leaves out the cached tokens (unlike SGLang and vLLM): see hit_rate.
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(

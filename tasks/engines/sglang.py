@@ -31,6 +31,9 @@ class SGLangAdapter(EngineAdapter):
     pod_liveness_path: ClassVar[str | None] = "/ping"
     tokenize_path: ClassVar[str | None] = "/tokenize"
     cache_clear: ClassVar[tuple[str, str] | None] = ("POST", "/flush_cache")
+    # The native /generate with return_logprob and logprob_start_len 0: meta_info.input_token_logprobs
+    # is [logprob, token_id, text] per prompt token, the first logprob None (python/sglang/srt/managers/io_struct.py).
+    prompt_logprobs_path: ClassVar[str | None] = "/generate"
     cache_clear_busy_status: ClassVar[int | None] = 400  # /flush_cache refuses while requests run
     # Needs --enable-metrics. sglang:cache_hit_rate is a last-value gauge: never a run figure.
     cache_counters: ClassVar[CacheCounters | None] = CacheCounters(
@@ -116,3 +119,10 @@ class SGLangAdapter(EngineAdapter):
     def launch_env(self, engine: Any) -> dict[str, str]:
         # /health without a generation: a probe must not queue work behind a busy engine.
         return {"SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION": "0", **engine.env}
+
+    def prompt_logprobs_body(self, text: str, model: str) -> dict[str, Any]:
+        return {"text": text, "sampling_params": {"max_new_tokens": 1, "temperature": 0},
+                "return_logprob": True, "logprob_start_len": 0}
+
+    def prompt_logprobs(self, body: Any) -> list[float]:
+        return [float(entry[0]) for entry in body["meta_info"]["input_token_logprobs"][1:]]

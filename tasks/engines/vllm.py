@@ -55,6 +55,9 @@ class VLLMAdapter(EngineAdapter):
     speculative_args: ClassVar[tuple[str, ...]] = ("--speculative-config", "--speculative_config", "-sc",
                                                    "--speculative-model", "--num-speculative-tokens")
     weights_dtype_args: ClassVar[tuple[str, ...]] = ("--quantization", "-q", "--dtype")
+    # Completions with echo: choices[0].logprobs.token_logprobs holds the prompt's tokens first (the
+    # first None), then the one generated token (vllm/entrypoints/openai/serving_completion.py).
+    prompt_logprobs_path: ClassVar[str | None] = "/v1/completions"
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = (
         _pattern("missing_tuned_config", "warning", r"Using default MoE config"),
         _pattern("fallback_backend", "warning", r"no .{0,30}backend.{0,60}(?:fall|using)"),
@@ -123,3 +126,11 @@ class VLLMAdapter(EngineAdapter):
 
     def launch_env(self, engine: Any) -> dict[str, str]:
         return {"VLLM_SERVER_DEV_MODE": "1", **engine.env}  # enables /reset_prefix_cache
+
+    def prompt_logprobs_body(self, text: str, model: str) -> dict[str, Any]:
+        return {"model": model, "prompt": text, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0}
+
+    def prompt_logprobs(self, body: Any) -> list[float]:
+        prompt_tokens = body["usage"]["prompt_tokens"]
+        scored = body["choices"][0]["logprobs"]["token_logprobs"][:prompt_tokens]
+        return [float(v) for v in scored[1:]]

@@ -41,6 +41,10 @@ PRESETS = {
                         "sim.yaml"),
     "local-llamacpp-ab": Preset("llama.cpp serving SmolLM2-135M, 1 vs 4 parallel slots; minutes on a laptop CPU",
                                 "llamacpp-ab.yaml"),
+    "spec-decoding-sglang": Preset("speculative decoding off vs on (MTP) on SGLang, answers held alike; Kubernetes "
+                                   "GPUs, the image and an MTP model to give", "spec-decoding-sglang.yaml"),
+    "spec-decoding-vllm": Preset("speculative decoding off vs on (MTP) on vLLM, answers held alike; Kubernetes GPUs, "
+                                 "the image and an MTP model to give", "spec-decoding-vllm.yaml"),
     CUSTOM: Preset("no preset: the fields below as shown (RunConfig's defaults: the full method's sizes, "
                    "one simulated SGLang engine on this machine)"),
 }

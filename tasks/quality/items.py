@@ -14,7 +14,7 @@ from typing import Any
 
 FAMILIES = ("kv_retrieval", "copy_reverse", "arithmetic", "sorting", "json_schema", "multi_turn_recall", "tool_call")
 # How an answer is held against the expected one (tasks/quality/score.py `is_correct`).
-MATCH_RULES = ("exact", "numeric", "json", "tool_args")
+MATCH_RULES = ("exact", "numeric", "json", "tool_args", "regex")  # regex: the user's eval set only
 
 # a table line "key K3F9QX: 481273\n" is 19 characters; about 4 characters make a token
 _KV_CHARS_PER_LINE = 19
@@ -52,6 +52,7 @@ class Item:
     tools: list[dict[str, Any]] = field(default_factory=list)
     schema: dict[str, Any] | None = None  # json_schema: the answer must also validate against it
     context_tokens: int | None = None  # kv_retrieval: the table's approximate length in tokens
+    tolerance: float | None = None  # the user's eval set, match numeric: the last number in the answer, within this
 
 
 def _user(text: str) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ from typing import Any
 
 from tasks.checks.base import CHAT_PATH, Probe, first_message
 from tasks.engine_context import EngineContext
+from tasks.run_documents import EVAL_SET
 from tasks.quality.items import Item, generate
 from tasks.quality.score import is_correct
 
@@ -18,8 +19,12 @@ _TAIL_CHARS = 240
 
 
 def items_of(ctx: EngineContext) -> list[Item]:
+    """The seed's generated items, then the user's eval set as the plan kept it."""
+    from tasks.quality.eval_set import items_from_json
+
     q = ctx.config.scenarios.quality
-    return generate(q.seed, q.items_per_family, q.kv_context_tokens)
+    own = ctx.run_dir.read_json(EVAL_SET) if q.eval_set else None
+    return generate(q.seed, q.items_per_family, q.kv_context_tokens) + items_from_json(own or [])
 
 
 def prompt_sha256(item: Item) -> str:

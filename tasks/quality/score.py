@@ -11,6 +11,7 @@ from typing import Any
 
 from tasks.quality.items import Item
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?")  # "1,234.5": the eval set's numeric rule
 _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
 
@@ -26,6 +27,11 @@ def is_correct(item: Item, answer: str) -> bool:
     try:
         if item.match == "exact":
             return answer.strip() == str(item.expected)
+        if item.match == "regex":
+            return re.search(str(item.expected), answer) is not None
+        if item.match == "numeric" and item.tolerance is not None:
+            numbers = _NUMBER.findall(answer)
+            return bool(numbers) and abs(float(numbers[-1].replace(",", "")) - float(item.expected)) <= item.tolerance
         if item.match == "numeric":
             value = float(answer.strip())
             return math.isfinite(value) and abs(value - float(item.expected)) <= 1e-9 * max(1.0, abs(item.expected))

@@ -97,7 +97,7 @@ def _verdict(purpose: str, standing: list[str], engines: int) -> str:
 
 
 def _answers(summary: RunSummary) -> list[Gap]:
-    return answer_gaps(summary.engines)
+    return answer_gaps(summary)
 
 
 def _failed_requests(summary: RunSummary) -> list[Gap]:

@@ -1,7 +1,8 @@
 """The decision summary: a few sentences written from the summary's figures, never by hand.
 
-Answers first: an engine that answered a family detectably worse than another is named before any
-speed lead, and its speed leads carry the caveat. Then how each engine compares with the base engine (the config's first) where, from the summary's
+Answers first: an engine that answered a family detectably worse than another on the same items (or
+whose speculative decoding changed a greedy answer) is named before any speed lead, and its speed
+leads carry the caveat. Then how each engine compares with the base engine (the config's first) where, from the summary's
 comparisons: a ratio with its confidence interval, called better or worse only when the interval
 excludes 1 and otherwise "no detectable difference" with the change this run could have detected
 (no winner without an interval); what is unreliable and why, what was not tested, and the
@@ -20,7 +21,7 @@ from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import StartupFinding
 from tasks.report.schema.run import DecisionLine
 from tasks.evidence.effects import ratio_interval
-from tasks.scenarios.capacity import decisive_bracket, newcombe, order
+from tasks.scenarios.capacity import decisive_bracket, order
 
 # The figures engines are compared on: (scenario, figure, higher is better, words)
 LEAD_FIGURES = (
@@ -57,13 +58,14 @@ def _leads(summary: RunSummary) -> list[str]:
     engines = summary.engines
     if len(engines) < 2:
         return ([_single_engine(engines)] if engines else []) + _capacity_leads(summary)
-    lines, worse_answers = _answer_leads(engines)
+    lines, worse_answers = _answer_leads(summary)
     for scenario, figure, _, words in LEAD_FIGURES:
         mine = [c for c in summary.comparisons if (c.scenario, c.figure) == (scenario, figure)]
         for engine in dict.fromkeys(c.engine for c in mine):
             parts = [comparison_words(c) for c in mine if c.engine == engine]
             line = f"{scenario} {words}, {engine} vs {mine[0].base}: " + "; ".join(parts) + "."
             lines.append(line + _answers_caveat((engine, mine[0].base), worse_answers))
+    lines += _speculative_leads(summary)
     lines += _evidence_leads(engines)
     lines += _capacity_leads(summary, worse_answers)
     return lines
@@ -75,34 +77,67 @@ def _answers_caveat(named: tuple[str, ...], worse_answers: Collection[str]) -> s
     return f" Not a reason to choose {' or '.join(wrong)}: its answers are worse (see above)." if wrong else ""
 
 
-def answer_gaps(engines: dict[str, EngineSummary]) -> list[tuple[str, str, str]]:
-    """(worse engine, better engine, the evidence) for each pair where one answered a family detectably
-    worse than the other: the Newcombe interval of the difference of accuracies wholly below 0."""
-    scored = {n: e.quality.families for n, e in engines.items() if e.quality is not None}
+def answer_gaps(summary: RunSummary) -> list[tuple[str, str, str]]:
+    """(worse engine, better engine, the evidence) for each pair whose answers differ: a family where one
+    answered detectably worse (`parity_gaps`), and an engine whose speculative decoding changed greedy
+    answers against its off twin."""
+    return parity_gaps(summary) + [
+        (p.on, p.off, f"speculative decoding changed {len(p.changed)} of {p.items} greedy answers "
+                      f"({', '.join(list(p.changed)[:5])})")
+        for p in (summary.speculative.pairs if summary.speculative else []) if p.changed]
+
+
+def parity_gaps(summary: RunSummary) -> list[tuple[str, str, str]]:
+    """(worse engine, better engine, the evidence) for each family where one engine answered detectably
+    worse than another on the same items (the paired interval of the difference of accuracies excludes 0;
+    tasks/quality/parity.py)."""
     gaps: list[tuple[str, str, str]] = []
-    for name, families in scored.items():
-        for other, theirs in scored.items():
-            for family, mine in families.items():
-                best = theirs.get(family)
-                if other == name or best is None:
-                    continue
-                low, high = newcombe(mine.correct, mine.items, best.correct, best.items, mine.confidence)
-                if high < 0:
-                    gaps.append((name, other,
-                                 f"{family} {mine.accuracy:.0%} ({mine.correct}/{mine.items}) against {other}'s "
-                                 f"{best.accuracy:.0%} ({best.correct}/{best.items}), difference CI {low:+.0%} to {high:+.0%}"))
+    for p in (summary.parity.answers if summary.parity else []):
+        if p.worse is None:
+            continue
+        other = p.a if p.worse == p.b else p.b
+        mine, theirs = (p.only_b_right, p.only_a_right) if p.worse == p.b else (p.only_a_right, p.only_b_right)
+        low, high = (p.low, p.high) if p.worse == p.a else (-p.high, -p.low)  # accuracy(worse) - accuracy(other)
+        right, other_right = p.both_right + len(mine), p.both_right + len(theirs)
+        gaps.append((p.worse, other,
+                     f"{p.family} {right / p.items:.0%} ({right}/{p.items}) against {other}'s "
+                     f"{other_right / p.items:.0%} ({other_right}/{p.items}), difference CI {low:+.0%} to {high:+.0%} "
+                     f"(paired: {len(theirs)} items right on {other} only, {len(mine)} on {p.worse} only; "
+                     f"{', '.join(theirs[:5])})"))
     return gaps
 
 
-def _answer_leads(engines: dict[str, EngineSummary]) -> tuple[list[str], set[str]]:
-    """The families where one engine answered detectably worse than another (`answer_gaps`), first among
-    the leads: answers outrank speed. Also the engines named, whose speed leads then carry the caveat."""
+def _answer_leads(summary: RunSummary) -> tuple[list[str], set[str]]:
+    """The families where one engine answered detectably worse than another on the same items
+    (`parity_gaps`), and the answers speculative decoding changed, first among the leads: answers outrank
+    speed. Also the engines named, whose speed leads then carry the caveat."""
     found: dict[str, list[str]] = {}
-    for worse, _, evidence in answer_gaps(engines):
+    for worse, _, evidence in parity_gaps(summary):
         found.setdefault(worse, []).append(evidence)
     lines = [f"Answers differ: {name} answered worse in " + "; ".join(parts)
              + ". Its answers outrank any speed lead: do not choose it on speed." for name, parts in found.items()]
-    return lines, set(found)
+    changed = [p for p in (summary.speculative.pairs if summary.speculative else []) if p.changed]
+    lines += [f"Speculative decoding changed answers: {p.on} answered {len(p.changed)} of {p.items} items "
+              f"differently from {p.off} (off) at greedy decoding ({', '.join(list(p.changed)[:5])}), where it "
+              "must not change any. Its answers outrank any speed lead: do not choose it on speed." for p in changed]
+    return lines, set(found) | {p.on for p in changed}
+
+
+def _speculative_leads(summary: RunSummary) -> list[str]:
+    """Each off/on pair: the on engine's acceptance per level with its interval, and its answers kept."""
+    lines = []
+    for p in summary.speculative.pairs if summary.speculative else []:
+        parts = [f"{a.scenario} {a.level} {a.acceptance_rate:.0%}"
+                 + (f" (CI {a.acceptance_rate_low:.0%} to {a.acceptance_rate_high:.0%})"
+                    if a.acceptance_rate_low is not None else " (one round: no interval)")
+                 + (f", {a.accepted_length:.2f} tokens per step" if a.accepted_length is not None else "")
+                 + (f" ({a.accepted_length_low:.2f} to {a.accepted_length_high:.2f})"
+                    if a.accepted_length_low is not None else "") for a in p.acceptance]
+        text = f"Speculative decoding, {p.on} ({p.on_setting}) vs {p.off} (off): acceptance " + (
+            "; ".join(parts) if parts else "not measured (no rounds with drafts)")
+        kept = f"; greedy answers identical on all {p.items} items" if p.items and not p.changed else ""
+        lines.append(text + kept + ".")
+    return lines
 
 
 def _capacity_leads(summary: RunSummary, worse_answers: Collection[str] = ()) -> list[str]:

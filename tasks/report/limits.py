@@ -131,11 +131,27 @@ def _answers(config: RunConfig, summary: RunSummary, ready: list[str]) -> str:
     unchecked = [n for n in ready if n not in checked]
     text = (f"Answers were checked for {', '.join(checked)} on a generated task set ({', '.join(families)}; "
             f"key-value retrieval at {lengths} tokens; {quality.items_per_family} items per family, seed "
-            f"{quality.seed}) at greedy decoding: not the user's own prompts, not sampled decoding, and not "
-            "open-ended quality (the items are easy on purpose)")
+            f"{quality.seed}"
+            + (f"; and the user's eval set {quality.eval_set} as the family eval_set" if quality.eval_set else "")
+            + ") at greedy decoding: "
+            + ("not prompts outside the eval set, " if quality.eval_set else "not the user's own prompts, ")
+            + "not sampled decoding, and not open-ended quality (the generated items are easy on purpose)")
     if unchecked:
         text += f"; the answers of {', '.join(unchecked)} were not checked"
-    return text + "."
+    return text + "." + _likelihood(summary, ready)
+
+
+def _likelihood(summary: RunSummary, ready: list[str]) -> str:
+    """Which engines' log-likelihood was compared, at which lengths, and which had no prompt log-probabilities."""
+    points = [p for p in (summary.parity.nll if summary.parity else []) if p.engine in ready]
+    if not points:
+        return ""
+    scored = sorted({p.engine for p in points if p.status == "ok"})
+    lengths = ", ".join(f"{n:,}" for n in sorted({p.length_tokens for p in points if p.status == "ok"}))
+    missing = sorted({f"{p.engine} ({p.reason})" for p in points if p.status == "not_applicable"})
+    text = (f" Log-likelihood parity compared {', '.join(scored)} on one generated text at {lengths} tokens"
+            if scored else " Log-likelihood parity compared no engine")
+    return text + (f"; not for {'; '.join(missing)}" if missing else "") + "."
 
 
 def _max_concurrency(summary: RunSummary, ready: list[str]) -> int | None:

@@ -27,6 +27,8 @@ from tasks.load.stats import client_load, level_figures, withhold_slo_judged
 from tasks.report.choice import choose
 from tasks.report.decision import LEAD_FIGURES, decide
 from tasks.report.limits import not_proved
+from tasks.report.parity import build_parity
+from tasks.report.speculative import build_speculative
 from tasks.report.schema import RunSummary
 from tasks.report.schema.cache import CacheTrial, PrefixCache
 from tasks.report.schema.capacity import Capacity, CapacityProbe
@@ -94,6 +96,8 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         decision=[],
         **_design(run_dir),
         slice_findings=_slice_findings(engines),
+        parity=build_parity(run_dir, cfg, CONFIDENCE),
+        speculative=build_speculative(run_dir, cfg, CONFIDENCE),
     )
     summary.not_proved = not_proved(cfg, summary)
     summary.decision = decide(summary)

@@ -141,6 +141,10 @@ class QualityPlant(_Model):
     wrong_share: dict[Literal["kv_retrieval", "copy_reverse", "arithmetic", "sorting", "json_schema",
                               "multi_turn_recall", "tool_call"], float] = Field(
         default_factory=dict, description="Family -> share of its items answered wrong (0 to 1).")
+    nll_offset_nats: float = Field(0.0, ge=0, description="Taken off every prompt token's log-probability: "
+                                   "a planted NLL gap (tasks/sim/loglik.py).")
+    nll_offset_nats_per_1k_tokens: float = Field(0.0, ge=0, description="And this much more per 1,000 tokens of "
+                                                 "depth: a planted NLL that rises with context length.")
 
     @model_validator(mode="after")
     def _shares(self) -> QualityPlant:

@@ -35,6 +35,7 @@ from tasks.sim.requests import (
     render_chat,
 )
 from tasks.sim import content as answers
+from tasks.sim.loglik import sglang_generate, vllm_echo
 from tasks.sim.tokenizer import decode, encode, piece_ids
 from tasks.sim.wire import (
     ROLE_DELTA,
@@ -186,7 +187,24 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE]
+    if engine.dialect.name == "vllm" and engine.ready:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            body = None
+        if isinstance(body, dict) and body.get("echo") and body.get("logprobs") is not None and not body.get("stream"):
+            return web.json_response(vllm_echo(body, engine.profile.model, engine.profile.quality))
     return await generate(request, chat=False)
+
+
+async def native_generate(request: web.Request) -> web.Response:
+    """SGLang's /generate, as far as log-likelihood parity asks it: prompt log-probabilities."""
+    engine = request.app[ENGINE]
+    if not engine.ready:
+        return error_response(engine.dialect, 503, "The engine is not ready yet (still starting).", _kind(503))
+    body = await request.json()
+    return web.json_response(sglang_generate(body, engine.profile.quality))
 
 
 async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
@@ -477,6 +495,7 @@ def build_app(engine: Engine) -> web.Application:
             r.add_get(path, clear_cache)  # SGLang serves GET /flush_cache too
     if d.name == "sglang":
         r.add_get("/get_model_info", model_info)
+        r.add_post("/generate", native_generate)
     if d.name == "vllm":
         r.add_get("/version", version)
     return app

@@ -105,14 +105,18 @@ def functional(ctx: RunContext, engine: str) -> dict[str, Any]:
 
 
 def quality(ctx: RunContext, engine: str) -> dict[str, Any]:
-    """The generated task set at greedy decoding; each answer's verdict in the `quality` table (tasks/quality/)."""
+    """The generated task set at greedy decoding, each answer's verdict in the `quality` table; then the fixed
+    text's NLL per token at each length in the `loglik` table (tasks/quality/)."""
+    from tasks.quality.loglik import run_loglik
     from tasks.quality.run import run_quality
 
     ectx = ctx.engine(engine)
 
     def run() -> dict[str, Any]:
         rows = run_quality(ectx)
-        return {"engine": engine, "items": len(rows), "correct": sum(bool(r["correct"]) for r in rows)}
+        scored = run_loglik(ectx)
+        return {"engine": engine, "items": len(rows), "correct": sum(bool(r["correct"]) for r in rows),
+                "nll_lengths_scored": sum(r["status"] == "ok" for r in scored)}
 
     return _watched(ctx, ectx, "quality", run)
 

@@ -11,7 +11,7 @@ from typing import Any
 from tasks.config import RunConfig
 from tasks.run import RunContext
 from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
-from tasks.run_documents import MANIFEST
+from tasks.run_documents import EVAL_SET, MANIFEST
 from tasks.steps import engine_steps, run_steps
 from tasks.steps.protocol import Step
 
@@ -25,6 +25,7 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
     placed = positions(cfg)
     if ctx.archive_client is not None:
         ctx.s3()  # the DAG's client names the missing connection and its fix
+    _keep_eval_set(ctx)
     matrix = [{"engine": e.name, "scenario": s.name} for e in cfg.engines for s in STEPS.values()
               if s.scenario and s.enabled(cfg)]
     doc = {
@@ -45,6 +46,18 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
     }
     ctx.run_dir.write_json(MANIFEST, doc)
     return {"run_id": ctx.run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix), "positions": placed}
+
+
+def _keep_eval_set(ctx: RunContext) -> None:
+    """Read and check the user's eval set before anything deploys (every bad line named), and keep its
+    items in the run state, so every engine's quality step scores the same ones."""
+    source = ctx.config.scenarios.quality.eval_set
+    if not ctx.config.scenarios.quality.enabled or not source:
+        return
+    from tasks.quality.eval_set import items_as_json, parse_eval_set, read_eval_set
+
+    s3 = ctx.s3() if source.startswith("s3://") and ctx.archive_client is not None else None
+    ctx.run_dir.write_json(EVAL_SET, items_as_json(parse_eval_set(read_eval_set(source, s3), source)))
 
 
 def _experiment_record(cfg: RunConfig) -> dict[str, Any] | None:

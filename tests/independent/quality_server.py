@@ -75,3 +75,26 @@ class CorruptsHalfTheArithmetic(SolvesEverything):
                 self.arithmetic_corrupted += 1
                 return str(int(content) + 1), None
         return content, tool
+
+
+class MissesProducts(SolvesEverything):
+    """Every product is off by one (items hard for any engine); everything else is right."""
+
+    def corrupt(self, question: str, content: str, tool: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+        if re.search(r"What is -?\d+ \* -?\d+\?", question):
+            return str(int(content) + 1), None
+        return content, tool
+
+
+class MissesProductsAndThreeSums(MissesProducts):
+    """As MissesProducts, and the first three sums are off by one too: the planted difference."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sums_corrupted: list[str] = []
+
+    def corrupt(self, question: str, content: str, tool: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
+        if re.search(r"What is -?\d+ \+ -?\d+\?", question) and len(self.sums_corrupted) < 3:
+            self.sums_corrupted.append(question)
+            return str(int(content) + 1), None
+        return super().corrupt(question, content, tool)

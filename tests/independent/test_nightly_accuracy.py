@@ -78,3 +78,33 @@ def test_the_same_answers_again_pass_and_another_task_set_is_not_compared(s3_ser
     night3, cfg3 = _night(run_root, bucket, "night-3", CorruptsHalfTheArithmetic, 3000.0, seed=7)
     result = compare_run(night3, cfg3, s3)
     assert result["engines"][ENGINE]["compared"] == 0
+
+
+def test_an_nll_rise_against_last_night_regresses_at_each_length_and_the_same_nll_passes(s3_server, run_root, bucket):
+    from loglik_server import OffsetsLogprobs, ScoresPrompts
+
+    from tasks.quality.loglik import run_loglik
+
+    def night(run_id: str, server_cls, created_ts: float):  # noqa: ANN001, ANN202
+        run_dir, config = _night(run_root, bucket, run_id, SolvesEverything, created_ts,
+                                 nll_lengths_tokens=[64, 256])
+        with server_cls() as server:
+            run_loglik(EngineContext(config, endpoint_for(config, ENGINE, server.url, "sha256:" + "0" * 64), run_dir))
+        return run_dir, config
+
+    s3 = s3_server.client()
+    night1, cfg1 = night("night-1", ScoresPrompts, 1000.0)
+    archive_run(night1, cfg1, s3)
+    night2, cfg2 = night("night-2", ScoresPrompts, 2000.0)
+    compare_run(night2, cfg2, s3)
+    same = {r["metric"]: r for r in night2.read_rows("regressions", ENGINE) if r["metric"].startswith("nll/")}
+    assert set(same) == {"nll/64", "nll/256"} and not any(r["regressed"] for r in same.values())
+    archive_run(night2, cfg2, s3)
+    night3, cfg3 = night("night-3", OffsetsLogprobs, 3000.0)
+    with pytest.raises(RegressionFound) as found:
+        compare_run(night3, cfg3, s3)
+    rows = [r for r in night3.read_rows("regressions", ENGINE) if r["metric"].startswith("nll/")]
+    assert {r["metric"] for r in rows if r["regressed"]} == {"nll/64", "nll/256"}
+    assert all(r["change"] == pytest.approx(OffsetsLogprobs.offset_nats) for r in rows if r["regressed"])
+    assert "plain/quality nll/256:" in str(found.value) and "nats/token of the fixed text (+0.300" in str(found.value)
+    assert not any(r["regressed"] for r in night3.read_rows("regressions", ENGINE) if r["metric"].startswith("accuracy/"))

@@ -196,5 +196,6 @@ def test_a_preset_alone_triggers_the_simulator_demo_and_an_unknown_one_is_refuse
     r = client.post("/api/v2/dags/dayone_eval/dagRuns", json={"logical_date": None, "conf": {"preset": "laptop"}})
     assert r.status_code == 400, r.text
     detail = r.json()["detail"]
-    assert "preset: unknown preset 'laptop'. Fix: use one of protocol, local-sim, local-llamacpp-ab, custom" in detail, detail
+    assert ("preset: unknown preset 'laptop'. Fix: use one of protocol, local-sim, local-llamacpp-ab, "
+            "spec-decoding-sglang, spec-decoding-vllm, custom") in detail, detail
     assert len(_runs(client)) == before

@@ -12,6 +12,8 @@ from tasks.report.schema.base import Doc
 from tasks.report.schema.comparison import Comparison, Regression
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import OutcomeSummary
+from tasks.report.schema.parity import Parity
+from tasks.report.schema.speculative import Speculative
 from tasks.report.schema.run import DecisionLine, ExperimentSummary, NotTested, PurposeChoice, ScenarioSettings, Validation
 
 SCHEMA = "dayone.summary/2"
@@ -61,6 +63,10 @@ class RunSummary(Doc):
     experiment: ExperimentSummary | None = None
     # Engines whose GPU slices overlap or that ran on different GPU products (tasks/evidence/hardware.py).
     slice_findings: list[str] = Field(default_factory=list)
+    # Engines' answers and log-likelihoods held against each other (tasks/report/parity.py); None: not run.
+    parity: Parity | None = None
+    # Speculative decoding off against on (tasks/report/speculative.py); None: no such pair in the run.
+    speculative: Speculative | None = None
 
 
 def read_summary(doc: Any) -> RunSummary:

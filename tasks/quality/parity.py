@@ -1,0 +1,66 @@
+"""Answer parity: two engines' verdicts on the same items, per family, compared item by item with
+Newcombe's paired score interval (docs/PROTOCOL.md, "Answer parity")."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from itertools import combinations
+from typing import Any
+
+from tasks.scenarios.capacity import wilson
+
+DIFFER = "answers differ"
+ALIKE = "no detectable difference"
+
+
+def paired_difference(both: int, only_a: int, only_b: int, neither: int,
+                      confidence: float) -> tuple[float, float]:
+    """The interval of accuracy(A) - accuracy(B) over items both answered (Newcombe 1998, method 10):
+    each side's Wilson interval, combined with the correlation of the pairs. Items both get right or
+    both get wrong narrow it; with no correlation it is the unpaired Newcombe interval."""
+    n = both + only_a + only_b + neither
+    if n == 0:
+        return -1.0, 1.0
+    p1, p2 = (both + only_a) / n, (both + only_b) / n
+    l1, u1 = wilson(both + only_a, n, confidence)
+    l2, u2 = wilson(both + only_b, n, confidence)
+    margins = (both + only_a) * (only_b + neither) * (both + only_b) * (only_a + neither)
+    phi = (both * neither - only_a * only_b) / math.sqrt(margins) if margins else 0.0
+    d = p1 - p2
+    below = math.sqrt(max(0.0, (p1 - l1) ** 2 - 2 * phi * (p1 - l1) * (u2 - p2) + (u2 - p2) ** 2))
+    above = math.sqrt(max(0.0, (u1 - p1) ** 2 - 2 * phi * (u1 - p1) * (p2 - l2) + (p2 - l2) ** 2))
+    return max(-1.0, d - below), min(1.0, d + above)
+
+
+def _verdicts(rows: Iterable[dict[str, Any]]) -> dict[str, dict[tuple[str, str], tuple[str, bool]]]:
+    """engine -> (item_id, prompt_sha256) -> (family, correct)."""
+    out: dict[str, dict[tuple[str, str], tuple[str, bool]]] = {}
+    for r in rows:
+        out.setdefault(r["engine"], {})[(r["item_id"], r["prompt_sha256"])] = (r["family"], bool(r["correct"]))
+    return out
+
+
+def answer_parity(rows: Iterable[dict[str, Any]], engines: list[str],
+                  confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Per pair of engines (in `engines` order) and family, over the items both were sent (same id, same
+    prompt): the four pair counts, the paired interval of accuracy(a) - accuracy(b), the verdict and
+    the items answered right by one only. A failed request counts as a wrong answer."""
+    verdicts = _verdicts(rows)
+    out: list[dict[str, Any]] = []
+    for a, b in combinations([e for e in engines if e in verdicts], 2):
+        shared = sorted(verdicts[a].keys() & verdicts[b].keys())
+        families = sorted({verdicts[a][k][0] for k in shared})
+        for family in families:
+            keys = [k for k in shared if verdicts[a][k][0] == family]
+            right_a = [k[0] for k in keys if verdicts[a][k][1] and not verdicts[b][k][1]]
+            right_b = [k[0] for k in keys if verdicts[b][k][1] and not verdicts[a][k][1]]
+            both = sum(verdicts[a][k][1] and verdicts[b][k][1] for k in keys)
+            neither = len(keys) - both - len(right_a) - len(right_b)
+            low, high = paired_difference(both, len(right_a), len(right_b), neither, confidence)
+            worse = b if low > 0 else a if high < 0 else None
+            out.append({"a": a, "b": b, "family": family, "items": len(keys), "both_right": both,
+                        "only_a_right": right_a, "only_b_right": right_b, "neither_right": neither,
+                        "low": low, "high": high, "confidence": confidence,
+                        "verdict": DIFFER if worse else ALIKE, "worse": worse})
+    return out

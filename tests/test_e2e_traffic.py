@@ -1,6 +1,6 @@
 """dayone_eval end to end with the traffic scenarios (multi-turn sessions, shared prefix) on the simulator
 through Airflow (`dag.test()` on SQLite): their tables validated by their suites and archived, their
-figures in summary.json and the report."""
+figures in summary.json and the report, with both engines on the throughput-latency frontier chart."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import pandas as pd
 
 TRAFFIC_RUN = {
     "model": {"name": "dayone-sim-model", "context_limit_tokens": 32768},
-    "engines": [{"name": "sim-a", "dialect": "sglang", "launcher": "sim", "sim_profile": {"cache_block_tokens": 16}}],
+    "engines": [{"name": "sim-a", "dialect": "sglang", "launcher": "sim", "sim_profile": {"cache_block_tokens": 16}},
+                {"name": "sim-b", "dialect": "vllm", "launcher": "sim", "sim_profile": {"cache_block_tokens": 16}}],
     "scenarios": {
         "functional": {"enabled": False},
-        "short": {"enabled": False}, "prefill": {"enabled": False}, "decode": {"enabled": False},
+        "short": {"concurrency": [1, 4], "rounds": 2, "requests_per_round": 8, "output_tokens": 16},
+        "prefill": {"enabled": False}, "decode": {"enabled": False},
         "rate": {"enabled": False}, "long_context": {"enabled": False}, "boundary": {"enabled": False},
         "prefix_cache": {"enabled": False},
         "sessions": {"enabled": True, "sessions": 3, "concurrency": [2], "turns": 3, "user_tokens": 32,
@@ -40,8 +42,8 @@ def test_sessions_and_shared_prefix_are_measured_validated_and_archived(eval_dag
     run_dir = RunDir(dayone_run_id(run.run_id), run_root)
     validation = run_dir.read_json("validation.json")
     assert validation["success"], validation
-    assert validation["tables"]["session_turns"]["rows"] == 2 * 3 * 3
-    assert validation["tables"]["shared_prefix_rounds"]["rows"] == 2 * 2
+    assert validation["tables"]["session_turns"]["rows"] == 2 * 2 * 3 * 3  # engines x rounds x sessions x turns
+    assert validation["tables"]["shared_prefix_rounds"]["rows"] == 2 * 2 * 2  # engines x levels x rounds
     prefix = run_dir.read_json("archive.json")["prefixes"]["sim-a"]
     s3 = s3_conn.client()
     turns = _table(s3, prefix + "tables/session_turns.parquet")
@@ -61,3 +63,6 @@ def test_sessions_and_shared_prefix_are_measured_validated_and_archived(eval_dag
     assert [lv["concurrency"] for lv in levels] == [1, 2] and levels[0]["usage_hit_rate"]["median"] > 0
     report = s3.get_object(Bucket="dayone-e2e", Key=prefix + "report.html")["Body"].read().decode()
     assert "Multi-turn sessions" in report and "Shared prefix" in report
+    assert "id='frontier'" in report and prefix + "charts/frontier.png" in {
+        o["Key"] for o in s3.list_objects_v2(Bucket="dayone-e2e", Prefix=prefix + "charts/")["Contents"]}
+    assert summary["engines"]["sim-b"]["traffic"]["sessions"]["levels"][0]["turns"][2]["cached_share"] > 0.5

@@ -43,6 +43,7 @@ def render_charts(summary: RunSummary) -> dict[str, bytes]:
         "prefix_cache": prefix_cache_chart,
         "capacity": capacity_chart,
         "telemetry": telemetry_chart,
+        "frontier": frontier_chart,
     }
     out = {}
     for name, make in makers.items():
@@ -428,6 +429,51 @@ def telemetry_chart(summary: RunSummary) -> bytes | None:
     util_ax.set_ylim(-2, 102)
     util_ax.set_xlabel("seconds since the engine's first measured round", fontsize=9)
     _legend(power_ax, loc="upper right")
+    return _png(fig)
+
+
+FRONTIER_SCENARIOS = ("short", "decode", "rate")
+
+
+def frontier_chart(summary: RunSummary) -> bytes | None:
+    """Per scenario with two or more levels: output tokens/s per user (1/TPOT) against total output tokens/s
+    (per GPU where every engine's GPU count is known), every engine on one panel, each point with its interval
+    over the rounds (tasks/report/frontier.py)."""
+    from tasks.report.frontier import frontier_points
+
+    gpus = {n: (e.hardware.gpu_count if e.hardware is not None else None) for n, e in summary.engines.items()}
+    per_gpu = all(gpus.values())
+    panels = {sc: {n: frontier_points(e.levels(sc), gpus[n] if per_gpu else None) for n, e in summary.engines.items()}
+              for sc in FRONTIER_SCENARIOS}
+    panels = {sc: pts for sc, pts in panels.items() if any(len(p) >= 2 for p in pts.values())}
+    if not panels:
+        return None
+    colors = _colors(summary)
+    fig, axes = _figure(5.5 * len(panels), 4.2, ncols=len(panels))
+    for ax, (scenario, by_engine) in zip(axes[0], panels.items()):
+        for name, points in by_engine.items():
+            if not points:
+                continue
+            xs, ys = [p.total_tps for p in points], [p.per_user_tps for p in points]
+            ax.plot(xs, ys, "-o", color=colors[name], label=name, markersize=5)
+            for p in points:
+                xerr = None if p.total_interval is None else [[p.total_tps - p.total_interval[0]],
+                                                              [p.total_interval[1] - p.total_tps]]
+                yerr = None if p.per_user_interval is None else [[p.per_user_tps - p.per_user_interval[0]],
+                                                                 [p.per_user_interval[1] - p.per_user_tps]]
+                ax.errorbar([p.total_tps], [p.per_user_tps], xerr=xerr, yerr=yerr, color=colors[name],
+                            capsize=3, linewidth=1)
+                ax.annotate(p.label, (p.total_tps, p.per_user_tps), textcoords="offset points", xytext=(4, 4),
+                            fontsize=7, color=colors[name])
+        missing = [n for n, pts in by_engine.items() if not pts and summary.engines[n].levels(scenario)]
+        title = f"{scenario}: per-user vs total output tokens/s"
+        if missing:
+            title += f"\n(no TPOT published: {', '.join(missing)})"
+        ax.set_xlabel("output tokens/s per GPU" if per_gpu else "output tokens/s (engine total)", fontsize=9)
+        _style(ax, title, "output tokens/s per user (1/TPOT)")
+        ax.set_xlim(left=0)
+        ax.set_ylim(bottom=0)
+        _legend(ax, loc="best")
     return _png(fig)
 
 

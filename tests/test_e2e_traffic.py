@@ -61,6 +61,7 @@ def test_sessions_and_shared_prefix_are_measured_validated_and_archived(eval_dag
     assert turn_figures[0]["cached_share"] == 0 and turn_figures[2]["cached_share"] > 0.5
     levels = traffic["shared_prefix"]["levels"]
     assert [lv["concurrency"] for lv in levels] == [1, 2] and levels[0]["usage_hit_rate"]["median"] > 0
+    assert all(lv["first_encounter"]["warmup"] for lv in levels)  # the warmup met each shape first
     report = s3.get_object(Bucket="dayone-e2e", Key=prefix + "report.html")["Body"].read().decode()
     assert "Multi-turn sessions" in report and "Shared prefix" in report
     assert "id='frontier'" in report and prefix + "charts/frontier.png" in {

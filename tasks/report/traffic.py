@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.config import RunConfig
+from tasks.report.schema.perf import FirstEncounter
 from tasks.report.schema.traffic import Sessions, SessionsLevel, SharedPrefix, SharedPrefixLevel, Traffic
 from tasks.run_storage import RunDir
 
@@ -47,13 +48,16 @@ def _shared_prefix(run_dir: RunDir, engine: str, withheld: str | None) -> Shared
     rows = [r for r in run_dir.read_rows("shared_prefix_rounds", engine) if r.get("scenario") == "shared_prefix"]
     if not rows:
         return None
-    rounds = [r for r in run_dir.read_rows("rounds", engine) if r.get("scenario") == "shared_prefix"]
+    every_round = run_dir.read_rows("rounds", engine)
+    rounds = [r for r in every_round if r.get("scenario") == "shared_prefix"]
+    warmup = [r for r in every_round if r.get("warmup")]
     out = []
     for c in sorted({int(r["concurrency"]) for r in rows}):
         mine = [r for r in rows if r["concurrency"] == c]
         first = mine[0]
         shape = Shape(first["prefix_tokens"] + first["suffix_tokens"], _output_tokens(rounds, c), c)
-        reuse = level_reuse(shape, mine, [r for r in rounds if r.get("concurrency") == c and not r.get("warmup")])
+        reuse = level_reuse(shape, mine, [r for r in rounds if r.get("concurrency") == c and not r.get("warmup")],
+                            warmup)
         figures: dict[str, Any] = reuse["figures"]
         out.append(SharedPrefixLevel(
             concurrency=c, input_tokens=shape.input_tokens, output_tokens=shape.output_tokens,
@@ -61,7 +65,9 @@ def _shared_prefix(run_dir: RunDir, engine: str, withheld: str | None) -> Shared
             server_hit_rate=reuse["server_hit_rate"],
             ttft_p50_s=None if withheld else figures["ttft_p50_s"]["median"],
             e2e_p50_s=figures["e2e_p50_s"]["median"], output_tps=figures["output_tps"]["median"],
-            failed_rounds=reuse["failed_rounds"]))
+            failed_rounds=reuse["failed_rounds"],
+            first_encounter=None if reuse["first_encounter"] is None else FirstEncounter.model_validate(
+                {**reuse["first_encounter"], **({"ttft_p95_s": None, "ttft_p99_s": None} if withheld else {})})))
     return SharedPrefix(levels=out, ttft_withheld=withheld)
 
 

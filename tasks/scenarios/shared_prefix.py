@@ -128,9 +128,10 @@ def run_shared_prefix(ctx: EngineContext) -> dict[str, Any]:
 
 
 def level_reuse(shape: Shape, rows: Sequence[dict[str, Any]], round_rows: Sequence[dict[str, Any]],
-                confidence: float = CONFIDENCE) -> dict[str, Any]:
+                warmup_rounds: Sequence[dict[str, Any]] = (), confidence: float = CONFIDENCE) -> dict[str, Any]:
     """A level's reuse: expected, and measured from usage and from the counters (median over the rounds
-    that did not fail, with a t interval of the rounds' values), beside its load figures."""
+    that did not fail, with a t interval of the rounds' values), beside its load figures and first-encounter
+    tail (the warmup round that first met its shape, as for the performance scenarios)."""
     kept = [r for r in rows if r.get("status") != "failed"]
 
     def measured(name: str) -> dict[str, Any]:
@@ -141,4 +142,4 @@ def level_reuse(shape: Shape, rows: Sequence[dict[str, Any]], round_rows: Sequen
             "output_tokens": shape.output_tokens,
             "expected_reuse": rows[0]["expected_reuse"] if rows else None,
             "usage_hit_rate": measured("usage_hit_rate"), "server_hit_rate": measured("server_hit_rate"),
-            **level_figures(round_rows)}
+            **level_figures(round_rows, warmup_rounds)}

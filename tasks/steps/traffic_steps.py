@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tasks.evidence.restarts import watch_step
 from tasks.run import RunContext
-from tasks.steps.engine_steps import RequestsFailed, _watched
+from tasks.steps.engine_steps import RequestsFailed
 
 
 def sessions(ctx: RunContext, engine: str) -> dict[str, Any]:
@@ -14,7 +15,7 @@ def sessions(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.scenarios.sessions import failed_turns, run_sessions
 
     ectx = ctx.engine(engine)
-    result = _watched(ctx, ectx, "sessions", lambda: run_sessions(ectx))
+    result = watch_step(ectx, "sessions", ctx.restart_count(engine), lambda: run_sessions(ectx))
     rows = [r for r in ctx.run_dir.read_rows("session_turns", engine) if r.get("scenario") == "sessions"]
     reason = failed_turns(rows, ctx.config.step_failed_share_max)
     if reason:
@@ -28,7 +29,7 @@ def shared_prefix(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.scenarios.shared_prefix import run_shared_prefix
 
     ectx = ctx.engine(engine)
-    result = _watched(ctx, ectx, "shared_prefix", lambda: run_shared_prefix(ectx))
+    result = watch_step(ectx, "shared_prefix", ctx.restart_count(engine), lambda: run_shared_prefix(ectx))
     rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("scenario") == "shared_prefix"]
     reason = failed_requests(rounds, ctx.config.step_failed_share_max,
                              lambda: [r.get("error") for r in ctx.run_dir.read_rows("requests", engine)

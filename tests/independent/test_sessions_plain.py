@@ -70,3 +70,18 @@ def test_a_client_that_drops_a_turn_is_refused_and_fails_the_scenario(tmp_path, 
     assert {r["http_status"] for r in rows if r["turn"] == 1} == {400}
     reason = sessions.failed_turns(rows, 0.5)
     assert reason is not None and "18 of 24 planned turns did not complete" in reason
+
+
+def test_poisson_sessions_start_at_their_rate_uncapped(tmp_path):
+    with MultiTurnServer() as server:
+        ctx = _ctx(tmp_path, server.url, arrival="poisson", rates=[50.0], concurrency=[1], turns=2, rounds=1,
+                   sessions=6, output_tokens=20)
+        summary = sessions.run_sessions(ctx)
+    rows = ctx.run_dir.read_rows("session_turns", "eng")
+    assert server.refused == [] and len(rows) == 12 and {r["status"] for r in rows} == {"ok"}
+    assert {(r["concurrency"], r["rate_rps"]) for r in rows} == {(None, 50.0)}
+    assert summary["levels"][0]["rate_rps"] == 50.0 and summary["levels"][0]["sessions"] == 6
+    spans = sorted((min(r["send_ts"] for r in rows if r["session"] == k),
+                    max(r["send_ts"] + r["e2e_s"] for r in rows if r["session"] == k)) for k in range(6))
+    # a session starts while an earlier one is still running: arrivals are not held back by a cap
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from tasks.report.schema.base import Doc
+from tasks.report.schema.perf import FirstEncounter
 
 
 class SessionTurn(Doc):
@@ -54,6 +55,7 @@ class SharedPrefixLevel(Doc):
     e2e_p50_s: float | None
     output_tps: float | None
     failed_rounds: int
+    first_encounter: FirstEncounter | None = None  # the first round of its shape on the server, beside the medians
 
 
 class SharedPrefix(Doc):

@@ -477,11 +477,74 @@ HARDWARE = Table(
     key=("run_id", "engine"),
 )
 
+SESSION_TURNS = Table(
+    "session_turns",
+    _common()
+    + (
+        Column("concurrency", "int", min_value=1, description="Sessions in flight at once (arrival fixed)."),
+        Column("rate_rps", "float", min_value=0.0, description="Session arrivals per second (arrival poisson)."),
+        Column("session", "int", nullable=False, min_value=0),
+        Column("turn", "int", nullable=False, min_value=0, description="0 = the session's first message."),
+        Column("request_id", "str", description="Null where the turn was never sent."),
+        Column("send_ts", "float"),
+        _secs("think_s", nullable=False, description="The wait before this turn, drawn from the seed (0 first)."),
+        Column("messages_sent", "int", nullable=False, min_value=0,
+               description="Messages the turn carried: every earlier one, answers included, and the new one."),
+        _secs("ttft_s"),
+        _secs("e2e_s"),
+        _secs("tpot_s"),
+        Column("prompt_tokens", "int", min_value=0, description="The whole conversation, as usage counted it."),
+        Column("completion_tokens", "int", min_value=0),
+        Column("cached_tokens", "int", min_value=0,
+               description="Prompt tokens the engine served from its cache, where its usage reports them."),
+        Column("length_deviation", "bool"),
+        Column("first_encounter", "bool", nullable=False,
+               description="The turn's bucketed shape was new to the server when the round began."),
+        Column("status", "str", nullable=False, values=("ok", "error", "timeout", "not_sent"),
+               description="not_sent: an earlier turn of the session failed, so this conversation never existed."),
+        Column("http_status", "int"),
+        Column("error", "str"),
+    ),
+    key=("run_id", "engine", "concurrency", "rate_rps", "round", "session", "turn"),
+)
+
+SHARED_PREFIX_ROUNDS = Table(
+    "shared_prefix_rounds",
+    _common()
+    + (
+        Column("concurrency", "int", nullable=False, min_value=1),
+        Column("groups", "int", nullable=False, min_value=1),
+        Column("prefix_tokens", "int", nullable=False, min_value=1),
+        Column("suffix_tokens", "int", nullable=False, min_value=1),
+        Column("requests_per_group", "int", nullable=False, min_value=1),
+        Column("requests_ok", "int", min_value=0),
+        Column("requests_failed", "int", min_value=0),
+        Column("expected_reuse", "float", nullable=False, min_value=0.0, max_value=1.0,
+               description="Share of the round's prompt tokens an exact prefix cache serves."),
+        Column("usage_prompt_tokens", "int", min_value=0),
+        Column("usage_cached_tokens", "int", min_value=0),
+        Column("usage_hit_rate", "float", min_value=0.0, max_value=1.0,
+               description="Cached over prompt tokens from the engine's usage, where it reports them."),
+        Column("cached_reported", "int", nullable=False, min_value=0,
+               description="Requests whose usage reported cached tokens."),
+        Column("server_queries_delta", "float", min_value=0.0),
+        Column("server_hits_delta", "float", min_value=0.0),
+        Column("server_hit_rate", "float", min_value=0.0, max_value=1.0,
+               description="The engine's prefix-cache counters over the round (adapter arithmetic)."),
+        Column("deltas_unpublished", "str", description="Why the counters' hit rate is null."),
+        _secs("ttft_p50_s"),
+        _secs("e2e_p50_s"),
+        Column("first_encounter", "bool"),
+        Column("status", "str", values=("ok", "failed")),
+    ),
+    key=("run_id", "engine", "concurrency", "round"),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
               ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS, QUALITY,
-              LOGLIK)
+              LOGLIK, SESSION_TURNS, SHARED_PREFIX_ROUNDS)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

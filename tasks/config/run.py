@@ -154,6 +154,15 @@ class RunConfig(ConfigModel):
                 if enabled and n > limit:
                     raise ValueError(f"{path}[{i}]: {n} is over the model limit "
                                      f"({self.model.context_limit_tokens} minus output and template = {limit})")
+        for path, enabled, longest, output_tokens, fix in (
+                ("scenarios.sessions.turns", sc.sessions.enabled, sc.sessions.longest_prompt_tokens(),
+                 sc.sessions.output_tokens, "fewer turns or shorter user_tokens/output_tokens"),
+                ("scenarios.shared_prefix.prefix_tokens", sc.shared_prefix.enabled, sc.shared_prefix.input_tokens,
+                 sc.shared_prefix.output_tokens, "a shorter prefix_tokens or suffix_tokens")):
+            if enabled and longest > self.usable_context_tokens(output_tokens):
+                raise ValueError(f"{path}: the longest prompt ({longest} tokens) is over the model limit "
+                                 f"({self.model.context_limit_tokens} minus output and template = "
+                                 f"{self.usable_context_tokens(output_tokens)}). Fix: {fix}")
         return self
 
     def _experiment_checks(self, exp: Experiment) -> None:

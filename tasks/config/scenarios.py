@@ -8,6 +8,8 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import ConfigModel, Fix, PositiveInt
+from tasks.config.sessions import SessionsScenario
+from tasks.config.shared_prefix import SharedPrefixScenario
 
 Concurrencies = Annotated[list[PositiveInt], Fix("give a list of integers >= 1, e.g. [1, 4, 8]")]
 Rounds = Annotated[PositiveInt, Fix("give an integer >= 1")]
@@ -208,4 +210,7 @@ class Scenarios(ConfigModel):
     long_context: LongContextScenario = Field(LongContextScenario(), description="Long-context TTFT and needles.")
     boundary: BoundaryScenario = Field(BoundaryScenario(), description="Cold requests around a length risk.")
     prefix_cache: PrefixCacheScenario = Field(PrefixCacheScenario(), description="Prefix cache cold vs hot.")
+    sessions: SessionsScenario = Field(SessionsScenario(), description="Multi-turn chat sessions, measured per turn.")
+    shared_prefix: SharedPrefixScenario = Field(
+        SharedPrefixScenario(), description="Groups of requests sharing a prefix: expected reuse beside the hit rate.")
 

@@ -51,6 +51,7 @@ class RequestSpec:
     payload: bytes  # JSON body, serialised ahead of time so encoding is not timed
     expected_prompt_tokens: int | None = None
     expected_completion_tokens: int | None = None
+    keep_output: bool = False  # keep the answer's text: a multi-turn client sends it back in the next turn
 
 
 @dataclass
@@ -72,6 +73,8 @@ class StreamParser:
     usage: dict[str, Any] | None = None
     done: bool = False
     events: int = 0
+    keep_output: bool = False
+    output_pieces: list[str] = field(default_factory=list)  # the answer's content, kept with keep_output
     _buf: bytes = b""
 
     def feed(self, data: bytes, t: float) -> None:
@@ -155,6 +158,8 @@ class StreamParser:
             if isinstance(delta, dict):
                 content = delta.get("content")
                 chars += len(content) if isinstance(content, str) else 0
+                if self.keep_output and isinstance(content, str):
+                    self.output_pieces.append(content)
                 chars += len(self.adapter.reasoning_text(delta))
                 chars += 1 if delta.get("tool_calls") else 0
         return chars
@@ -209,6 +214,8 @@ class RequestResult:
     expected_prompt_tokens: int | None = None
     expected_completion_tokens: int | None = None
     length_deviation: bool | None = None
+    cached_prompt_tokens: int | None = None  # the engine's cached prompt tokens (its adapter reads usage)
+    output_text: str | None = None  # the answer's content, where the spec asked to keep it
 
     def row_fields(self) -> dict[str, Any]:
         """The requests-table columns this result fills (the caller adds the row keys)."""
@@ -258,6 +265,12 @@ def build_result(spec: RequestSpec, send_ts: float, t_send: float, parser: Strea
     r.prompt_tokens = _count_or_none(usage.get("prompt_tokens"))
     r.completion_tokens = _count_or_none(usage.get("completion_tokens"))
     r.tokens_per_event = parser.tokens_per_event(r.completion_tokens)
+    try:
+        r.cached_prompt_tokens = _count_or_none(parser.adapter.cached_tokens(parser.usage))
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        r.cached_prompt_tokens = None  # an answer the dialect does not read as a count
+    if spec.keep_output:
+        r.output_text = "".join(parser.output_pieces)
     if r.tokens_per_event is not None and any(not 0 <= n <= MAX_TOKEN_COUNT for n in r.tokens_per_event):
         r.tokens_per_event = None
     absurd = {k: usage[k] for k in ("prompt_tokens", "completion_tokens")
@@ -334,7 +347,7 @@ async def _exchange(
     idle connection without reading what arrives on it, as HTTP/1.1 clients assume (RFC 9112 9.3.1),
     and a completion request that was answered would have its status line back. The result, and its
     send stamp, are the second attempt's: one row either way."""
-    parser = StreamParser(adapter)
+    parser = StreamParser(adapter, keep_output=spec.keep_output)
     clock = time.perf_counter
     http_status = None
     conn: Connection | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,9 @@ class RoundPlan:
     shards: int = 1  # client processes sharing the round (tasks/load/shards.py)
     shards_reason: str | None = None  # why that many (shards.choose_shards)
     launch: int = 0  # the engine's start within the scenario (measurement.launches): 0 is the readied deployment
+    # (id_prefix, seed) -> the round's requests, where a scenario plans its own prompts (shared_prefix);
+    # None: random token IDs of the shape (plan_requests)
+    prompts: Callable[[str, str], list[load_client.RequestSpec]] | None = None
 
 
 @dataclass
@@ -67,14 +71,12 @@ async def run_round(
     ep = ctx.endpoint
     shape = plan.shape
     tag = f"{plan.scenario}-{shape.key}-r{plan.round}"
-    specs = plan_requests(
-        model=ep.model,
-        adapter=ep.adapter,
-        shape=shape,
-        count=plan.requests,
-        id_prefix=f"{tag}-{run_tag(ep.run_id)}",
-        seed=f"{ep.run_id}/{ep.engine}/{tag}",
-    )
+    id_prefix, seed = f"{tag}-{run_tag(ep.run_id)}", f"{ep.run_id}/{ep.engine}/{tag}"
+    if plan.prompts is not None:
+        specs = plan.prompts(id_prefix, seed)
+    else:
+        specs = plan_requests(model=ep.model, adapter=ep.adapter, shape=shape, count=plan.requests,
+                              id_prefix=id_prefix, seed=seed)
     keys = ep.row_keys(plan.scenario, plan.round)
     if plan.shards_reason:
         log.info("%s: %d client process%s: %s", tag, plan.shards, "es" if plan.shards > 1 else "", plan.shards_reason)

@@ -8,12 +8,14 @@ is withheld has no TPOT and so no point, and the chart says why.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tasks.evidence.effects import level_interval
 from tasks.report.plotting import empty_axes, engine_colors, legend, new_figure, png_bytes, style_axes
 from tasks.report.schema import RunSummary
 from tasks.report.schema.engine import EngineSummary
+from tasks.report.schema.perf import PerfLevel
 
 TOTAL, PER_TOKEN = "output_tps", "tpot_p50_s"
 # Interval = (geometric mean over rounds, low, high)
@@ -29,18 +31,22 @@ class FrontierPoint:
 
 
 def frontier(engine: EngineSummary, scenario: str, confidence: float) -> list[FrontierPoint]:
-    """The engine's points over the scenario's levels with two good rounds of both figures or more."""
-    perf = engine.perf.get(scenario)
+    """The engine's points over the scenario's levels (per GPU where its hardware record counts them)."""
     gpus = engine.hardware.gpu_count if engine.hardware and engine.hardware.gpu_count else None
+    return level_points(engine.levels(scenario), gpus, confidence)
+
+
+def level_points(levels: Sequence[PerfLevel], gpus: int | None, confidence: float) -> list[FrontierPoint]:
+    """A point per level with two good rounds of both figures or more (a level whose TPOT the TTFT rule
+    withholds has none): each round's output tokens/s (over `gpus` where given) and 1/TPOT."""
     points = []
-    for level in [] if perf is None else perf.levels:
+    for level in levels:
         total, tpot = level.figures.get(TOTAL), level.figures.get(PER_TOKEN)
         if total is None or tpot is None:
             continue
         per_user = [None if v is None or v <= 0 else 1.0 / v for v in tpot.rounds]
-        per_gpu_total = [None if v is None or gpus is None else v / gpus for v in total.rounds]
-        t = level_interval(per_gpu_total if gpus else total.rounds, confidence)
-        u = level_interval(per_user, confidence)
+        totals = [None if v is None else v / (gpus or 1) for v in total.rounds]
+        t, u = level_interval(totals, confidence), level_interval(per_user, confidence)
         if t is not None and u is not None:
             points.append(FrontierPoint(level.label, t, u, gpus is not None))
     return points

@@ -43,6 +43,7 @@ from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, Kv
                                            TelemetryWindow)
 from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
 from tasks.scenarios.capacity import published as published_capacity
+from tasks.report.traffic import traffic_summary
 from tasks.run_storage import RunDir
 
 CONFIDENCE = 0.95  # of every comparison's interval
@@ -175,6 +176,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         telemetry_rounds=_telemetry_rounds(run_dir.read_rows("telemetry_rounds", engine)),
         telemetry_windows=_telemetry_windows(run_dir.read_rows("telemetry_rounds", engine)),
         quality=_quality(run_dir.read_rows("quality", engine)),
+        traffic=traffic_summary(run_dir, cfg, engine, published, ttft.reason),
     )
 
 

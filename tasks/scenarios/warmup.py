@@ -58,12 +58,14 @@ def scenario_shapes(config: RunConfig, scenario: str) -> list[Shape]:
 
 
 def run_shapes(config: RunConfig) -> list[Shape]:
-    """The warmup matrix: every shape of every enabled performance scenario, without repeats."""
+    """The warmup matrix: every shape of every enabled performance and traffic scenario, without repeats."""
+    from tasks.scenarios.traffic_shapes import traffic_shapes
+
     out: list[Shape] = []
     for name in PERF_SCENARIOS:
         if getattr(config.scenarios, name).enabled:
             out += [s for s in scenario_shapes(config, name) if s not in out]
-    return out
+    return out + [s for s in traffic_shapes(config) if s not in out]  # the traffic scenarios' own shapes, bucketed
 
 
 def warmup_requests(shape: Shape) -> int:

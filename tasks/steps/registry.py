@@ -12,7 +12,7 @@ from tasks.config import RunConfig
 from tasks.run import RunContext
 from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
 from tasks.run_documents import EVAL_SET, MANIFEST
-from tasks.steps import engine_steps, run_steps
+from tasks.steps import engine_steps, run_steps, traffic_steps
 from tasks.steps.protocol import Step
 
 
@@ -118,6 +118,9 @@ _ORDER = [
     Step("long_context", True, engine_steps.long_context, enabled=_section_enabled("long_context"), scenario=True),
     Step("boundary", True, engine_steps.boundary, enabled=_section_enabled("boundary"), scenario=True),
     Step("prefix_cache", True, engine_steps.prefix_cache, enabled=_section_enabled("prefix_cache"), scenario=True),
+    Step("sessions", True, traffic_steps.sessions, enabled=_section_enabled("sessions"), scenario=True),
+    Step("shared_prefix", True, traffic_steps.shared_prefix, enabled=_section_enabled("shared_prefix"),
+         scenario=True),
     Step("teardown", True, engine_steps.teardown, retries=2),  # idempotent
     Step("compare", False, run_steps.compare, retries=2, required=True, nightly_only=True),
     Step("validate", False, run_steps.validate, retries=1, required=True),

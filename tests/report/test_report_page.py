@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-CHART_NAMES = ("throughput", "ttft", "decode_prefill", "long_context", "prefix_cache", "telemetry")
+CHART_NAMES = ("throughput", "ttft", "decode_prefill", "long_context", "prefix_cache", "telemetry", "frontier")
 # A forest plot per scenario compared: each engine against the base, ratio and interval
 FOREST_NAMES = ("effects_short", "effects_prefill", "effects_decode")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

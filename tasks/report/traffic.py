@@ -1,0 +1,75 @@
+"""The traffic part of an engine's summary, computed once from its tables: per-turn session figures from
+`session_turns`, shared-prefix reuse from `shared_prefix_rounds` beside the load figures of its `rounds`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.config import RunConfig
+from tasks.report.schema.perf import FirstEncounter
+from tasks.report.schema.traffic import Sessions, SessionsLevel, SharedPrefix, SharedPrefixLevel, Traffic
+from tasks.run_storage import RunDir
+
+
+def traffic_summary(run_dir: RunDir, cfg: RunConfig, engine: str, ttft_published: bool,
+                    ttft_reason: str | None = None) -> Traffic | None:
+    """None when neither traffic scenario ran for the engine. Where its stream timing is not reliable,
+    TTFT figures are withheld (PROTOCOL.md, the TTFT rule) and the reason kept."""
+    withheld = None if ttft_published else (ttft_reason or "the engine's stream timing was not shown reliable")
+    sessions = _sessions(run_dir, cfg, engine, withheld) if cfg.scenarios.sessions.enabled else None
+    shared = _shared_prefix(run_dir, engine, withheld) if cfg.scenarios.shared_prefix.enabled else None
+    if sessions is None and shared is None:
+        return None
+    return Traffic(sessions=sessions, shared_prefix=shared)
+
+
+def _sessions(run_dir: RunDir, cfg: RunConfig, engine: str, withheld: str | None) -> Sessions | None:
+    from tasks.scenarios.sessions import levels, level_turn_figures
+
+    s = cfg.scenarios.sessions
+    rows = [r for r in run_dir.read_rows("session_turns", engine) if r.get("scenario") == "sessions"]
+    if not rows:
+        return None
+    out = []
+    for lv in levels(s):
+        mine = [r for r in rows if r.get("concurrency") == lv.concurrency and r.get("rate_rps") == lv.rate_rps]
+        figures = level_turn_figures(mine, s.turns)
+        if withheld:
+            for t in figures["turns"]:
+                t["ttft_median_s"] = t["ttft_median_interval_s"] = None
+        out.append(SessionsLevel(concurrency=lv.concurrency, rate_rps=lv.rate_rps, **figures))
+    return Sessions(levels=out, ttft_withheld=withheld)
+
+
+def _shared_prefix(run_dir: RunDir, engine: str, withheld: str | None) -> SharedPrefix | None:
+    from tasks.load.plan import Shape
+    from tasks.scenarios.shared_prefix import level_reuse
+
+    rows = [r for r in run_dir.read_rows("shared_prefix_rounds", engine) if r.get("scenario") == "shared_prefix"]
+    if not rows:
+        return None
+    every_round = run_dir.read_rows("rounds", engine)
+    rounds = [r for r in every_round if r.get("scenario") == "shared_prefix"]
+    warmup = [r for r in every_round if r.get("warmup")]
+    out = []
+    for c in sorted({int(r["concurrency"]) for r in rows}):
+        mine = [r for r in rows if r["concurrency"] == c]
+        first = mine[0]
+        shape = Shape(first["prefix_tokens"] + first["suffix_tokens"], _output_tokens(rounds, c), c)
+        reuse = level_reuse(shape, mine, [r for r in rounds if r.get("concurrency") == c and not r.get("warmup")],
+                            warmup)
+        figures: dict[str, Any] = reuse["figures"]
+        out.append(SharedPrefixLevel(
+            concurrency=c, input_tokens=shape.input_tokens, output_tokens=shape.output_tokens,
+            expected_reuse=reuse["expected_reuse"], usage_hit_rate=reuse["usage_hit_rate"],
+            server_hit_rate=reuse["server_hit_rate"],
+            ttft_p50_s=None if withheld else figures["ttft_p50_s"]["median"],
+            e2e_p50_s=figures["e2e_p50_s"]["median"], output_tps=figures["output_tps"]["median"],
+            failed_rounds=reuse["failed_rounds"],
+            first_encounter=None if reuse["first_encounter"] is None else FirstEncounter.model_validate(
+                {**reuse["first_encounter"], **({"ttft_p95_s": None, "ttft_p99_s": None} if withheld else {})})))
+    return SharedPrefix(levels=out, ttft_withheld=withheld)
+
+
+def _output_tokens(rounds: list[dict[str, Any]], concurrency: int) -> int:
+    return next((int(r["output_tokens"]) for r in rounds if r.get("concurrency") == concurrency), 0)

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import ConfigModel, Fix, PositiveInt
+from tasks.config.traffic import TraceScenario
 
 Concurrencies = Annotated[list[PositiveInt], Fix("give a list of integers >= 1, e.g. [1, 4, 8]")]
 Rounds = Annotated[PositiveInt, Fix("give an integer >= 1")]
@@ -197,4 +198,5 @@ class Scenarios(ConfigModel):
     long_context: LongContextScenario = Field(LongContextScenario(), description="Long-context TTFT and needles.")
     boundary: BoundaryScenario = Field(BoundaryScenario(), description="Cold requests around a length risk.")
     prefix_cache: PrefixCacheScenario = Field(PrefixCacheScenario(), description="Prefix cache cold vs hot.")
+    trace: TraceScenario = Field(TraceScenario(), description="Replay a request trace (arrivals, lengths, prefixes).")
 

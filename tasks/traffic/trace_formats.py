@@ -64,7 +64,7 @@ def _count(value: object, line: int, name: str, least: int) -> int:
 
 def _jsonl(lines: Iterable[bytes | str], fmt: str) -> Iterator[tuple[int, float, int, int, tuple[int, ...]]]:
     ts_name, in_name, out_name, blocks_name = COLUMNS[fmt]
-    scale = 1e-3 if fmt == "mooncake" else 1.0
+    per_second = 1000.0 if fmt == "mooncake" else 1.0
     for n, raw in enumerate(lines, start=1):
         text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
         if not text.strip():
@@ -82,7 +82,7 @@ def _jsonl(lines: Iterable[bytes | str], fmt: str) -> Iterator[tuple[int, float,
         ts = obj[ts_name]
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
             raise TraceError(n, f"{ts_name} is {ts!r}", f"give {ts_name} as a number >= 0"
-                                                        f" ({'milliseconds' if scale != 1 else 'seconds'})")
+                                                        f" ({'milliseconds' if per_second != 1 else 'seconds'})")
         blocks = obj.get(blocks_name)
         if blocks is None:
             ids: tuple[int, ...] = ()
@@ -92,7 +92,8 @@ def _jsonl(lines: Iterable[bytes | str], fmt: str) -> Iterator[tuple[int, float,
         else:
             raise TraceError(n, f"{blocks_name} is not a list of integers >= 0", f"give {blocks_name} as block ids, "
                                                                                  "e.g. [0, 1, 2], or leave it out")
-        yield (n, float(ts) * scale, _count(obj[in_name], n, in_name, 1), _count(obj[out_name], n, out_name, 1), ids)
+        yield (n, float(ts) / per_second, _count(obj[in_name], n, in_name, 1), _count(obj[out_name], n, out_name, 1),
+               ids)
 
 
 def _azure(lines: Iterable[bytes | str]) -> Iterator[tuple[int, float, int, int, tuple[int, ...]]]:

@@ -29,6 +29,7 @@ from tasks.report.limits import not_proved
 from tasks.report.schema import RunSummary
 from tasks.report.schema.cache import CacheTrial, PrefixCache
 from tasks.report.schema.capacity import Capacity, CapacityProbe
+from tasks.report.schema.trace import TraceReplay
 from tasks.report.schema.comparison import Comparison, Regression
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, StartupFinding, TtftVerdict
@@ -169,7 +170,20 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         telemetry_rounds=_telemetry_rounds(run_dir.read_rows("telemetry_rounds", engine)),
         telemetry_windows=_telemetry_windows(run_dir.read_rows("telemetry_rounds", engine)),
         quality=_quality(run_dir.read_rows("quality", engine)),
+        trace=_trace(run_dir, engine, published, ttft.reason),
     )
+
+
+def _trace(run_dir: RunDir, engine: str, ttft_published: bool, ttft_reason: str | None) -> TraceReplay | None:
+    """The trace step's summary (tasks/scenarios/trace.py), its TTFT under the engine's TTFT rule."""
+    doc = run_dir.read_json(run_documents.perf_summary_doc(engine, "trace"))
+    if doc is None:
+        return None
+    keep = {k: doc[k] for k in ("trace", "rounds", "behind", "lateness_p99_max_s", "engine_restarted") if k in doc}
+    if not ttft_published:
+        keep["rounds"] = [{**r, "ttft_p50_s": None, "ttft_p99_s": None} for r in keep["rounds"]]
+        keep["ttft_withheld"] = ttft_reason or "this engine's TTFT is not published"
+    return TraceReplay.model_validate(keep)
 
 
 def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) -> dict[str, ScenarioResults]:

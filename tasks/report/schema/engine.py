@@ -11,6 +11,7 @@ from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, ServedR
 from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
 from tasks.report.schema.perf import PerfLevel, ScenarioResults
 from tasks.report.schema.quality import Quality
+from tasks.report.schema.trace import TraceReplay
 from tasks.report.schema.telemetry import ClientLoad, EngineRound, Hardware, KvCapacity, TelemetryRound, TelemetryWindow
 
 
@@ -44,6 +45,7 @@ class EngineSummary(Doc):
     telemetry_rounds: list[TelemetryRound] = Field(default_factory=list)  # what its GPUs spent, per round
     telemetry_windows: list[TelemetryWindow] = Field(default_factory=list)  # energy per scenario and load level
     quality: Quality | None = None  # the answers checked, when the quality step ran
+    trace: TraceReplay | None = None  # the trace replayed, when the trace step ran
 
     @property
     def ttft_published(self) -> bool:

@@ -87,8 +87,8 @@ async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate
         try:
             async with new_session(ep.adapter.keeps_alive_after_stream, ep.access) as session:
                 with window_rows(cfg, s3) as rows:
-                    sent = await replay(session, ep.base_url, schedule(rows), ep.adapter, ep.request_timeout_s,
-                                        on_result)
+                    sent, peak_in_flight = await replay(session, ep.base_url, schedule(rows), ep.adapter,
+                                                        ep.request_timeout_s, on_result)
         finally:
             watch.stop_sampling()
     await asyncio.to_thread(watch.finish)
@@ -105,6 +105,7 @@ async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate
                     "(scenarios.trace.lateness_p99_max_s)", tag, 1e3 * late["lateness_p99_s"],
                     1e3 * t.lateness_p99_max_s)
     return {"round": n, "requests": sent, "status": row["status"], **late, "behind": behind,
+            "peak_in_flight": peak_in_flight,
             "expected_reuse": reuse.share, "server_hit_rate": hit.rate, "server_queries_delta": hit.queries_delta,
             "server_hits_delta": hit.hits_delta, "hit_rate_unpublished": hit.unpublished
             or (None if ep.adapter.cache_counters else f"{ep.adapter.dialect} has no known prefix-cache counters"),

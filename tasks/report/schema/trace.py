@@ -28,6 +28,7 @@ class TraceRound(Doc):
     lateness_p99_s: float | None
     lateness_max_s: float | None
     behind: bool  # lateness p99 above scenarios.trace.lateness_p99_max_s: the client could not keep up
+    peak_in_flight: int  # the most requests in flight at once (open loop: what arrived and had not finished)
     expected_reuse: float | None
     server_hit_rate: float | None  # the engine's prefix-cache counters over the round (deltas)
     server_queries_delta: float | None

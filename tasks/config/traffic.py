@@ -19,8 +19,8 @@ class SyntheticTrace(ConfigModel):
         200, description="Rows generated.")
     rate_rps: Annotated[float, Fix("give the mean arrival rate in requests per second, > 0, e.g. 10")] = Field(
         10.0, gt=0, allow_inf_nan=False, description="Mean arrival rate of the generated trace.")
-    max_input_tokens: Annotated[PositiveInt, Fix("give a prompt length cap in tokens, below the model's limit")] = Field(
-        4096, description="Longest prompt generated (lengths are drawn log-normal and capped here).")
+    max_input_tokens: Annotated[PositiveInt, Fix("give a prompt length cap in tokens, below the model's limit")] = (
+        Field(4096, description="Longest prompt generated (lengths are drawn log-normal and capped here)."))
     max_output_tokens: Annotated[PositiveInt, Fix("give an output length cap in tokens, e.g. 256")] = Field(
         256, description="Longest output generated.")
 
@@ -44,7 +44,8 @@ class TraceScenario(ConfigModel):
     speed: Annotated[float, Fix("give a speed factor > 0: 2 replays twice as fast, 0.5 half as fast")] = Field(
         1.0, gt=0, allow_inf_nan=False, description="Arrivals at the trace's timestamps divided by this.")
     window_start_s: Annotated[float, Fix("give seconds >= 0 from the trace's first arrival")] = Field(
-        0.0, ge=0, allow_inf_nan=False, description="Start of the window replayed, from the first arrival (trace time).")
+        0.0, ge=0, allow_inf_nan=False,
+        description="Start of the window replayed, from the first arrival (trace time).")
     window_length_s: Annotated[float | None, Fix("give the window's length in seconds of trace time, > 0, "
                                                  "or null for the rest of the trace")] = Field(
         None, gt=0, allow_inf_nan=False, description="Length of the window replayed (trace time); null: to the end.")

@@ -16,7 +16,8 @@ FIELD = "scenarios.trace"
 
 
 @contextmanager
-def trace_lines(settings: TraceScenario, archive_bucket: str, s3: Callable[[], Any] | None) -> Iterator[Iterator[bytes]]:
+def trace_lines(settings: TraceScenario, archive_bucket: str,
+                s3: Callable[[], Any] | None) -> Iterator[Iterator[bytes]]:
     """The trace's lines as they are read. `s3` builds the S3 client (the dayone_s3 connection's)."""
     if settings.synthetic is not None:
         from tasks.traffic.trace_synth import synthetic_lines

@@ -105,7 +105,8 @@ def test_replayed_arrivals_and_prompt_prefixes_follow_the_trace(tmp_path: Path):
         # Exact shared prefixes: every pair shares what its leading block ids say, and no more.
         for i in range(len(TRACE)):
             for j in range(i + 1, len(TRACE)):
-                assert _common_prefix(seen[i]["prompt"], seen[j]["prompt"]) == _expected_shared(TRACE[i], TRACE[j]), (i, j)
+                shared = _common_prefix(seen[i]["prompt"], seen[j]["prompt"])
+                assert shared == _expected_shared(TRACE[i], TRACE[j]), (i, j)
     # Each round's prompts are new: round 2 shares no prefix with round 1.
     first = {r["trace_line"]: server.seen[r["request_id"]]["prompt"] for r in rows if r["round"] == 1}
     second = {r["trace_line"]: server.seen[r["request_id"]]["prompt"] for r in rows if r["round"] == 2}

@@ -52,5 +52,7 @@ class EngineSummary(Doc):
         return self.ttft.reliable
 
     def levels(self, scenario: str) -> list[PerfLevel]:
+        if scenario == "trace":  # the trace's rounds are one level, at the window's offered rate
+            return [self.trace.level] if self.trace is not None and self.trace.level is not None else []
         perf = self.perf.get(scenario)
         return [] if perf is None else perf.levels

@@ -4,6 +4,7 @@ to the trace's schedule and how much of its prompts the trace reused against wha
 from __future__ import annotations
 
 from tasks.report.schema.base import Doc
+from tasks.report.schema.perf import PerfLevel
 
 
 class TraceWindow(Doc):
@@ -48,3 +49,4 @@ class TraceReplay(Doc):
     lateness_p99_max_s: float
     engine_restarted: bool = False
     ttft_withheld: str | None = None  # why TTFT is not shown (the engine's TTFT verdict)
+    level: PerfLevel | None = None  # the rounds' figures (rounds table) as for a performance level: compared

@@ -16,6 +16,12 @@ from tasks.load.plan import TOKEN_ID_RANGE
 from tasks.traffic.trace_formats import TraceRow
 
 BLOCK_CACHE = 4096  # encoded blocks kept: a shared prefix is drawn and encoded once while it is in use
+# Each token ID's decimal text, looked up rather than formatted: a prompt's JSON in a quarter of the time.
+_ID_TEXT = [str(i).encode() for i in range(TOKEN_ID_RANGE[1])]
+
+
+def _ids_json(ids: list[int]) -> bytes:
+    return b",".join([_ID_TEXT[i] for i in ids])
 
 
 def _seed(text: str) -> int:
@@ -54,7 +60,7 @@ class PromptEncoder:
         key = (block_id, n)
         text = self._blocks.get(key)
         if text is None:
-            text = ",".join(map(str, block_token_ids(self.salt, block_id, n))).encode()
+            text = _ids_json(block_token_ids(self.salt, block_id, n))
             self._blocks[key] = text
             if len(self._blocks) > self.keep:
                 self._blocks.popitem(last=False)
@@ -67,7 +73,7 @@ class PromptEncoder:
         parts = [self._block(blk, min(b, row.input_tokens - i * b)) for i, blk in enumerate(row.block_ids)]
         rest = row.input_tokens - min(row.input_tokens, len(row.block_ids) * b)
         if rest:
-            parts.append(",".join(map(str, own_token_ids(self.salt, row.line, rest))).encode())
+            parts.append(_ids_json(own_token_ids(self.salt, row.line, rest)))
         return b"[" + b",".join(parts) + b"]"
 
 

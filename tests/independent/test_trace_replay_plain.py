@@ -32,7 +32,7 @@ TRACE = [
     {"timestamp": 1300, "input_length": 20, "output_length": 2},
     {"timestamp": 1400, "input_length": 50, "output_length": 2, "hash_ids": [0, 1, 4, 11]},
 ]
-TOLERANCE_S = 0.030  # network and the server's thread taking its turn on a loaded 2-core machine
+TOLERANCE_S = 0.050  # network and the server's thread taking its turn on a loaded 2-core machine
 LATE_MAX_S = 0.25  # a client this late on a loaded machine still replays the trace's order and gaps
 
 

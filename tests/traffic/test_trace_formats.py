@@ -139,3 +139,19 @@ def test_the_plan_records_the_window_and_its_expected_reuse(tmp_path: Path):
     got = check_trace(_config(tmp_path, path=str(good), speed=2.0), None)
     assert got["rows"] == 50 and got["replay_s"] == pytest.approx(got["span_s"] / 2)
     assert 0.0 < got["expected_reuse"] < 1.0
+
+
+def test_a_replayed_rounds_percentiles_are_the_protocols():
+    """The replay's figures from compact arrays equal tasks/load/stats.py's (linear interpolation) on the same values."""
+    import random
+    from array import array
+
+    from tasks.load.stats import summarize
+    from tasks.traffic.trace_figures import summarize_array
+
+    rng = random.Random(3)
+    for n in (1, 2, 7, 1000):
+        xs = [rng.expovariate(20.0) for _ in range(n)]
+        got, want = summarize_array(array("d", xs)), summarize(xs)
+        assert got.keys() == want.keys() and all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+    assert summarize_array(array("d")) == summarize([])

@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "pin": "tasks.registry",
     "render": "tasks.k8s.cli",
     "step": "tasks.steps.cli",
+    "trace": "tasks.traffic.cli",
 }
 
 

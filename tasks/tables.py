@@ -109,6 +109,23 @@ REQUESTS = Table(
     key=("run_id", "engine", "scenario", "concurrency", "rate_rps", "round", "request_id"),
 )
 
+# A replayed trace's requests (tasks/scenarios/trace.py): the requests columns, then the trace's own.
+TRACE_REQUESTS = Table(
+    "trace_requests",
+    REQUESTS.columns
+    + (
+        Column("trace_line", "int", nullable=False, min_value=1, description="The request's line in the trace file."),
+        Column("due_ts", "float", nullable=False,
+               description="Unix time the trace said to send it: the replay's start + its arrival / speed."),
+        Column("lateness_s", "float", nullable=False,
+               description="send_ts - due_ts: how late the client sent it (negative: early, by the send bracket)."),
+        Column("expected_cached_tokens", "int", nullable=False, min_value=0,
+               description="Prompt tokens in leading blocks an earlier request of the round held whole (the trace's "
+                           "own reuse)."),
+    ),
+    key=("run_id", "engine", "scenario", "round", "request_id"),
+)
+
 ROUNDS = Table(
     "rounds",
     _common()
@@ -544,7 +561,7 @@ TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
               ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS, QUALITY,
-              LOGLIK, SESSION_TURNS, SHARED_PREFIX_ROUNDS)
+              LOGLIK, SESSION_TURNS, SHARED_PREFIX_ROUNDS, TRACE_REQUESTS)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

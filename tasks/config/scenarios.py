@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from tasks.config.base import ConfigModel, Fix, PositiveInt
 from tasks.config.sessions import SessionsScenario
 from tasks.config.shared_prefix import SharedPrefixScenario
+from tasks.config.traffic import TraceScenario
 
 Concurrencies = Annotated[list[PositiveInt], Fix("give a list of integers >= 1, e.g. [1, 4, 8]")]
 Rounds = Annotated[PositiveInt, Fix("give an integer >= 1")]
@@ -210,6 +211,7 @@ class Scenarios(ConfigModel):
     long_context: LongContextScenario = Field(LongContextScenario(), description="Long-context TTFT and needles.")
     boundary: BoundaryScenario = Field(BoundaryScenario(), description="Cold requests around a length risk.")
     prefix_cache: PrefixCacheScenario = Field(PrefixCacheScenario(), description="Prefix cache cold vs hot.")
+    trace: TraceScenario = Field(TraceScenario(), description="Replay a request trace (arrivals, lengths, prefixes).")
     sessions: SessionsScenario = Field(SessionsScenario(), description="Multi-turn chat sessions, measured per turn.")
     shared_prefix: SharedPrefixScenario = Field(
         SharedPrefixScenario(), description="Groups of requests sharing a prefix: expected reuse beside the hit rate.")

@@ -32,6 +32,8 @@ LEAD_FIGURES = (
     ("decode", "output_tps", True, "output throughput"),
     ("decode", "tpot_p50_s", False, "P50 TPOT"),
     ("rate", "goodput_rps", True, "goodput"),
+    ("trace", "output_tps", True, "output throughput"),
+    ("trace", "ttft_p95_s", False, "P95 TTFT"),
 )
 LEAD_WORDS = {(scenario, figure): words for scenario, figure, _, words in LEAD_FIGURES}
 

@@ -32,6 +32,7 @@ from tasks.report.speculative import build_speculative
 from tasks.report.schema import RunSummary
 from tasks.report.schema.cache import CacheTrial, PrefixCache
 from tasks.report.schema.capacity import Capacity, CapacityProbe
+from tasks.report.schema.trace import TraceReplay
 from tasks.report.schema.comparison import Comparison, Regression
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, StartupFinding, TtftVerdict
@@ -177,7 +178,25 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         telemetry_windows=_telemetry_windows(run_dir.read_rows("telemetry_rounds", engine)),
         quality=_quality(run_dir.read_rows("quality", engine)),
         traffic=traffic_summary(run_dir, cfg, engine, published, ttft.reason),
+        trace=_trace(run_dir, engine, cfg, published, ttft.reason),
     )
+
+
+def _trace(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool,
+           ttft_reason: str | None) -> TraceReplay | None:
+    """The trace step's summary (tasks/scenarios/trace.py), its TTFT under the engine's TTFT rule, and its
+    rounds' figures as one level (compared between engines like a performance level)."""
+    doc = run_dir.read_json(run_documents.perf_summary_doc(engine, "trace"))
+    if doc is None:
+        return None
+    keep = {k: doc[k] for k in ("trace", "rounds", "behind", "lateness_p99_max_s", "engine_restarted") if k in doc}
+    if not ttft_published:
+        keep["rounds"] = [{**r, "ttft_p50_s": None, "ttft_p99_s": None} for r in keep["rounds"]]
+        keep["ttft_withheld"] = ttft_reason or "this engine's TTFT is not published"
+    rounds = sorted((r for r in run_dir.read_rows("rounds", engine) if r.get("scenario") == "trace"),
+                    key=lambda r: r.get("round") or 0)
+    level = _level((None, rounds[0].get("rate_rps")), rounds, ttft_published, [], cfg.slo) if rounds else None
+    return TraceReplay.model_validate({**keep, "level": level})
 
 
 def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) -> dict[str, ScenarioResults]:
@@ -424,7 +443,7 @@ def comparisons(engines: dict[str, EngineSummary], base: str, confidence: float)
                     launches = max(1, len(set(base_level.launches)), len(set(level.launches)))
                     if launches > 1:  # replicated starts: one value per launch, so the interval holds their variation
                         base_values, my_values = _per_launch(base_level, base_values), _per_launch(level, my_values)
-                    paired = (name in engines[base].perf[scenario].interleaved_with
+                    paired = (scenario in engines[base].perf and name in engines[base].perf[scenario].interleaved_with
                               and list(base_values) == list(my_values))
                     out.append(_comparison(scenario, base_level.label, figure, higher_is_better, base, name,
                                            list(base_values.values()), list(my_values.values()), confidence, paired,

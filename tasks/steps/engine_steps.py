@@ -239,6 +239,18 @@ def capacity(ctx: RunContext, engine: str) -> dict[str, Any]:
             "probes": len(result["probes"]), "engine_restarted": result["engine_restarted"]}
 
 
+def trace(ctx: RunContext, engine: str) -> dict[str, Any]:
+    """The configured trace window replayed (tasks/scenarios/trace.py); its summary kept for the report."""
+    from tasks.scenarios.trace import run_trace
+
+    ectx = ctx.engine(engine)
+    s3 = ctx.s3 if ctx.archive_client is not None else None
+    result = _watched(ctx, ectx, "trace", lambda: run_trace(ectx, s3))
+    ctx.run_dir.write_json(perf_summary_doc(engine, "trace"), result)
+    return {"engine": engine, "rounds": len(result["rounds"]), "behind": result["behind"],
+            "engine_restarted": result["engine_restarted"]}
+
+
 def long_context(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.evidence.needles import run_long_context
 

@@ -44,6 +44,10 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
         "experiment": _experiment_record(cfg),
         "config": _without_env_values(cfg.model_dump(mode="json")),
     }
+    if cfg.scenarios.trace.enabled:  # the trace read whole once, each bad row named, before any deploy
+        from tasks.traffic.trace_source import check_trace
+
+        doc["trace"] = check_trace(cfg, ctx.s3 if ctx.archive_client is not None else None)
     ctx.run_dir.write_json(MANIFEST, doc)
     return {"run_id": ctx.run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix), "positions": placed}
 
@@ -115,6 +119,7 @@ _ORDER = [
     *[Step(s, True, engine_steps.perf_step(s), enabled=_section_enabled(s), scenario=True, retries=2,
            retry_after_failure=False) for s in PERF_SCENARIOS],
     Step("capacity", True, engine_steps.capacity, enabled=_section_enabled("capacity"), scenario=True),
+    Step("trace", True, engine_steps.trace, enabled=_section_enabled("trace"), scenario=True),
     Step("long_context", True, engine_steps.long_context, enabled=_section_enabled("long_context"), scenario=True),
     Step("boundary", True, engine_steps.boundary, enabled=_section_enabled("boundary"), scenario=True),
     Step("prefix_cache", True, engine_steps.prefix_cache, enabled=_section_enabled("prefix_cache"), scenario=True),

@@ -65,6 +65,7 @@ RUN_CONF: dict[str, Any] = {
         "long_context": {"lengths": [4096], "depths": [0.5], "output_tokens": 16},
         "boundary": {"enabled": False},
         "prefix_cache": {"prompt_tokens": 2000, "repeats": 2},
+        "trace": {"enabled": False},
     },
     "archive": {"bucket": BUCKET},
     "request_timeout_s": 30,

@@ -11,6 +11,7 @@ from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, ServedR
 from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
 from tasks.report.schema.perf import PerfLevel, ScenarioResults
 from tasks.report.schema.quality import Quality
+from tasks.report.schema.trace import TraceReplay
 from tasks.report.schema.traffic import Traffic
 from tasks.report.schema.telemetry import ClientLoad, EngineRound, Hardware, KvCapacity, TelemetryRound, TelemetryWindow
 
@@ -46,11 +47,14 @@ class EngineSummary(Doc):
     telemetry_windows: list[TelemetryWindow] = Field(default_factory=list)  # energy per scenario and load level
     quality: Quality | None = None  # the answers checked, when the quality step ran
     traffic: Traffic | None = None  # multi-turn sessions and shared-prefix reuse, when they ran
+    trace: TraceReplay | None = None  # the trace replayed, when the trace step ran
 
     @property
     def ttft_published(self) -> bool:
         return self.ttft.reliable
 
     def levels(self, scenario: str) -> list[PerfLevel]:
+        if scenario == "trace":  # the trace's rounds are one level, at the window's offered rate
+            return [self.trace.level] if self.trace is not None and self.trace.level is not None else []
         perf = self.perf.get(scenario)
         return [] if perf is None else perf.levels

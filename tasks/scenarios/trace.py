@@ -1,0 +1,113 @@
+"""The trace scenario: the configured window of a request trace replayed open loop, `rounds` times per engine.
+
+Each round streams the window (tasks/traffic/): a row's prompt is its blocks' token IDs (salted by the run and
+round, so each round is new to the engine's cache and every engine gets the same prompts), its output length
+forced, its arrival at the trace's time over `speed`. Rows go to `trace_requests` (the requests columns, plus
+the row's line, due time, lateness and expected reuse), each round's figures to `rounds` (rate_rps: the
+window's offered rate). The round's server hit rate is read from the engine's counters around it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from tasks.engine_context import EngineContext
+from tasks.evidence.engine_metrics import RoundWatch
+from tasks.evidence.window import Window, hit_rate_over
+from tasks.load.client import RequestSpec, new_session, run_async
+from tasks.load.plan import COMPLETIONS_PATH, run_tag
+from tasks.load.progress import Progress
+from tasks.scenarios import TRACE_SCENARIO
+from tasks.traffic.replay import Due, replay
+from tasks.traffic.trace_figures import ReplayFigures
+from tasks.traffic.trace_formats import TraceRow
+from tasks.traffic.trace_prompts import PromptEncoder, ReuseMeter, completion_payload
+from tasks.traffic.trace_source import check_trace, window_rows
+
+log = logging.getLogger("dayone.load")
+
+
+def round_salt(seed: int, run_id: str, round_: int) -> str:
+    """What a round's block tokens are drawn with: the same for every engine, new each round."""
+    return f"{seed}/{run_id}/r{round_}"
+
+
+def run_trace(ectx: EngineContext, s3: Callable[[], Any] | None) -> dict[str, Any]:
+    """Every round of the window against one engine; its summary (per round: lateness, reuse, hit rate)."""
+    cfg = ectx.config
+    t = cfg.scenarios.trace
+    plan = check_trace(cfg, s3)  # the plan read it; read again here, where the runner's file or object is
+    rate = plan["offered_rps"] or float(plan["rows"])
+    progress = Progress(plan["rows"] * t.rounds, f"{ectx.endpoint.engine} {TRACE_SCENARIO}")
+    rounds = []
+    try:
+        for n in range(1, t.rounds + 1):
+            rounds.append(run_async(_round(ectx, s3, n, rate, progress)))
+    finally:
+        progress.close()
+    return {"engine": ectx.endpoint.engine, "scenario": TRACE_SCENARIO, "trace": plan, "rounds": rounds,
+            "behind": any(r["behind"] for r in rounds), "lateness_p99_max_s": t.lateness_p99_max_s}
+
+
+async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate_rps: float,
+                 progress: Progress) -> dict[str, Any]:
+    cfg, ep = ectx.config, ectx.endpoint
+    t = cfg.scenarios.trace
+    tag = f"{TRACE_SCENARIO}-r{n}-{run_tag(ep.run_id)}"
+    keys = ep.row_keys(TRACE_SCENARIO, n)
+    level = {"concurrency": None, "rate_rps": rate_rps, "max_in_flight": None, "launch": 0}
+    encoder = PromptEncoder(round_salt(t.seed, ep.run_id, n), t.block_tokens)
+    reuse = ReuseMeter(t.block_tokens)
+    figures = ReplayFigures(cfg.slo, cfg.round_error_rate_max, seed=tag)
+    pending: dict[str, tuple[int, int]] = {}  # request id -> (line, expected cached tokens), while in flight
+
+    def schedule(rows: Iterator[TraceRow]) -> Iterator[Due]:
+        for row in rows:
+            rid = f"{tag}-{row.line:08d}"
+            pending[rid] = (row.line, reuse.observe(row))
+            payload = completion_payload(ep.model, encoder.prompt_json(row), row.output_tokens, ep.adapter)
+            yield Due(row.arrival_s / t.speed, RequestSpec(rid, COMPLETIONS_PATH, payload, row.input_tokens,
+                                                           row.output_tokens))
+
+    watch = await asyncio.to_thread(RoundWatch(ep.base_url, ep.adapter, access=ep.access).start)
+    with ectx.run_dir.rows("trace_requests", ep.engine, partition=f"{TRACE_SCENARIO}-r{n}") as out, \
+            out.off_loop() as queued:
+
+        def on_result(r: Any, due_ts: float) -> None:
+            line, expected = pending.pop(r.request_id)
+            lateness = r.send_ts - due_ts
+            row = {**keys, **level, "first_encounter": n == 1, **r.row_fields(), "trace_line": line,
+                   "due_ts": due_ts, "lateness_s": lateness, "expected_cached_tokens": expected}
+            queued.write(row)
+            figures.add(row, lateness)
+            progress.advance(r.status == "ok", tag)
+
+        try:
+            async with new_session(ep.adapter.keeps_alive_after_stream, ep.access) as session:
+                with window_rows(cfg, s3) as rows:
+                    sent, peak_in_flight = await replay(session, ep.base_url, schedule(rows), ep.adapter,
+                                                        ep.request_timeout_s, on_result)
+        finally:
+            watch.stop_sampling()
+    await asyncio.to_thread(watch.finish)
+    hit = hit_rate_over(ep.adapter, Window(tuple(s.series for s in (watch.before, watch.after) if s is not None),
+                                           f"during trace round {n}"))
+    row = {**keys, **level, "input_tokens": None, "output_tokens": None, "first_encounter": n == 1,
+           "warmup": False, **figures.figures()}
+    with ectx.run_dir.rows("rounds", ep.engine, partition=f"{TRACE_SCENARIO}-r{n}") as rounds_out:
+        rounds_out.write(row)
+    late = figures.lateness_figures()
+    behind = late["lateness_p99_s"] is not None and late["lateness_p99_s"] > t.lateness_p99_max_s
+    if behind:
+        log.warning("%s: the client fell behind the trace: send lateness p99 %.1f ms > %.1f ms "
+                    "(scenarios.trace.lateness_p99_max_s)", tag, 1e3 * late["lateness_p99_s"],
+                    1e3 * t.lateness_p99_max_s)
+    return {"round": n, "requests": sent, "status": row["status"], **late, "behind": behind,
+            "peak_in_flight": peak_in_flight,
+            "expected_reuse": reuse.share, "server_hit_rate": hit.rate, "server_queries_delta": hit.queries_delta,
+            "server_hits_delta": hit.hits_delta, "hit_rate_unpublished": hit.unpublished
+            or (None if ep.adapter.cache_counters else f"{ep.adapter.dialect} has no known prefix-cache counters"),
+            "length_deviations": row["length_deviations"], "output_tps": row["output_tps"],
+            "ttft_p50_s": row["ttft_p50_s"], "ttft_p99_s": row["ttft_p99_s"], "e2e_p50_s": row["e2e_p50_s"]}

@@ -1,0 +1,1 @@
+"""Traffic like the user's: request traces read, turned into prompts and replayed on their schedule."""

@@ -96,6 +96,7 @@ _ORDER = [
     Step("wait_ready", True, engine_steps.wait_ready),
     Step("startup_findings", True, engine_steps.startup_findings, scenario=True),
     Step("functional", True, engine_steps.functional, enabled=_section_enabled("functional"), scenario=True),
+    Step("openwebui", True, engine_steps.openwebui, enabled=_section_enabled("openwebui"), scenario=True),
     Step("quality", True, engine_steps.quality, enabled=_section_enabled("quality"), scenario=True),
     Step("warmup", True, engine_steps.warmup, enabled=lambda cfg: cfg.scenarios.warmup, scenario=True),
     # A measurement is retried only when its worker died mid-try (see retry_after_failure).

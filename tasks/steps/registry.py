@@ -25,6 +25,10 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
     placed = positions(cfg)
     if ctx.archive_client is not None:
         ctx.s3()  # the DAG's client names the missing connection and its fix
+    if cfg.scenarios.openwebui.enabled:
+        from tasks.openwebui.server import venv_path
+
+        venv_path(cfg.scenarios.openwebui.venv)  # names scenarios.openwebui.venv and `make openwebui-venv`
     matrix = [{"engine": e.name, "scenario": s.name} for e in cfg.engines for s in STEPS.values()
               if s.scenario and s.enabled(cfg)]
     doc = {

@@ -32,6 +32,7 @@ venv-test: $(VENV)/.installed-test
 # CPU wheel on disk instead of pulling a CUDA build. An interrupted build has no marker and starts over.
 OPENWEBUI_VERSION := 0.12.4
 OPENWEBUI_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dayone/openwebui-$(OPENWEBUI_VERSION)
+export DAYONE_OPENWEBUI_VENV := $(OPENWEBUI_VENV)
 $(OPENWEBUI_VENV)/.installed:
 	rm -rf $(OPENWEBUI_VENV)
 	$(PYTHON) -m venv $(OPENWEBUI_VENV)

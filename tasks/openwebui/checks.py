@@ -131,12 +131,14 @@ def person_checks(base_url: str, model: str, engine_reasons: bool | None) -> tup
     item = next((m for m in models if m.get("id") == model), None)
     if item is None:
         reason = "the model is not in OpenWebUI's list: nothing to chat with"
-        return [listed, *(CheckResult(n, FAIL, evidence(status, "/api/models", "", reason)) for n in CHECK_NAMES[1:])], {}
+        unreached = [CheckResult(n, FAIL, evidence(status, "/api/models", "", reason)) for n in CHECK_NAMES[1:]]
+        return [listed, *unreached], {}
     turns = asyncio.run(person.converse(item, PROMPTS))
     chat_id = next((t.chat_id for t in turns if t.chat_id), "")
     stored = person.stored_chat(chat_id) if chat_id else {}
     answers = assistant_messages(stored)
-    return [listed, chat_verdict(turns, answers), reasoning_verdict(answers, engine_reasons), usage_verdict(answers)], stored
+    verdicts = [listed, chat_verdict(turns, answers), reasoning_verdict(answers, engine_reasons), usage_verdict(answers)]
+    return verdicts, stored
 
 
 def check_endpoint(endpoint: EngineEndpoint, venv: Path, data_dir: Path, engine_reasons: bool | None
@@ -144,7 +146,8 @@ def check_endpoint(endpoint: EngineEndpoint, venv: Path, data_dir: Path, engine_
     """Start OpenWebUI in `data_dir` (fresh: the engine's URL is stored at first start) and judge it."""
     with running_openwebui(venv, data_dir, endpoint.base_url.rstrip("/") + "/v1", endpoint.access.api_key) as ui:
         results, stored = person_checks(ui.base_url, endpoint.model, engine_reasons)
-    return [CheckResult(r.check, r.outcome, {**r.evidence, "openwebui_started_s": ui.started_s}) for r in results], stored
+    started = {"openwebui_started_s": ui.started_s}  # from start to healthy: what OpenWebUI adds to the step
+    return [CheckResult(r.check, r.outcome, {**r.evidence, **started}) for r in results], stored
 
 
 def engine_reasons(ctx: EngineContext) -> bool | None:

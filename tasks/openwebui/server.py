@@ -20,7 +20,8 @@ from tasks.processes import start_group, stop_group
 
 OPENWEBUI_VERSION = "0.12.4"
 # Built once by `make openwebui-venv` at a machine path keyed by the version, shared by every clone.
-DEFAULT_VENV = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dayone" / f"openwebui-{OPENWEBUI_VERSION}"
+DEFAULT_VENV = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dayone"
+                / f"openwebui-{OPENWEBUI_VERSION}")
 VENV_ENV = "DAYONE_OPENWEBUI_VENV"
 
 

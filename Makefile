@@ -8,7 +8,7 @@ UV := $(PY) -m uv pip install -q --python $(PY)
 DEMO ?= llamacpp-ab
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
-.PHONY: venv venv-test demo test ui bench system-packages clean
+.PHONY: venv venv-test openwebui-venv demo test ui bench system-packages clean
 
 # The demo's environment: DayOne and its local S3 server; the tests add their own tools on top.
 $(VENV)/.installed: pyproject.toml
@@ -25,6 +25,22 @@ $(VENV)/.installed-test: $(VENV)/.installed
 
 venv: $(VENV)/.installed
 venv-test: $(VENV)/.installed-test
+
+# OpenWebUI (the openwebui step's real client) pins every dependency with ==, so it has a virtual
+# environment of its own, built once per machine at a path keyed by its version (outside the clone: a
+# fresh clone reuses it) and found there by tasks/openwebui/server.py. torch first: pip then takes the
+# CPU wheel on disk instead of pulling a CUDA build. An interrupted build has no marker and starts over.
+OPENWEBUI_VERSION := 0.12.4
+OPENWEBUI_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dayone/openwebui-$(OPENWEBUI_VERSION)
+export DAYONE_OPENWEBUI_VENV := $(OPENWEBUI_VENV)
+$(OPENWEBUI_VENV)/.installed:
+	rm -rf $(OPENWEBUI_VENV)
+	$(PYTHON) -m venv $(OPENWEBUI_VENV)
+	$(OPENWEBUI_VENV)/bin/pip install -q "torch==2.13.0"
+	$(OPENWEBUI_VENV)/bin/pip install -q "open-webui==$(OPENWEBUI_VERSION)"
+	touch $@
+
+openwebui-venv: $(OPENWEBUI_VENV)/.installed
 
 # Debian packages the tests drive for real: an OCI registry, a headless browser, and the distributed
 # Airflow stack's metadata database (PostgreSQL: its binaries live under /usr/lib/postgresql/VERSION/bin)
@@ -50,7 +66,7 @@ demo: venv
 # real-scheduler stacks and pipeline tests first (tests/xdist_units.py); PYTEST_WORKERS=4 gives each stack
 # a worker of its own beside two for the rest; `make test PYTEST_WORKERS=0` runs serially.
 PYTEST_WORKERS ?= 2
-test: venv-test system-packages
+test: venv-test system-packages openwebui-venv
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=25 $(PYTEST_ARGS)
 

@@ -123,6 +123,9 @@ def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
                                                                       "reason": "validation did not run"})),
                                 "application/json"),
         }
+        chat = run_dir.read_json(run_documents.openwebui_chat_doc(e.name))
+        if chat:  # what OpenWebUI itself stored: the evidence behind the openwebui checks
+            objects["openwebui/chat.json"] = (json_bytes(desensitize(chat)), "application/json")
         for name, frame in frames.items():
             part = to_frame(name, []) if frame.empty else frame[frame["engine"] == e.name].reset_index(drop=True)
             objects[f"tables/{name}.csv"] = (to_csv_bytes(part), "text/csv")

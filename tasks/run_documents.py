@@ -102,6 +102,11 @@ def served_revision_doc(engine: str) -> str:
     return f"revisions/{engine}.json"
 
 
+def openwebui_chat_doc(engine: str) -> str:
+    """The chat OpenWebUI stored in front of the engine (the openwebui step), archived beside the tables."""
+    return f"openwebui/{engine}/chat.json"
+
+
 def outcome_doc(step: str, engine: str | None) -> str:
     return f"{OUTCOMES_DIR}/{engine}-{step}.json" if engine else f"{OUTCOMES_DIR}/{step}.json"
 

@@ -198,9 +198,21 @@ class QualityScenario(ConfigModel):
         "nats; a gap beyond it, or a rise with length beyond it on one engine only, is a finding.")
 
 
+class OpenWebUIScenario(ConfigModel):
+    """OpenWebUI in front of each engine, used as a person would (tasks/openwebui/)."""
+
+    enabled: bool = Field(False, description="Start OpenWebUI against each engine: model list, a streamed "
+                                             "multi-turn chat over its web app's socket, reasoning as a thought.")
+    venv: Annotated[str | None, Fix("give the directory of OpenWebUI's virtual environment "
+                                    "(`make openwebui-venv` builds one), or leave it out")] = Field(
+        None, description="OpenWebUI's own virtual environment; default DAYONE_OPENWEBUI_VENV, else "
+                          "the one `make openwebui-venv` builds.")
+
+
 class Scenarios(ConfigModel):
     functional: FunctionalScenario = Field(FunctionalScenario(), description="Functional checks: pass, fail or n/a.")
     quality: QualityScenario = Field(QualityScenario(), description="Verifiable tasks: accuracy per family.")
+    openwebui: OpenWebUIScenario = Field(OpenWebUIScenario(), description="OpenWebUI in front of each engine.")
     warmup: bool = Field(True, description="Warm every (input, output, concurrency) shape before measuring.")
     short: ShortScenario = Field(ShortScenario(), description="Short prompts and outputs over a concurrency sweep.")
     prefill: PrefillScenario = Field(PrefillScenario(), description="Long prompts, short outputs.")

@@ -39,6 +39,7 @@ def not_proved(config: RunConfig, summary: RunSummary) -> list[str]:
         out.append(f"Switched off in the config, so nothing is known of them from this run: {', '.join(off)}.")
     out.append(_context(config, summary, ready))
     out.append(_answers(config, summary, ready))
+    out.append(_client(config))
     concurrency = _max_concurrency(summary, ready)
     if concurrency:
         out.append(f"Loads above concurrency {concurrency} (the highest measured) were not tested.")
@@ -116,6 +117,15 @@ def _context(config: RunConfig, summary: RunSummary, ready: list[str]) -> str | 
     what = f"up to {longest:,} tokens" if longest else "not retrieved at any length"
     return (f"The model's {limit:,}-token context was not reached: needles were retrieved {what}; the rest "
             "of the window is unproven.")
+
+
+def _client(config: RunConfig) -> str:
+    """Which real client stood in front of the engines (docs/PROTOCOL.md, "OpenWebUI"), or that none did."""
+    if not config.scenarios.openwebui.enabled:
+        return ("No real client stood in front of the engines (scenarios.openwebui is off): that a person's "
+                "chat lists the model, streams the answer and shows reasoning apart is unproven.")
+    return ("OpenWebUI was the one real client tried (its model list, a two-turn chat, its reasoning display): "
+            "other frontends may read the reasoning fields differently.")
 
 
 def _answers(config: RunConfig, summary: RunSummary, ready: list[str]) -> str:

@@ -242,7 +242,10 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
     try:
         if chat:
             prompt = render_chat(body.get("messages"), body.get("tools"))
-            prompt.tool = answers.pick_tool(body.get("tools") or [], body.get("tool_choice"))
+            messages = body.get("messages") or []
+            # a model handed its tool's result answers in words (OpenWebUI's built-in tools come back this way)
+            answered = bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "tool"
+            prompt.tool = None if answered else answers.pick_tool(body.get("tools") or [], body.get("tool_choice"))
         else:
             prompt = read_completion_prompt(body.get("prompt"))
         record.prompt_tokens = prompt.count

@@ -104,6 +104,18 @@ def functional(ctx: RunContext, engine: str) -> dict[str, Any]:
     return _watched(ctx, ectx, "functional", run)
 
 
+def openwebui(ctx: RunContext, engine: str) -> dict[str, Any]:
+    """OpenWebUI in front of the engine, as a person uses it; its verdicts in the `checks` table (tasks/openwebui/)."""
+    from tasks.openwebui.checks import run_openwebui
+
+    ectx = ctx.engine(engine)
+
+    def run() -> dict[str, Any]:
+        return {"engine": engine, **check_counts([r["outcome"] for r in run_openwebui(ectx)])}
+
+    return _watched(ctx, ectx, "openwebui", run)
+
+
 def quality(ctx: RunContext, engine: str) -> dict[str, Any]:
     """The generated task set at greedy decoding, each answer's verdict in the `quality` table; then the fixed
     text's NLL per token at each length in the `loglik` table (tasks/quality/)."""

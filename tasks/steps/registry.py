@@ -26,6 +26,10 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
     if ctx.archive_client is not None:
         ctx.s3()  # the DAG's client names the missing connection and its fix
     _keep_eval_set(ctx)
+    if cfg.scenarios.openwebui.enabled:
+        from tasks.openwebui.server import venv_path
+
+        venv_path(cfg.scenarios.openwebui.venv)  # names scenarios.openwebui.venv and `make openwebui-venv`
     matrix = [{"engine": e.name, "scenario": s.name} for e in cfg.engines for s in STEPS.values()
               if s.scenario and s.enabled(cfg)]
     doc = {
@@ -113,6 +117,7 @@ _ORDER = [
     Step("wait_ready", True, engine_steps.wait_ready),
     Step("startup_findings", True, engine_steps.startup_findings, scenario=True),
     Step("functional", True, engine_steps.functional, enabled=_section_enabled("functional"), scenario=True),
+    Step("openwebui", True, engine_steps.openwebui, enabled=_section_enabled("openwebui"), scenario=True),
     Step("quality", True, engine_steps.quality, enabled=_section_enabled("quality"), scenario=True),
     Step("warmup", True, engine_steps.warmup, enabled=lambda cfg: cfg.scenarios.warmup, scenario=True),
     # A measurement is retried only when its worker died mid-try (see retry_after_failure).

@@ -163,6 +163,18 @@ def test_tool_call_not_streamed_and_streamed_in_fragments(sim):
     assert r.json()["choices"][0]["message"]["content"] and not r.json()["choices"][0]["message"].get("tool_calls")
 
 
+def test_a_tools_result_is_answered_in_words(sim):
+    """OpenWebUI offers its built-in tools on every chat: once it hands back the tool's result, the
+    model answers; a simulator that called the tool again would loop until OpenWebUI gave up."""
+    body = chat("weather in Paris?", tools=TOOLS)
+    call = post(sim, "/v1/chat/completions", body).json()["choices"][0]["message"]["tool_calls"][0]
+    body["messages"] += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                         {"role": "tool", "tool_call_id": call["id"], "content": '{"celsius": 21}'}]
+    choice = post(sim, "/v1/chat/completions", {**body, "max_tokens": 4}).json()["choices"][0]
+    assert choice["finish_reason"] != "tool_calls" and choice["message"]["content"]
+    assert not choice["message"].get("tool_calls")
+
+
 def test_tokenize_where_the_engine_has_it(sim):
     r = post(sim, "/tokenize", {"prompt": "Hello, world!"})
     if sim.dialect == "openai":

@@ -1,0 +1,111 @@
+"""The real OpenWebUI, started from its own virtual environment on a loopback port, offline, with a
+data directory of its own per engine (the engine's URL is stored in its database at first start)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tasks.polling import TimedOut, poll
+from tasks.ports import free_port
+from tasks.processes import start_group, stop_group
+
+OPENWEBUI_VERSION = "0.12.4"
+# Built once by `make openwebui-venv` at a machine path keyed by the version, shared by every clone.
+DEFAULT_VENV = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dayone"
+                / f"openwebui-{OPENWEBUI_VERSION}")
+VENV_ENV = "DAYONE_OPENWEBUI_VENV"
+
+
+class OpenWebUIError(RuntimeError):
+    pass
+
+
+def venv_path(configured: str | None = None) -> Path:
+    """The OpenWebUI environment: the config's, else DAYONE_OPENWEBUI_VENV, else `make openwebui-venv`'s."""
+    path = Path(configured or os.environ.get(VENV_ENV) or DEFAULT_VENV)
+    if not (path / "bin" / "python").exists() or (path == DEFAULT_VENV and not (path / ".installed").exists()):
+        raise OpenWebUIError(f"no OpenWebUI environment at {path}: build it with `make openwebui-venv` "
+                             f"(or set scenarios.openwebui.venv / {VENV_ENV})")
+    return path
+
+
+def offline_env(data_dir: Path, engine_v1_url: str, api_key: str | None, secret_key: str) -> dict[str, str]:
+    """OpenWebUI's settings (open_webui/env.py, config.py) for a machine that reaches only the engine."""
+    return {
+        "FROM_INIT_PY": "true",  # as `open-webui serve` sets it: the bundled front end and static files
+        "DATA_DIR": str(data_dir),
+        "WEBUI_SECRET_KEY": secret_key,
+        "OFFLINE_MODE": "true",
+        "HF_HUB_OFFLINE": "1",
+        "RAG_EMBEDDING_ENGINE": "openai",  # not the local sentence-transformers model, never loaded
+        "BYPASS_EMBEDDING_AND_RETRIEVAL": "true",
+        "ENABLE_WEB_SEARCH": "false",
+        "ENABLE_TITLE_GENERATION": "false",
+        "ENABLE_TAGS_GENERATION": "false",
+        "ENABLE_FOLLOW_UP_GENERATION": "false",
+        "ENABLE_AUTOCOMPLETE_GENERATION": "false",
+        "ENABLE_OLLAMA_API": "false",
+        "ENABLE_VERSION_UPDATE_CHECK": "false",
+        "ANONYMIZED_TELEMETRY": "false",
+        "OPENAI_API_BASE_URLS": engine_v1_url,
+        "OPENAI_API_KEYS": api_key or "none",
+    }
+
+
+@dataclass
+class OpenWebUI:
+    base_url: str
+    data_dir: Path
+    log_path: Path
+    pid: int
+    started_s: float  # from start to healthy
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError as exc:
+            return f"(no OpenWebUI log: {exc})"
+
+
+@contextmanager
+def running_openwebui(venv: Path, data_dir: Path, engine_v1_url: str, api_key: str | None = None,
+                      timeout_s: float = 240.0, secret_key: str | None = None) -> Iterator[OpenWebUI]:
+    """Start OpenWebUI against `engine_v1_url`, wait until /health answers, stop its process group after."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log_path = data_dir / "openwebui.log"
+    env = offline_env(data_dir, engine_v1_url, api_key, secret_key or secrets.token_hex(16))
+    started = time.monotonic()
+    proc = start_group([str(venv / "bin" / "python"), "-m", "uvicorn", "open_webui.main:app",
+                        "--host", "127.0.0.1", "--port", str(port)], log_path, env=env, cwd=data_dir)
+    ui = OpenWebUI(f"http://127.0.0.1:{port}", data_dir, log_path, proc.pid, 0.0)
+    try:
+        _wait_healthy(ui, proc, timeout_s)
+        ui.started_s = round(time.monotonic() - started, 3)
+        yield ui
+    finally:
+        stop_group(proc.pid)
+
+
+def _wait_healthy(ui: OpenWebUI, proc: subprocess.Popen, timeout_s: float) -> None:
+    def healthy() -> bool | None:
+        if proc.poll() is not None:
+            raise OpenWebUIError(f"OpenWebUI exited with {proc.returncode} before it was healthy:\n{ui.log_tail()}")
+        try:
+            return True if httpx.get(ui.base_url + "/health", timeout=5).status_code == 200 else None
+        except httpx.HTTPError:
+            return None
+
+    try:
+        poll(healthy, timeout_s=timeout_s, interval_s=0.5)
+    except TimedOut:
+        raise OpenWebUIError(f"OpenWebUI not healthy after {timeout_s:.0f} s:\n{ui.log_tail()}") from None

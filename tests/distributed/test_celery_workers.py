@@ -66,6 +66,7 @@ RUN_CONF: dict[str, Any] = {
         "boundary": {"enabled": False},
         "prefix_cache": {"prompt_tokens": 2000, "repeats": 2},
         "trace": {"enabled": False},
+        "quality": {"enabled": False},
     },
     "archive": {"bucket": BUCKET},
     "request_timeout_s": 30,

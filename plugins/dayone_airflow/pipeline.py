@@ -128,7 +128,26 @@ def _is_backfill(dag_run: Any) -> bool:
 
 def evaluation(nightly: bool = False) -> None:
     """Add the evaluation's tasks to the DAG being defined, in the registry's order. `nightly` adds the
-    steps the registry runs in the nightly alone, and pins from the digest catalog."""
+    steps the registry runs in the nightly alone, and pins from the digest catalog.
+
+    The run config's params stay on the DAG alone. Airflow deep-copies the DAG's params into every task
+    it creates, and serializes and validates each copy: 86 tasks times the form's schemas cost more than
+    a second of CPU in every process that parses the DAG (each task's, under a real executor). A task's
+    params are only merged over the DAG's when it runs (process_params), so tasks without their own lose
+    nothing: the DAG shows them none while its tasks are created."""
+    from airflow.sdk.definitions._internal.contextmanager import DagContext
+    from airflow.sdk.definitions.param import ParamsDict
+
+    dag = DagContext.get_current()
+    form = dag.params
+    object.__setattr__(dag, "params", ParamsDict())  # as the DAG's own converter sets it: no re-validation
+    try:
+        _evaluation_tasks(nightly)
+    finally:
+        object.__setattr__(dag, "params", form)
+
+
+def _evaluation_tasks(nightly: bool) -> None:
 
     # all_done: on the nightly the plan follows the cleanup whatever became of it (a failed cleanup fails
     # the run's verdict, not its measurements)
@@ -214,18 +233,6 @@ def evaluation(nightly: bool = False) -> None:
         engine_ends.append(handles["teardown"])  # all_done: after every step of the position
     engine_ends >> after[0]
     chain(*after, conclude_run())
-    _params_on_the_dag_only(planned.operator.dag)
-
-
-def _params_on_the_dag_only(dag: Any) -> None:
-    """Keep the run config's params on the DAG alone. Airflow copies the DAG's params into every task,
-    and serializes and validates each copy: 60 tasks times the form's schemas made a 1.8 MB serialized
-    DAG costing 4-5 s of CPU per parse. A task's params are only merged over the DAG's when it runs
-    (process_params), so tasks without their own lose nothing."""
-    from airflow.sdk.definitions.param import ParamsDict
-
-    for operator in dag.tasks:
-        operator.params = ParamsDict()
 
 
 def nightly_config() -> dict[str, Any] | None:

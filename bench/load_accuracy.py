@@ -79,8 +79,8 @@ def start_spinners(cores: list[int]) -> list[subprocess.Popen]:
     return procs
 
 
-def start_server(core: str | None) -> tuple[subprocess.Popen, str]:
-    cmd = [*taskset(core), sys.executable, str(SERVER), "--ttft", str(TTFT_S), "--itl", str(ITL_S)]
+def start_server(core: str | None, ttft_s: float = TTFT_S, itl_s: float = ITL_S) -> tuple[subprocess.Popen, str]:
+    cmd = [*taskset(core), sys.executable, str(SERVER), "--ttft", str(ttft_s), "--itl", str(itl_s)]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline() if proc.stdout else ""
     if not line.startswith("port "):

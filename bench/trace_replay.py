@@ -43,23 +43,12 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import load_accuracy  # noqa: E402
-from load_accuracy import noise_floor, start_spinners, taskset  # noqa: E402
+from load_accuracy import noise_floor, start_server, start_spinners, taskset  # noqa: E402
 
 from tasks.load.stats import percentile  # noqa: E402
 
-SERVER = ROOT / "bench" / "ref_server.py"
 TARGET_LATENESS_S = 0.001
 TARGET_MEMORY_MB = 200.0
-
-
-def start_server(core: str | None, ttft_s: float, itl_s: float) -> tuple[subprocess.Popen, str]:
-    cmd = [*taskset(core), sys.executable, str(SERVER), "--ttft", str(ttft_s), "--itl", str(itl_s)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline() if proc.stdout else ""
-    if not line.startswith("port "):
-        proc.kill()
-        raise SystemExit(f"the reference server did not start: {line!r}")
-    return proc, f"http://127.0.0.1:{int(line.split()[1])}"
 
 
 def worker(url: str, trace: str, out: str, keep_rows: bool) -> None:

@@ -26,12 +26,12 @@ from tasks.evidence.effects import ratio_digits
 
 REPO = Path(__file__).resolve().parents[2]
 # Stack start (about 1.5 min), the simulator run (4-5 min on 2 cores), the browser steps.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1080)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 DAG_ID = "dayone_eval"
 NIGHTLY_ID = "dayone_nightly"
 PRESET = "local-sim"
-RUN_TIMEOUT_S = 720  # 4-5 min alone; 8 on a machine shared with other test runs
+RUN_TIMEOUT_S = 1080  # the local-sim preset through a real scheduler: every task a process, on two cores
 UI_TIMEOUT_MS = 60_000
 VIEWPORT = {"width": 1400, "height": 1000}
 REPORT_FRAME = "iframe[title='DayOne report']"
@@ -155,10 +155,13 @@ def test_newcomer_triggers_the_simulator_preset_and_reads_the_report_from_the_ru
     # Triggering opens the new run's page.
     page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/[^/]+$"))
     run_id = unquote(urlsplit(page.url).path.rsplit("/", 1)[1])
+    run_page = page.url
+    # An open run page redraws its 86 tasks every few seconds: on two cores, time the run itself needs.
+    page.goto("about:blank")
     run = _wait_for_run(ui_stack, run_id)
     assert run["conf"]["preset"] == PRESET
     assert run["conf"]["round_error_rate_max"] == float(shown_rate)  # restored: the run is the preset's
-    page.reload()
+    page.goto(run_page)
     expect(page.get_by_test_id("state-badge").first).to_have_text("Success")
 
     # The report where a user looks first: the run page's "DayOne report" tab.
@@ -181,6 +184,9 @@ def test_newcomer_triggers_the_simulator_preset_and_reads_the_report_from_the_ru
         cells = rows.nth(i).locator("td").all_inner_texts()
         assert cells[:2] == [c["scenario"], c["level"]], cells
         assert cells[3] == f"{c['engine']} vs {c['base']}", cells
+        if c["low"] is None:  # no interval (too few good rounds): the verdict stands in its place
+            assert cells[4] == c["verdict"] == cells[5] and c["verdict"] == "not enough rounds", (cells, c)
+            continue
         # the page prints as many decimals as keep the interval's side of 1 visible (ratio_digits)
         d = ratio_digits(c["low"], c["high"])
         assert cells[4].startswith(f"{c['ratio']:.{d}f}×"), (cells, c)

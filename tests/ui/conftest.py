@@ -26,6 +26,7 @@ from tasks.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "dayone_eval"
+NIGHTLY_ID = "dayone_nightly"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"  # airflow's SimpleAuthManager writes it
 STACK_READY_TIMEOUT_S = 300  # migrating the DB, then parsing a DayOne DAG on a busy machine
 LOG_TAIL_LINES = 80
@@ -98,7 +99,7 @@ def _stop(proc: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     """`python -m dayone_airflow.ui` (what `make ui` runs) on a free port, once the API answers for
-    the admin and dayone_eval is parsed."""
+    the admin and both DayOne DAGs are parsed."""
     state = tmp_path_factory.mktemp("ui-stack")
     port = free_port()
     # The session's own Airflow settings (tests/conftest.py) and any dayone_s3 stay out: a fresh user's stack.
@@ -120,8 +121,10 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
             return answer.json()["access_token"] if answer.status_code in (200, 201) else None
 
         stack.token = _wait("the API server", token, stack, STACK_READY_TIMEOUT_S)
-        _wait(f"{DAG_ID} parsed", lambda: stack.api(f"/api/v2/dags/{DAG_ID}").status_code == 200, stack,
-              STACK_READY_TIMEOUT_S)
+        # Both DAGs, not only the first: the DAG list page shows what the DB holds when it loads.
+        for dag_id in (DAG_ID, NIGHTLY_ID):
+            _wait(f"{dag_id} parsed", lambda: stack.api(f"/api/v2/dags/{dag_id}").status_code == 200, stack,
+                  STACK_READY_TIMEOUT_S)
         yield stack
     finally:
         _stop(proc)

@@ -20,6 +20,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The headless browser fixtures (chromium, browser) of the report, UI and OpenWebUI page tests.
+pytest_plugins = ("headless_chromium",)
+
 
 def _per_worker(path: Path) -> Path:
     """An xdist worker inherits the controller's environment, these paths included: each worker works in

@@ -1,4 +1,4 @@
-"""A real run directory for the report tests, and headless Chromium.
+"""A real run directory for the report tests.
 
 `sim_run` runs the pipeline's own steps (through the Airflow glue, which records each step's
 outcome) against DayOne's engine simulator with a tiny config, once per session: two engines that
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,25 +108,3 @@ def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
     rounds = run.run_dir().read_rows("rounds")
     assert rounds, "the simulator run measured nothing; see the step outcomes in " + str(root)
     return run
-
-
-CHROMIUM_NAMES = ("chromium", "chromium-browser")
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """The headless browser; installed from Debian packages when missing and we are root, else a failure."""
-    found = next((shutil.which(n) for n in CHROMIUM_NAMES if shutil.which(n)), None)
-    if found:
-        return found
-    if os.geteuid() != 0:
-        pytest.fail("chromium is not installed and this is not root: apt-get install chromium chromium-driver")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    lock = ["-o", "DPkg::Lock::Timeout=600"]
-    subprocess.run(["apt-get", *lock, "update"], check=True, capture_output=True, env=env, timeout=900)
-    subprocess.run(["apt-get", *lock, "install", "-y", "--no-install-recommends", "chromium", "chromium-driver"],
-                   check=True, capture_output=True, env=env, timeout=1800)
-    found = next((shutil.which(n) for n in CHROMIUM_NAMES if shutil.which(n)), None)
-    if not found:
-        pytest.fail("chromium is still missing after apt-get install chromium chromium-driver")
-    return found

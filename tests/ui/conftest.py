@@ -8,7 +8,6 @@ auth manager's generated admin password. On a failed test the standalone log's t
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -30,13 +29,6 @@ NIGHTLY_ID = "dayone_nightly"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"  # airflow's SimpleAuthManager writes it
 STACK_READY_TIMEOUT_S = 300  # migrating the DB, then parsing a DayOne DAG on a busy machine
 LOG_TAIL_LINES = 80
-
-# The headless browser: the same fixture as the report tests (installs Debian's chromium as root).
-_spec = importlib.util.spec_from_file_location("dayone_report_conftest", REPO / "tests" / "report" / "conftest.py")
-_report_conftest = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = _report_conftest  # its dataclasses look their module up
-_spec.loader.exec_module(_report_conftest)
-chromium = _report_conftest.chromium
 
 
 @dataclass
@@ -130,15 +122,6 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
         _stop(proc)
 
 
-@pytest.fixture(scope="module")
-def browser(chromium: str):
-    """Debian's Chromium through Playwright (no browser download)."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium)
-        yield browser
-        browser.close()
 
 
 @pytest.hookimpl(hookwrapper=True)

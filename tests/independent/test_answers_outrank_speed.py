@@ -4,43 +4,11 @@ the broken engine's arithmetic first, and its speed lead only with the caveat.""
 
 from __future__ import annotations
 
-from plain_server import MODEL
+from answers_summary import answers_summary, throughput_comparison
 from quality_server import CorruptsHalfTheArithmetic, SolvesEverything
 
-from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.quality.run import run_quality
 from tasks.report.decision import decide
 from tasks.report.schema.capacity import Capacity
-from tasks.report.schema.comparison import Comparison
-from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
-
-ITEMS_PER_FAMILY = 8
-
-
-def _summary(tmp_path, servers):  # noqa: ANN001 (engine name -> server class)
-    config = parse_run_config({
-        "run_id": "answers-run",
-        "model": {"name": MODEL, "context_limit_tokens": 4096},
-        "engines": [{"name": name, "dialect": "vllm"} for name in servers],
-        "scenarios": {"quality": {"enabled": True, "items_per_family": ITEMS_PER_FAMILY, "kv_context_tokens": [64]},
-                      "long_context": {"enabled": False}, "boundary": {"enabled": False}},
-        "request_timeout_s": 30,
-    })
-    run_dir = RunDir("answers-run", root=tmp_path)
-    for name, server_cls in servers.items():
-        with server_cls() as server:
-            run_quality(EngineContext(config, endpoint_for(config, name, server.url, "sha256:" + "0" * 64), run_dir))
-    return build_summary(run_dir, config)
-
-
-def _speed_lead(engine: str, base: str) -> Comparison:
-    """A detected throughput lead of `engine` over `base`, as the summary's comparisons state one."""
-    return Comparison(scenario="short", level="c=4", figure="output_tps", base=base, engine=engine, ratio=1.5,
-                      low=1.3, high=1.7, confidence=0.95, verdict="better", detectable=0.1,
-                      rounds_needed_for_5pct=12)
-
 
 def _capacity(passed: float, failed: float) -> Capacity:
     """A capacity search's result without its probes: enough for the decision's capacity line."""
@@ -50,8 +18,8 @@ def _capacity(passed: float, failed: float) -> Capacity:
 
 
 def test_the_engine_with_worse_answers_is_named_first_and_its_speed_lead_carries_the_caveat(tmp_path):
-    summary = _summary(tmp_path, {"right": SolvesEverything, "fast": CorruptsHalfTheArithmetic})
-    summary.comparisons = [_speed_lead("fast", "right")]
+    summary, _ = answers_summary(tmp_path, {"right": SolvesEverything, "fast": CorruptsHalfTheArithmetic}, "answers-run")
+    summary.comparisons = [throughput_comparison("fast", "right")]
     summary.engines["right"].capacity, summary.engines["fast"].capacity = _capacity(4, 8), _capacity(16, 32)
     leads = [d.text for d in decide(summary) if d.topic == "leads"]
     assert leads[0].startswith("Answers differ: fast answered worse in arithmetic 50% (4/8) against right's "
@@ -65,8 +33,8 @@ def test_the_engine_with_worse_answers_is_named_first_and_its_speed_lead_carries
 
 
 def test_engines_that_answer_alike_get_no_answers_line_and_no_caveat(tmp_path):
-    summary = _summary(tmp_path, {"right": SolvesEverything, "also-right": SolvesEverything})
-    summary.comparisons = [_speed_lead("also-right", "right")]
+    summary, _ = answers_summary(tmp_path, {"right": SolvesEverything, "also-right": SolvesEverything}, "answers-run")
+    summary.comparisons = [throughput_comparison("also-right", "right")]
     leads = [d.text for d in decide(summary) if d.topic == "leads"]
     assert not any("Answers differ" in line or "Not a reason" in line for line in leads), leads
     assert leads[0].startswith("short output throughput, also-right vs right: at c=4"), leads

@@ -5,18 +5,12 @@ for a production API and not for throughput research."""
 
 from __future__ import annotations
 
-from plain_server import MODEL
+from answers_summary import answers_summary, throughput_comparison
 from quality_server import CorruptsHalfTheArithmetic, SolvesEverything
 
-from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.quality.run import run_quality
 from tasks.report.choice import choose
 from tasks.report.html import render_html
-from tasks.report.schema.comparison import Comparison
 from tasks.report.schema.perf import PerfLevel, ScenarioResults
-from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
 
 PURPOSES = {"production_api": ("answers", "failed_requests", "functional_checks", "stability", "latency",
                                "throughput", "capacity"),
@@ -25,30 +19,10 @@ PURPOSES = {"production_api": ("answers", "failed_requests", "functional_checks"
 
 
 def _summary(tmp_path, servers, purposes=None):  # noqa: ANN001 (engine name -> server class)
-    config = parse_run_config({
-        "run_id": "choice-run",
-        "model": {"name": MODEL, "context_limit_tokens": 4096},
-        "engines": [{"name": name, "dialect": "vllm"} for name in servers],
-        "scenarios": {"quality": {"enabled": True, "items_per_family": 8, "kv_context_tokens": [64]},
-                      "long_context": {"enabled": False}, "boundary": {"enabled": False}},
-        "request_timeout_s": 30,
-        **({"choice": {"purposes": purposes}} if purposes else {}),
-    })
-    run_dir = RunDir("choice-run", root=tmp_path)
-    for name, server_cls in servers.items():
-        with server_cls() as server:
-            run_quality(EngineContext(config, endpoint_for(config, name, server.url, "sha256:" + "0" * 64), run_dir))
-    summary = build_summary(run_dir, config)
+    summary, config = answers_summary(tmp_path, servers, "choice-run", purposes)
     for engine in summary.engines.values():
         engine.ready = True  # served from the start: readiness is not what these servers test
     return summary, config
-
-
-def _faster(engine: str, base: str, verdict: str = "better") -> Comparison:
-    """A detected throughput difference of `engine` against `base`, as the summary's comparisons state one."""
-    ratio, low, high = (1.5, 1.3, 1.7) if verdict == "better" else (0.6, 0.5, 0.7)
-    return Comparison(scenario="short", level="c=4", figure="output_tps", base=base, engine=engine, ratio=ratio,
-                      low=low, high=high, confidence=0.95, verdict=verdict, detectable=0.1, rounds_needed_for_5pct=12)
 
 
 def _measured(ok: int, failed: int) -> dict[str, ScenarioResults]:
@@ -64,7 +38,7 @@ def _picked(summary, config) -> dict[str, list[str]]:  # noqa: ANN001
 
 def test_the_faster_engine_with_worse_answers_is_picked_for_no_purpose(tmp_path):
     summary, config = _summary(tmp_path, {"right": SolvesEverything, "fast": CorruptsHalfTheArithmetic})
-    summary.comparisons = [_faster("fast", "right")]
+    summary.comparisons = [throughput_comparison("fast", "right")]
     choices = choose(summary, config.choice.orders())
     assert {c.purpose: c.picked for c in choices} == {"production_api": ["right"], "throughput_research": ["right"]}
     research = choices[1]
@@ -79,7 +53,7 @@ def test_the_faster_engine_with_worse_answers_is_picked_for_no_purpose(tmp_path)
 
 def test_engines_that_answer_alike_are_told_apart_by_speed(tmp_path):
     summary, config = _summary(tmp_path, {"right": SolvesEverything, "also-right": SolvesEverything})
-    summary.comparisons = [_faster("also-right", "right")]
+    summary.comparisons = [throughput_comparison("also-right", "right")]
     assert _picked(summary, config) == {"production_api": ["also-right"], "throughput_research": ["also-right"]}
     summary.comparisons = []  # nothing detected: the evidence does not tell them apart
     choices = choose(summary, config.choice.orders())
@@ -90,7 +64,7 @@ def test_functional_checks_outrank_speed_for_a_production_api_and_not_for_throug
     # The Day-1 report's choice: the engine whose reasoning split failed is faster; a production API takes
     # the other, throughput research keeps tracking the faster one.
     summary, config = _summary(tmp_path, {"sglang": SolvesEverything, "vllm": SolvesEverything})
-    summary.comparisons = [_faster("vllm", "sglang")]
+    summary.comparisons = [throughput_comparison("vllm", "sglang")]
     summary.engines["sglang"].checks = {"reasoning_split": "pass", "streaming": "pass"}
     summary.engines["vllm"].checks = {"reasoning_split": "fail", "streaming": "pass"}
     assert _picked(summary, config) == {"production_api": ["sglang"], "throughput_research": ["vllm"]}
@@ -100,7 +74,7 @@ def test_failed_requests_outrank_speed_for_every_purpose_own_included(tmp_path):
     own = [{"name": "batch_jobs", "order": ["throughput"]}]
     summary, config = _summary(tmp_path, {"steady": SolvesEverything, "flaky": SolvesEverything},
                                ["throughput_research", *own])
-    summary.comparisons = [_faster("flaky", "steady")]
+    summary.comparisons = [throughput_comparison("flaky", "steady")]
     summary.engines["steady"].perf, summary.engines["flaky"].perf = _measured(200, 0), _measured(150, 50)
     assert _picked(summary, config) == {"throughput_research": ["steady"], "batch_jobs": ["steady"]}
     # A few failures the interval cannot tell from none do not outrank a detected speed lead.
@@ -112,7 +86,7 @@ def test_restarts_outrank_speed_for_a_production_api_and_rounds_that_spread_drop
     from tasks.report.schema.perf import Figure
 
     summary, config = _summary(tmp_path, {"calm": SolvesEverything, "restarts": SolvesEverything})
-    summary.comparisons = [_faster("restarts", "calm")]
+    summary.comparisons = [throughput_comparison("restarts", "calm")]
     summary.engines["restarts"].restarts = summary.engines["restarts"].restarts.model_copy(update={"total": 2})
     assert _picked(summary, config) == {"production_api": ["calm"], "throughput_research": ["restarts"]}
     summary.engines["restarts"].restarts = summary.engines["calm"].restarts

@@ -18,7 +18,8 @@ def _capacity(passed: float, failed: float) -> Capacity:
 
 
 def test_the_engine_with_worse_answers_is_named_first_and_its_speed_lead_carries_the_caveat(tmp_path):
-    summary, _ = answers_summary(tmp_path, {"right": SolvesEverything, "fast": CorruptsHalfTheArithmetic}, "answers-run")
+    servers = {"right": SolvesEverything, "fast": CorruptsHalfTheArithmetic}
+    summary, _ = answers_summary(tmp_path, servers, "answers-run")
     summary.comparisons = [throughput_comparison("fast", "right")]
     summary.engines["right"].capacity, summary.engines["fast"].capacity = _capacity(4, 8), _capacity(16, 32)
     leads = [d.text for d in decide(summary) if d.topic == "leads"]

@@ -37,11 +37,12 @@ FIRST_ENCOUNTER_TAIL = 1.5  # a first-encounter P99 this many times the steady m
 def choose(summary: RunSummary, orders: dict[str, tuple[str, ...]]) -> list[PurposeChoice]:
     """One choice per purpose, from the summary's figures."""
     gaps = {criterion: rule(summary) for criterion, rule in RULES.items()}
-    return [_choose(purpose, order_, summary.engines, gaps) for purpose, order_ in orders.items()]
+    mixed = {criterion: mixed_speed(summary, criterion) for criterion in SPEED_FIGURES}
+    return [_choose(purpose, order_, summary.engines, gaps, mixed) for purpose, order_ in orders.items()]
 
 
 def _choose(purpose: str, criteria: tuple[str, ...], engines: dict[str, EngineSummary],
-            gaps: dict[str, list[Gap]]) -> PurposeChoice:
+            gaps: dict[str, list[Gap]], mixed: dict[str, list[Gap]]) -> PurposeChoice:
     reasons: list[ChoiceReason] = []
     standing = [n for n, e in engines.items() if e.ready]
     reasons += [ChoiceReason(engine=n, stance="against", criterion="readiness", section="startup",
@@ -65,6 +66,12 @@ def _choose(purpose: str, criteria: tuple[str, ...], engines: dict[str, EngineSu
             elif g[0] in standing and g[1] in dropped_by:
                 reasons.append(_reason(g, "against", criterion,
                                        f"outranked: {g[1]} was dropped on {WORDS[dropped_by[g[1]]]}"))
+    for criterion in criteria:  # speed that went both ways between engines still standing: why none stood out
+        for engine, base, evidence in mixed.get(criterion, []):
+            if engine in standing and base in standing:
+                reasons.append(ChoiceReason(
+                    engine=engine, stance="mixed", criterion=criterion, section=SECTIONS[criterion],
+                    text=f"{WORDS[criterion]}: {engine} against {base} went both ways ({evidence}); orders neither"))
     for name in standing:
         caveats = measurement_caveats(engines[name])
         if caveats:
@@ -162,25 +169,42 @@ def _stability(summary: RunSummary) -> list[Gap]:
             for a, fa in found.items() for b in found if a != b and len(fa) > len(found[b])]
 
 
+def _speed_verdicts(summary: RunSummary, criterion: str) -> dict[tuple[str, str], list]:
+    """(engine, base) -> the comparisons on the criterion's figures that found a difference."""
+    found: dict[tuple[str, str], list] = {}
+    for c in summary.comparisons:
+        if c.figure in SPEED_FIGURES[criterion] and c.verdict in ("better", "worse"):
+            found.setdefault((c.engine, c.base), []).append(c)
+    return found
+
+
+def _speed_evidence(found: list) -> str:
+    return "; ".join(f"{c.scenario} {c.figure} at {c.level} {c.verdict} {c.interval()}" for c in found[:3]) + (
+        f" and {len(found) - 3} more" if len(found) > 3 else "")
+
+
 def _speed(criterion: str) -> Callable[[RunSummary], list[Gap]]:
     """An engine against the base engine on the criterion's figures: worse where some level's interval says
-    worse and none says better (mixed verdicts order nothing)."""
+    worse and none says better (mixed verdicts order nothing; mixed_speed names them)."""
 
     def rule(summary: RunSummary) -> list[Gap]:
         gaps = []
-        by_engine: dict[tuple[str, str], list] = {}
-        for c in summary.comparisons:
-            if c.figure in SPEED_FIGURES[criterion] and c.verdict in ("better", "worse"):
-                by_engine.setdefault((c.engine, c.base), []).append(c)
-        for (engine, base), found in by_engine.items():
+        for (engine, base), found in _speed_verdicts(summary, criterion).items():
             verdicts = {c.verdict for c in found}
-            if len(verdicts) != 1:
-                continue
-            evidence = "; ".join(f"{c.scenario} {c.figure} at {c.level} {c.interval()}" for c in found[:3])
-            gaps.append((engine, base, evidence) if verdicts == {"worse"} else (base, engine, evidence))
+            if len(verdicts) == 1:
+                gaps.append((engine, base, _speed_evidence(found)) if verdicts == {"worse"}
+                            else (base, engine, _speed_evidence(found)))
         return gaps
 
     return rule
+
+
+def mixed_speed(summary: RunSummary, criterion: str) -> list[Gap]:
+    """(engine, base, evidence) where the criterion's figures found the engine better somewhere and worse
+    elsewhere: shown beside a choice that could not tell them apart, never a reason to drop either."""
+    return [(engine, base, _speed_evidence(sorted(found, key=lambda c: c.verdict)))
+            for (engine, base), found in _speed_verdicts(summary, criterion).items()
+            if len({c.verdict for c in found}) > 1]
 
 
 def _capacity(summary: RunSummary) -> list[Gap]:

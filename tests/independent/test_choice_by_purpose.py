@@ -97,3 +97,17 @@ def test_restarts_outrank_speed_for_a_production_api_and_rounds_that_spread_drop
     assert [c.picked for c in choices] == [["restarts"], ["restarts"]]
     caveat = next(r for r in choices[0].reasons if r.engine == "restarts" and r.criterion == "stability")
     assert caveat.stance == "against" and "never a reason to drop" in caveat.text and "spread" in caveat.text
+
+
+def test_speed_that_went_both_ways_picks_neither_and_names_the_mixed_intervals(tmp_path):
+    summary, config = _summary(tmp_path, {"sglang": SolvesEverything, "vllm": SolvesEverything})
+    faster_at_4 = throughput_comparison("vllm", "sglang")
+    slower_at_16 = throughput_comparison("vllm", "sglang", "worse").model_copy(update={"level": "c=16"})
+    summary.comparisons = [faster_at_4, slower_at_16]
+    choices = choose(summary, config.choice.orders())
+    assert [c.picked for c in choices] == [["sglang", "vllm"], ["sglang", "vllm"]]
+    mixed = [r for r in choices[1].reasons if r.stance == "mixed"]
+    assert [(r.engine, r.criterion) for r in mixed] == [("vllm", "throughput")]
+    assert "at c=4 better 1.50×" in mixed[0].text and "at c=16 worse 0.60×" in mixed[0].text, mixed[0].text
+    page = render_html(summary.model_copy(update={"choices": choices}))
+    assert "mixed vllm" in page and "went both ways" in page

@@ -47,7 +47,7 @@ class ChoiceReason(Doc):
     """One piece of evidence for or against an engine under a purpose (tasks/report/choice.py)."""
 
     engine: str
-    stance: Literal["for", "against"]
+    stance: Literal["for", "against", "mixed"]  # mixed: better on some figures, worse on others
     criterion: str
     text: str
     section: str  # the report section that holds the evidence (its anchor)

@@ -36,3 +36,11 @@ def test_good_rows_pass_and_bad_rows_fail():
     assert not bad["requests"]["success"]
     assert {"expect_column_values_to_be_in_set", "expect_column_pair_values_a_to_be_greater_than_b",
             "expect_compound_columns_to_be_unique"} <= failed
+
+
+def test_an_empty_table_of_the_schema_passes_unevaluated_and_one_missing_a_column_still_fails():
+    found = validate_frames({"requests": to_frame("requests", []),
+                             "rounds": to_frame("rounds", []).drop(columns=["engine"])})
+    assert found["requests"] == {"success": True, "rows": 0, "failed": [], "evaluated": 0}
+    assert not found["rounds"]["success"] and found["rounds"]["evaluated"] > 0, found["rounds"]
+    assert list(found) == ["requests", "rounds"]

@@ -6,7 +6,7 @@ process: the image's `dayone` is this venv's `python -m tasks.cli`, its env is t
 secretKeyRef read from the Secret it names (none of this process's environment leaks in), and its
 emptyDirs are fresh directories. The pod goes Running, then Succeeded or Failed with the container's
 exit code in containerStatuses; its output is the container log, served (and followed) by the API
-server. Deleting the pod kills the process, as the kubelet would after the grace period.
+server. The downward API's status.podIP is 127.0.0.1: every pod's process runs on this host. Deleting the pod kills the process, as the kubelet would after the grace period.
 """
 
 from __future__ import annotations
@@ -75,6 +75,10 @@ class FakeKubelet:
         for e in container.get("env") or []:
             if "value" in e:
                 env[e["name"]] = e["value"]
+                continue
+            if "fieldRef" in e["valueFrom"]:  # the downward API: every pod's address is this host's
+                assert e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP", e
+                env[e["name"]] = "127.0.0.1"
                 continue
             ref = e["valueFrom"]["secretKeyRef"]
             data = (self.server.get("secrets", ns, ref["name"]) or {}).get("data") or {}

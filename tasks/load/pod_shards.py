@@ -160,7 +160,7 @@ class PodShards:
         return max(1, min(self.pods, math.ceil(streams / (self.streams_per_process * self.cores))))
 
     def reason(self, pods: int, streams: int) -> str:
-        return (f"{streams} streams over {pods} runner pods of {self.cores} cores "
+        return (f"{streams} streams over {pods} runner pods of {self.cores} core{'s' if self.cores > 1 else ''} "
                 f"({self.streams_per_process} streams per process)")
 
     def _processes(self, streams: int) -> int:

@@ -133,6 +133,8 @@ async def run_round(
                         session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
                     )
                 shards = [one_process(meter.stop(), len(specs))]
+            if pods is not None and pods_used == 1:  # a round of a sharded step that one pod carries
+                shards = [replace(r, pod_cores=pods.cores) for r in shards]
         finally:
             watch.stop_sampling()  # also when a send raised
             if gpu_watch is not None:

@@ -82,6 +82,8 @@ def test_two_runner_pods_measure_one_round_together(apiserver, kube_conn, s3_ser
 
     from dayone_airflow.connections import hook_api_client
     from tasks.k8s.runner_pods import pods_for_step, runner_step_pod
+    from tasks.report.html import render_html
+    from tasks.report.summary import build_summary
     from tasks.run_documents import outcome_doc, set_readiness
     from tasks.targets.base import Deployment
 
@@ -113,12 +115,19 @@ def test_two_runner_pods_measure_one_round_together(apiserver, kube_conn, s3_ser
     shards = sorted(state.read_rows("client_shards", ENGINE), key=lambda r: r["shard"])
     assert [(s["shard"], s["pod"], s["pods"], s["pod_cores"], s["requests"]) for s in shards] == [
         (0, 0, 2, 1, 16), (1, 1, 2, 1, 16)]
-    assert "2 runner pods of 1 cores" in shards[0]["shards_reason"]
+    assert "over 2 runner pods of 1 core" in shards[0]["shards_reason"]
     # one host, one clock: shard 1's offset is within its exchange's uncertainty (recorded, > 0)
     assert shards[0]["offset_s"] == 0.0 and 0 < shards[1]["uncertainty_s"] < 0.05
     assert abs(shards[1]["offset_s"]) <= shards[1]["uncertainty_s"] + 0.002, shards[1]
     [round_row] = [r for r in state.read_rows("rounds", ENGINE) if r["scenario"] == "short"]
     assert round_row["requests_ok"] == REQUESTS
+    # the summary and the report say how many pods, of how many cores, measured each round
+    summary = build_summary(state, config)
+    [load] = summary.engines[ENGINE].client_load
+    assert (load.pods, load.pod_cores) == (2, 1)
+    assert load.measured_by == ["c=8 round 1: 2 runner pods of 1 core, 2 client processes"]
+    table = render_html(summary, charts={}).split("The CPU the load client got")[1].split("</table>")[0]
+    assert "2 of 1 core" in table and "c=8 round 1: 2 runner pods of 1 core" in table
 
     # the common start: the first wave of both pods (8 streams) within a few ms; never more than 8 in flight
     truth = ground_truth(reference, {r["request_id"] for r in rows})

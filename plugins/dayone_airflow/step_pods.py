@@ -95,9 +95,15 @@ class StepPodOperator(KubernetesPodOperator):
                                                  shard=0, pods=pods)
         self._peer_pods = [runner_step_pod(cfg, self.step, engines, run_id, staging, store.access.endpoint_url,
                                            shard=k, pods=pods) for k in range(1, pods)]
+        self.watch(runner)
+
+    def watch(self, runner: Any) -> None:
+        """How the deferred wait reads the pod (kubernetes.runner): its state every poll_interval_s, and the
+        log lines it printed since every log_interval_s, into the task's log while it runs."""
         self.poll_interval = runner.poll_interval_s
         self.startup_timeout_seconds = runner.startup_timeout_s
         self.startup_check_interval_seconds = max(1, int(runner.poll_interval_s))
+        self.logging_interval = runner.log_interval_s
 
     # ---- the two ways -------------------------------------------------------------------------
     def execute(self, context: Any) -> Any:

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,9 @@ class FakeKubelet:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.processes[(ns, name)] = proc
         for line in iter(proc.stdout.readline, b""):
-            self.server.logs[key] = self.server.logs.get(key, "") + line.decode("utf-8", "replace")
+            text = line.decode("utf-8", "replace")
+            self.server.log_lines.setdefault(key, []).append((time.time(), text))
+            self.server.logs[key] = self.server.logs.get(key, "") + text
         code = proc.wait()
         self.exit_codes[name] = code
         terminated = {**running, "ready": False, "started": False,

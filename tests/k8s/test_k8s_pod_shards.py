@@ -162,3 +162,28 @@ def _events(row: dict) -> list[float]:
     for gap in row["itl_s"] or []:
         out.append(out[-1] + gap)
     return out
+
+
+def test_a_step_takes_one_pod_per_what_a_pod_carries_up_to_max_pods():
+    from tasks.config import parse_run_config
+    from tasks.k8s.runner_pods import pods_for_step
+
+    def pods(concurrency, cpu, max_pods=8):
+        runner = {**RUN["kubernetes"]["runner"], "cpu": cpu, "max_pods": max_pods}
+        scenarios = {**RUN["scenarios"], "short": {**RUN["scenarios"]["short"], "concurrency": concurrency}}
+        doc = {**RUN, "load": {}, "kubernetes": {**RUN["kubernetes"], "runner": runner}, "scenarios": scenarios}
+        return pods_for_step(parse_run_config(doc), "short")
+
+    assert pods([64, 512], 4) == 2  # the largest round: 512 streams over 64 a process x 4 cores
+    assert pods([64, 256], 4) == 1 and pods([1024], 2, max_pods=3) == 3
+
+
+@pytest.mark.parametrize(("field", "value", "fix"), [("max_pods", 0, "most runner pods one step may take"),
+                                                     ("log_interval_s", 0.5, "whole seconds")])
+def test_a_bad_pod_setting_is_refused_naming_the_field_and_the_fix(field, value, fix):
+    from tasks.config import ConfigError, parse_run_config
+
+    doc = {**RUN, "kubernetes": {**RUN["kubernetes"], "runner": {**RUN["kubernetes"]["runner"], field: value}}}
+    with pytest.raises(ConfigError) as err:
+        parse_run_config(doc)
+    assert any(f == f"kubernetes.runner.{field}" and fix in x for f, _, x in err.value.problems), err.value.problems

@@ -59,9 +59,8 @@ def _planned_run(apiserver, s3, run_id: str):
     from tasks.config import parse_run_config
     from tasks.k8s.manifests import labels_for, run_selector
     from tasks.object_store import S3Access, S3Store
-    from tasks.run_documents import MANIFEST, set_readiness
+    from tasks.run_documents import MANIFEST
     from tasks.run_storage import RunDir
-    from tasks.targets.base import Deployment
 
     config = parse_run_config({**RUN, "run_id": run_id})
     prefix = f"staging-{uuid.uuid4().hex[:8]}"
@@ -133,6 +132,7 @@ def test_two_runner_pods_measure_one_round_together(apiserver, kube_conn, s3_ser
     truth = ground_truth(reference, {r["request_id"] for r in rows})
     arrivals = sorted(g["arrival_ts"] for g in truth.values())
     assert arrivals[CONCURRENCY - 1] - arrivals[0] < 0.05, arrivals[:CONCURRENCY]
+    print(f"first wave of {CONCURRENCY} over both pods arrived within {1e3 * (arrivals[CONCURRENCY - 1] - arrivals[0]):.3f} ms")
     spans = [(r["send_ts"], r["send_ts"] + r["e2e_s"]) for r in rows]
     assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= CONCURRENCY
 

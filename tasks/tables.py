@@ -328,6 +328,12 @@ CLIENT_SHARDS = Table(
               "(Linux schedstat; null elsewhere)."),
         Column("waited_share", "float", min_value=0.0, max_value=1.0,
                description="waited_s / wall_s: above 0.05 the round was measured on a busy machine."),
+        Column("pod", "int", nullable=False, min_value=0, description="The runner pod this process ran in (0: the "
+               "step's own pod, or the worker); its offset_s is its pod's offset plus its own within the pod."),
+        Column("pods", "int", nullable=False, min_value=1, description="Runner pods that measured the round together "
+               "(kubernetes.measure_from: cluster); 1 elsewhere."),
+        Column("pod_cores", "int", min_value=1, description="Whole cores each of those runner pods had "
+               "(kubernetes.runner.cpu); null off the cluster's shards."),
     ),
     key=("run_id", "engine", "scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round", "shard"),
 )

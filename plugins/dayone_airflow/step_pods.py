@@ -73,7 +73,7 @@ class StepPodOperator(KubernetesPodOperator):
         """The runner pod of this step (tasks/k8s/runner_pods.py) and how to reach and watch it."""
         import os
 
-        from tasks.k8s.runner_pods import runner_step_pod
+        from tasks.k8s.runner_pods import pods_for_step, runner_step_pod
         from tasks.object_store import STAGING_ENV
 
         from dayone_airflow.connections import staging_store
@@ -89,11 +89,21 @@ class StepPodOperator(KubernetesPodOperator):
         k8s, runner = cfg.kubernetes, cfg.kubernetes.runner
         self.kubernetes_conn_id = k8s.conn_id
         self.namespace = k8s.namespace
-        self.pod_template_dict = runner_step_pod(cfg, self.step, engines, dayone_run_id(context["run_id"]),
-                                                 os.environ[STAGING_ENV].strip(), store.access.endpoint_url)
+        run_id, staging = dayone_run_id(context["run_id"]), os.environ[STAGING_ENV].strip()
+        pods = pods_for_step(cfg, self.step)  # more than one: peers measure the big rounds with it
+        self.pod_template_dict = runner_step_pod(cfg, self.step, engines, run_id, staging, store.access.endpoint_url,
+                                                 shard=0, pods=pods)
+        self._peer_pods = [runner_step_pod(cfg, self.step, engines, run_id, staging, store.access.endpoint_url,
+                                           shard=k, pods=pods) for k in range(1, pods)]
+        self.watch(runner)
+
+    def watch(self, runner: Any) -> None:
+        """How the deferred wait reads the pod (kubernetes.runner): its state every poll_interval_s, and the
+        log lines it printed since every log_interval_s, into the task's log while it runs."""
         self.poll_interval = runner.poll_interval_s
         self.startup_timeout_seconds = runner.startup_timeout_s
         self.startup_check_interval_seconds = max(1, int(runner.poll_interval_s))
+        self.logging_interval = runner.log_interval_s
 
     # ---- the two ways -------------------------------------------------------------------------
     def execute(self, context: Any) -> Any:
@@ -102,6 +112,7 @@ class StepPodOperator(KubernetesPodOperator):
         if cfg is None:
             return self._on_worker(context, engines)
         self._configure(context, cfg, engines)
+        self._start_peers(context, engines)
         return super().execute(context)  # defers to the pod trigger; trigger_reentry ends it
 
     def trigger_reentry(self, context: Any, event: dict[str, Any]) -> Any:
@@ -109,8 +120,50 @@ class StepPodOperator(KubernetesPodOperator):
         cfg = self._in_pod(context)
         if cfg is not None:
             self.kubernetes_conn_id = cfg.kubernetes.conn_id
-        super().trigger_reentry(context, event)
+            self.namespace = cfg.kubernetes.namespace
+        try:
+            super().trigger_reentry(context, event)
+        finally:
+            if cfg is not None:
+                self._delete_peers(self._peer_selector(context, self._engines(context)))
         return self._recorded(context)
+
+    def on_kill(self) -> None:
+        super().on_kill()
+        if getattr(self, "_peers_selected", None):
+            self._delete_peers(self._peers_selected)
+
+    # ---- peer pods: a step's big rounds measured by several runner pods (tasks/load/pod_shards.py) --
+    def _peer_selector(self, context: Any, engines: list[str]) -> str:
+        from tasks.k8s.manifests import LABEL_RUN, label_value
+        from tasks.k8s.runner_pods import LABEL_SHARD_OF
+        from tasks.load.pod_shards import pod_group
+
+        from dayone_airflow.glue import dayone_run_id
+
+        return (f"{LABEL_SHARD_OF}={label_value(pod_group(self.step, engines))},"
+                f"{LABEL_RUN}={label_value(dayone_run_id(context['run_id']))}")
+
+    def _start_peers(self, context: Any, engines: list[str]) -> None:
+        """The peer pods, created beside the step's own (an earlier try's deleted first); they measure what
+        the step's pod hands them and leave when it says so."""
+        if not getattr(self, "_peer_pods", None):
+            return
+        self._peers_selected = self._peer_selector(context, engines)
+        self._delete_peers(self._peers_selected)
+        for pod in self._peer_pods:
+            self.client.create_namespaced_pod(self.namespace, pod)
+            self.log.info("runner pod shard %s created", pod["metadata"]["name"])
+
+    def _delete_peers(self, selector: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        for pod in self.client.list_namespaced_pod(self.namespace, label_selector=selector).items:
+            try:
+                self.client.delete_namespaced_pod(pod.metadata.name, self.namespace)
+            except ApiException as exc:
+                if exc.status != 404:  # gone already: what was wanted
+                    raise
 
     def _recorded(self, context: Any) -> dict[str, Any]:
         """What the pod's `dayone step` recorded: the step's outcome per engine, from the run's storage."""

@@ -35,8 +35,16 @@ class RunnerPodSettings(ConfigModel):
                                                   "{name: dayone-s3}", inside=True)] = Field(
         None, description="Secret with the S3 keys the runner pods reach the run's staging with; "
                           "required for measure_from: cluster.")
+    max_pods: Annotated[PositiveInt, Fix("give the most runner pods one step may take, an integer >= 1 (1: never "
+                                         "shard across pods)")] = Field(
+        8, description="Most runner pods measuring one step's rounds together: a round asking for more streams "
+                       "than load.streams_per_process x cpu takes one pod per that many, up to this.")
     startup_timeout_s: PositiveInt = Field(600, description="How long a runner pod may take to be scheduled and start.")
     poll_interval_s: float = Field(2.0, gt=0, description="How often the deferred wait reads the runner pod.")
+    log_interval_s: Annotated[PositiveInt, Fix("give whole seconds >= 1 between the reads of a running pod's log, "
+                                                "e.g. 10")] = Field(
+        10, description="How often the pod's new log lines are copied into the task's log while the pod runs "
+                        "(KubernetesPodOperator's logging_interval; the rest when it ends).")
 
 
 class MeasureFrom(ConfigModel):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tasks import run_documents
@@ -25,6 +25,7 @@ from tasks.evidence import telemetry
 from tasks.evidence.telemetry import TelemetryWatch
 from tasks.load import client as load_client
 from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
+from tasks.load import pod_shards
 from tasks.load.progress import Progress
 from tasks.load.shards import ShardReport, UsageMeter, client_rows, one_process, run_sharded
 from tasks.load.stats import WAIT_FLAG_SHARE, round_figures
@@ -100,8 +101,20 @@ async def run_round(
         # Off the timed window: the scrape is done before the first send is written.
         watch = await asyncio.to_thread(RoundWatch(ep.base_url, ep.adapter, access=ep.access).start)
         gpu_watch = await asyncio.to_thread(_start_telemetry, ctx)
+        pods = pod_shards.active()
+        pods_used = 1 if pods is None else pods.pods_for(shape.streams(len(specs)))
         try:
-            if plan.shards > 1:
+            if pods_used > 1:
+                assert pods is not None
+                results, shards = await pods.measure(
+                    pods_used, ep.base_url, specs, ep.adapter, ep.request_timeout_s, on_result=on_result,
+                    concurrency=shape.concurrency if arrivals is None else None, arrivals_s=arrivals,
+                    keep_alive=ep.adapter.keeps_alive_after_stream, access=ep.access,
+                )
+                plan = replace(plan, shards=len(shards), shards_reason=pods.reason(pods_used, shape.streams(len(specs))))
+                log.info("%s: %s; clock offsets %s ms", tag, plan.shards_reason,
+                         ", ".join(f"pod {c.pod}: {1e3 * c.offset_s:+.3f}±{1e3 * c.uncertainty_s:.3f}" for c in shards))
+            elif plan.shards > 1:
                 results, shards = await run_sharded(
                     ep.base_url, specs, ep.adapter, ep.request_timeout_s, plan.shards, on_result=on_result,
                     concurrency=shape.concurrency if arrivals is None else None, arrivals_s=arrivals,
@@ -120,6 +133,8 @@ async def run_round(
                         session, ep.base_url, specs, arrivals, ep.adapter, ep.request_timeout_s, on_result
                     )
                 shards = [one_process(meter.stop(), len(specs))]
+            if pods is not None and pods_used == 1:  # a round of a sharded step that one pod carries
+                shards = [replace(r, pod_cores=pods.cores) for r in shards]
         finally:
             watch.stop_sampling()  # also when a send raised
             if gpu_watch is not None:

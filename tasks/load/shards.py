@@ -46,6 +46,9 @@ class ShardReport:
     cpu_s: float | None = None  # CPU the shard's process used over its run
     waited_s: float | None = None  # its event loop's time runnable but without a core (Linux)
     requests: int | None = None  # requests the shard sent
+    pod: int = 0  # the runner pod the process ran in (tasks/load/pod_shards.py); 0 off the cluster
+    pods: int = 1  # runner pods that measured the round together
+    pod_cores: int | None = None  # whole cores each of those pods had (kubernetes.runner.cpu)
 
     @property
     def waited_share(self) -> float | None:
@@ -226,7 +229,7 @@ def client_rows(keys: dict[str, Any], reports: Sequence[ShardReport], reason: st
     """The round's client_shards rows: `keys` (the round's columns) and one row per shard."""
     return [{**keys, "shards": len(reports), "shards_reason": reason, "shard": r.shard, "requests": r.requests, "offset_s": r.offset_s,
              "uncertainty_s": r.uncertainty_s, "wall_s": r.wall_s, "cpu_s": r.cpu_s, "waited_s": r.waited_s,
-             "waited_share": r.waited_share} for r in reports]
+             "waited_share": r.waited_share, "pod": r.pod, "pods": r.pods, "pod_cores": r.pod_cores} for r in reports]
 
 
 @dataclass(frozen=True)
@@ -261,9 +264,11 @@ async def run_sharded(
     keep_alive: bool = True,
     ramp_s: float = 0.0,
     access: EndpointAccess | None = None,
+    start_mono: float | None = None,
 ) -> tuple[list[RequestResult], list[ShardReport]]:
     """Closed loop (`concurrency` in flight in all) or open loop (`arrivals_s`), over `shards`
-    processes; the results in the order of `specs`, and each shard's report."""
+    processes; the results in the order of `specs`, and each shard's report. `start_mono`: the common
+    start (time.monotonic()) when a caller set it (runner pods measuring together); default shortly."""
     if (concurrency is None) == (arrivals_s is None):
         raise ValueError("give either concurrency (closed loop) or arrivals_s (open loop)")
     if arrivals_s is not None and len(arrivals_s) != len(specs):
@@ -275,7 +280,7 @@ async def run_sharded(
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in shares]
     try:
         clocks = [_ping(k, p) for k, p in enumerate(procs)]
-        start = time.monotonic() + START_MARGIN_S
+        start = time.monotonic() + START_MARGIN_S if start_mono is None else start_mono
         n, total = len(shares), concurrency or 0
         for k, (proc, idx) in enumerate(zip(procs, shares)):
             share = None if concurrency is None else concurrency // n + (k < concurrency % n)
@@ -329,11 +334,16 @@ def _ping(k: int, proc: subprocess.Popen) -> ShardReport:
     """The shard's clock offset from the ping with the shortest round trip: the first one also waits for
     the shard's start (Python and its imports, 0.1-1 s), the later ones only for the pipes."""
     assert proc.stdout is not None
-    frames = read_frames(proc.stdout)
+    return ping(k, proc.stdin, read_frames(proc.stdout))
+
+
+def ping(k: int, out: IO[bytes] | None, frames: Any) -> ShardReport:
+    """Shard k's clock offset over a link that answers each "ping" with its time.time() (a pipe, or a
+    runner pod's connection): NTP's estimate from the exchange with the shortest round trip."""
     best: tuple[float, float, float] | None = None
     for _ in range(PINGS):
         t1 = time.time()
-        _send(proc.stdin, "ping")
+        _send(out, "ping")
         shard_t = next(frames)
         t2 = time.time()
         next(frames)  # the batch end

@@ -255,7 +255,8 @@ def client_load(rows: Sequence[dict[str, Any]], requests: Sequence[dict[str, Any
     processes in a round and why (shards_reason), the CPU of its busiest round (in cores: CPU / the round's
     longest process run), its worst round's wait for a core (the worst process), each round that waited
     more than WAIT_FLAG_SHARE, named by level and round with its share, and, from the `requests` rows,
-    how many sends had a wide write bracket (send_wide)."""
+    how many sends had a wide write bracket (send_wide); in runner pods, the most pods of a round, their
+    cores, and each round's pods (measured_by)."""
     by_round: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
         if not r.get("warmup"):
@@ -272,18 +273,25 @@ def client_load(rows: Sequence[dict[str, Any]], requests: Sequence[dict[str, Any
         waited = None if any(x is None for x in shares) else max(shares)  # type: ignore[type-var]
         s = out.setdefault(key[0], {"scenario": key[0], "rounds": 0, "processes": 0, "cpu_cores": None,
                                     "waited_share": None, "busy_rounds": [], "processes_reasons": [],
+                                    "pods": 1, "pod_cores": None, "measured_by": [],
                                     "wide_sends": sum(1 for q in requests if q.get("scenario") == key[0]
                                                       and q.get("send_wide"))})
         s["rounds"] += 1
         if first.get("shards_reason") and first["shards_reason"] not in s["processes_reasons"]:
             s["processes_reasons"].append(first["shards_reason"])
         s["processes"] = max(s["processes"], len(procs))
+        rate = first.get("rate_rps")
+        level = f"{rate:g} req/s" if rate is not None else f"c={first.get('concurrency')}"
+        if first.get("pod_cores"):  # measured in runner pods: how many, of how many cores, each round
+            pods = max(int(p.get("pods") or 1) for p in procs)
+            s["pods"], s["pod_cores"] = max(s["pods"], pods), first["pod_cores"]
+            s["measured_by"].append(f"{level} round {first.get('round')}: {pods} runner pod{'s' if pods > 1 else ''} "
+                                    f"of {first['pod_cores']} core{'s' if first['pod_cores'] > 1 else ''}, {len(procs)} client "
+                                    f"process{'es' if len(procs) > 1 else ''}")
         if wall > 0:
             s["cpu_cores"] = max(s["cpu_cores"] or 0.0, cpu / wall)
         if waited is not None:
             s["waited_share"] = max(s["waited_share"] or 0.0, waited)
             if waited > WAIT_FLAG_SHARE:
-                rate = first.get("rate_rps")
-                level = f"{rate:g} req/s" if rate is not None else f"c={first.get('concurrency')}"
                 s["busy_rounds"].append(f"{level} round {first.get('round')}: {waited:.0%}")
     return list(out.values())

@@ -4,11 +4,14 @@ its manifest in the run's storage (DAYONE_STAGING), as a runner pod does."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any
 
 from tasks.config import RunConfig, read_config_file
+from tasks.load import pod_shards
+from tasks.load.pod_shards import PodShards, parse_shard, pod_group, serve_peer
 from tasks.run import NotAttempted, RunContext, load_config
 from tasks.scenarios import PERF_SCENARIOS
 from tasks.steps.execution import execute, execute_group
@@ -24,6 +27,9 @@ def register(sub: Any) -> None:
     p.add_argument("--run-id", required=True)
     p.add_argument("--engine", action="append",
                    help="the engine (repeat it for a performance scenario measuring several together)")
+    p.add_argument("--shard", metavar="K/N",
+                   help="runner pod K of N measuring the step's rounds together (tasks/load/pod_shards.py): "
+                        "0 runs the step and leads, the others lend it their cores")
     p.set_defaults(run=_run_cli)
 
 
@@ -73,11 +79,19 @@ def _run_cli(args: Any) -> int:
             print(f"dayone step {args.name}: {problem}", file=sys.stderr)
             return 2
     ctx = RunContext.build(config, args.run_id, archive_client=client_from_env)
+    shard, pods = parse_shard(args.shard) if args.shard else (0, 1)
+    group = pod_group(args.name, engines)
+    join_s = config.kubernetes.runner.startup_timeout_s
+    if shard > 0:  # a peer: it measures what shard 0 hands it and records nothing of its own
+        return serve_peer(ctx.run_dir, group, shard, join_s)
+    leading = contextlib.nullcontext() if pods == 1 else pod_shards.leading(PodShards(
+        ctx.run_dir, group, pods, config.kubernetes.runner.cpu, config.load.streams_per_process, join_s))
     try:
-        if len(engines) > 1:
-            result = execute_group(ctx, args.name, engines)
-        else:
-            result = execute(ctx, args.name, engines[0] if engines else None)
+        with leading:
+            if len(engines) > 1:
+                result = execute_group(ctx, args.name, engines)
+            else:
+                result = execute(ctx, args.name, engines[0] if engines else None)
     except NotAttempted as exc:
         print(f"dayone step {args.name}: not attempted: {exc}", file=sys.stderr)
         return NOT_ATTEMPTED_EXIT

@@ -5,7 +5,8 @@ resourceVersion; 404/409 as Status objects; label and field selectors), and it p
 controllers and the kubelet on the test's command: start a Deployment's pod, set its container
 state (ImagePullBackOff, CrashLoopBackOff, restarts), post events and logs, mark the rollout
 available. Deleting a Deployment removes the pods it owns, as the garbage collector would. Watchers
-(fake_kubelet.py) hear of each pod created or deleted; a pod's log can be followed while it grows.
+(fake_kubelet.py) hear of each pod created or deleted; a pod's log can be followed while it grows, and
+read with each line's time (timestamps) or only its last seconds (sinceSeconds), as the kubelet serves it.
 
 Clients authenticate with a bearer token, as a kubeconfig user would (the worker's, or the runner
 pods' service account's); anything else gets 401. Each request is recorded with its user.
@@ -75,10 +76,20 @@ def _matches_fields(obj: dict[str, Any], selector: str | None) -> bool:
     return True
 
 
+def _timed_log(lines: list[tuple[float, str]], query: dict[str, str]) -> str:
+    """The lines written in the last sinceSeconds, each after its RFC3339Nano time with timestamps=true."""
+    since = time.time() - float(query["sinceSeconds"]) if "sinceSeconds" in query else 0.0
+    stamp = query.get("timestamps") in ("true", "True")
+    return "".join((dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f000Z ") if stamp
+                    else "") + line for t, line in list(lines) if t >= since)
+
+
 class FakeApiServer:
     def __init__(self) -> None:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (resource, namespace, name)
         self.logs: dict[tuple[str, str, str, bool], str] = {}  # (namespace, pod, container, previous)
+        # the same key: each line with when it was written (a kubelet's), for timestamps and sinceSeconds
+        self.log_lines: dict[tuple[str, str, str, bool], list[tuple[float, str]]] = {}
         self.requests: list[dict[str, Any]] = []
         self.watchers: list[Any] = []  # called (event, resource, object) on pod create and delete
         self.finished_logs: set[tuple[str, str]] = set()  # (namespace, pod) whose log will not grow
@@ -334,6 +345,9 @@ class FakeApiServer:
                     container = query.get("container") or obj["spec"]["containers"][0]["name"]
                     previous = query.get("previous") in ("1", "t", "T", "true", "True", "TRUE")  # Go strconv.ParseBool
                     text = server.logs.get((ns, name, container, previous))
+                    lines = server.log_lines.get((ns, name, container, previous))
+                    if lines is not None and (query.get("timestamps") in ("true", "True") or "sinceSeconds" in query):
+                        text = _timed_log(lines, query)
                     if text is None:
                         what = "previous terminated container" if previous else "container"
                         return self._status(400, "BadRequest", f'{what} "{container}" in pod "{name}" not found')

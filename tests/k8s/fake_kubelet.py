@@ -6,7 +6,7 @@ process: the image's `dayone` is this venv's `python -m tasks.cli`, its env is t
 secretKeyRef read from the Secret it names (none of this process's environment leaks in), and its
 emptyDirs are fresh directories. The pod goes Running, then Succeeded or Failed with the container's
 exit code in containerStatuses; its output is the container log, served (and followed) by the API
-server. Deleting the pod kills the process, as the kubelet would after the grace period.
+server. The downward API's status.podIP is 127.0.0.1: every pod's process runs on this host. Deleting the pod kills the process, as the kubelet would after the grace period.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,10 @@ class FakeKubelet:
             if "value" in e:
                 env[e["name"]] = e["value"]
                 continue
+            if "fieldRef" in e["valueFrom"]:  # the downward API: every pod's address is this host's
+                assert e["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP", e
+                env[e["name"]] = "127.0.0.1"
+                continue
             ref = e["valueFrom"]["secretKeyRef"]
             data = (self.server.get("secrets", ns, ref["name"]) or {}).get("data") or {}
             if ref["key"] not in data:
@@ -122,7 +127,9 @@ class FakeKubelet:
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         self.processes[(ns, name)] = proc
         for line in iter(proc.stdout.readline, b""):
-            self.server.logs[key] = self.server.logs.get(key, "") + line.decode("utf-8", "replace")
+            text = line.decode("utf-8", "replace")
+            self.server.log_lines.setdefault(key, []).append((time.time(), text))
+            self.server.logs[key] = self.server.logs.get(key, "") + text
         code = proc.wait()
         self.exit_codes[name] = code
         terminated = {**running, "ready": False, "started": False,

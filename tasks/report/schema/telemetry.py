@@ -127,3 +127,6 @@ class ClientLoad(Doc):
     busy_rounds: list[str]  # "c=64 round 2: 7%"
     processes_reasons: list[str] = Field(default_factory=list)  # why that many processes (client_shards.shards_reason)
     wide_sends: int = 0  # measured requests whose write bracket was over 1 ms: sent at the stamp before the write
+    pods: int = 1  # the most runner pods that measured one round together (kubernetes.measure_from: cluster)
+    pod_cores: int | None = None  # whole cores of each runner pod; None: measured on the worker
+    measured_by: list[str] = Field(default_factory=list)  # "c=512 round 1: 2 runner pods of 4 cores, 8 client processes"

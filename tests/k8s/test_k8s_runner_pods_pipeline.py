@@ -2,7 +2,8 @@
 measuring step is a KubernetesPodOperator task whose own code creates the runner pod on the local API
 server, defers to its trigger, streams the pod's log into the task's log and deletes the pod; the pod
 (fake_kubelet.py) runs the real `dayone step` as a process that reads the run's config and writes its
-rows and outcome in the run's S3 staging, and measures the simulator behind the engine's Service."""
+rows and outcome in the run's S3 staging, and measures the simulator behind the engine's Service. A round
+past one runner pod's cores is measured by the step's pod and a peer pod its task creates, together."""
 
 from __future__ import annotations
 
@@ -98,17 +99,25 @@ def test_measuring_steps_run_as_runner_pods_through_kubernetes_pod_operator(eval
         step = re.sub(r"^engines_\d+_", "", t.task_id.rsplit(".", 1)[-1])
         assert isinstance(t, KubernetesPodOperator) == (step in RUNNER_STEPS), t.task_id
 
-    run = eval_dag.test(run_conf=RUN)
+    # one core of 2 streams a pod: short's c=4 rounds take two pods, its c=1 rounds one
+    conf = {**RUN, "load": {"streams_per_process": 2},
+            "kubernetes": {**RUN["kubernetes"], "runner": {**RUN["kubernetes"]["runner"], "cpu": 1}}}
+    run = eval_dag.test(run_conf=conf)
 
     assert str(run.state).endswith("success"), run.state
     state = run_dir(run.run_id)
     assert state.where().startswith(f"s3://dayone-runner-staging/{prefix}/")
     runner_pods = [r["body"] for r in apiserver.requests if r["method"] == "POST" and r["path"].endswith("/pods")]
-    assert sorted(p["metadata"]["labels"]["dayone/step"] for p in runner_pods) == ["functional", "short"]
+    steps = sorted((p["metadata"]["labels"]["dayone/step"], p["metadata"]["labels"].get("dayone/shard-of", ""))
+                   for p in runner_pods)
+    assert steps == [("functional", ""), ("short", ""), ("short", "short-sglang")], steps
+    commands = {p["metadata"]["labels"].get("dayone/shard-of", "lead"): p["spec"]["containers"][0]["command"]
+                for p in runner_pods if p["metadata"]["labels"]["dayone/step"] == "short"}
+    assert commands["lead"][-2:] == ["--shard", "0/2"] and commands["short-sglang"][-2:] == ["--shard", "1/2"]
     for pod in runner_pods:
         [c] = pod["spec"]["containers"]
         assert c["command"][:3] == ["dayone", "step", pod["metadata"]["labels"]["dayone/step"]]
-        assert c["resources"]["requests"] == c["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
+        assert c["resources"]["requests"] == c["resources"]["limits"] == {"cpu": "1", "memory": "4Gi"}
         assert c["securityContext"]["readOnlyRootFilesystem"] is True
         env = {e["name"]: e for e in c["env"]}
         assert env["AWS_SECRET_ACCESS_KEY"] == {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {
@@ -116,8 +125,8 @@ def test_measuring_steps_run_as_runner_pods_through_kubernetes_pod_operator(eval
         assert s3_conn.secret_key not in repr(pod)  # credentials by reference only
         assert pod["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0][
             "labelSelector"]["matchLabels"]["dayone/engine"] == "sglang"
-    # each pod ran `dayone step` to exit 0, then KubernetesPodOperator deleted it
-    assert sorted(kubelet.exit_codes.values()) == [0, 0]
+    # each pod ran `dayone step` to exit 0, then KubernetesPodOperator (the peer: the step's task) deleted it
+    assert sorted(kubelet.exit_codes.values()) == [0, 0, 0]
     deleted = {r["path"].rsplit("/", 1)[-1] for r in apiserver.requests if r["method"] == "DELETE"
                and "/pods/" in r["path"]}
     assert {p["metadata"]["name"] for p in runner_pods} <= deleted
@@ -130,10 +139,19 @@ def test_measuring_steps_run_as_runner_pods_through_kubernetes_pod_operator(eval
     assert state.read_json("state/steps/sglang-short.json")["status"] == "ok"
     assert state.read_json("state/steps/sglang-functional.json")["status"] == "ok"
     measured = [r for r in state.read_rows("requests", "sglang") if r["scenario"] == "short"]
-    assert len(measured) >= 16 and all(r["status"] == "ok" for r in measured)
+    assert len(measured) == 16 and all(r["status"] == "ok" for r in measured)
+    # the c=4 round merged both pods' rows, the peer's clock offset recorded with its uncertainty
+    shards = [r for r in state.read_rows("client_shards", "sglang") if r["scenario"] == "short"]
+    by_level = {c: sorted((r["pod"], r["pods"], r["pod_cores"]) for r in shards if r["concurrency"] == c)
+                for c in (1, 4)}
+    assert by_level == {1: [(0, 1, 1)], 4: [(0, 2, 1), (1, 2, 1)]}, by_level
+    peer = [r for r in shards if r["pod"] == 1][0]
+    assert peer["uncertainty_s"] > 0 and abs(peer["offset_s"]) <= peer["uncertainty_s"] + 0.005
     assert state.read_json("archive.json")["prefixes"]["sglang"].endswith(dayone_run_id(run.run_id) + "/")
     assert state.read_json("state/steps/report.json")["status"] == "ok"
-    assert state.read_bytes("report.html")
+    page = state.read_bytes("report.html").decode()
+    assert "c=4 round 1: 2 runner pods of 1 core, 2 client processes" in page
+    assert "c=1 round 1: 1 runner pod of 1 core, 1 client process" in page
     # the worker and the runner pods called only what their Roles grant (docs/deploy.md)
     worker = api_calls(apiserver.requests, "worker")
     assert POD_OPERATOR_CALLS - {("", "pods", "patch")} <= worker <= WORKER_NAMESPACED | WORKER_CLUSTER

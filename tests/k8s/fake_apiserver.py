@@ -5,7 +5,7 @@ resourceVersion; 404/409 as Status objects; label and field selectors), and it p
 controllers and the kubelet on the test's command: start a Deployment's pod, set its container
 state (ImagePullBackOff, CrashLoopBackOff, restarts), post events and logs, mark the rollout
 available. Deleting a Deployment removes the pods it owns, as the garbage collector would. Watchers
-(fake_kubelet.py) hear of each pod created or deleted; a pod's log can be followed while it grows.
+(fake_kubelet.py, fake_deployments.py) hear of each pod and Deployment created or deleted; a pod's log can be followed while it grows.
 
 Clients authenticate with a bearer token, as a kubeconfig user would (the worker's, or the runner
 pods' service account's); anything else gets 401. Each request is recorded with its user.
@@ -80,7 +80,7 @@ class FakeApiServer:
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (resource, namespace, name)
         self.logs: dict[tuple[str, str, str, bool], str] = {}  # (namespace, pod, container, previous)
         self.requests: list[dict[str, Any]] = []
-        self.watchers: list[Any] = []  # called (event, resource, object) on pod create and delete
+        self.watchers: list[Any] = []  # called (event, resource, object) on pod and Deployment create and delete
         self.finished_logs: set[tuple[str, str]] = set()  # (namespace, pod) whose log will not grow
         self.lock = threading.Lock()
         self._rv = itertools.count(1)
@@ -320,7 +320,7 @@ class FakeApiServer:
                     if res == "services":
                         body["spec"]["clusterIP"] = "10.96.0.10"
                     stored = server._store(res, body)
-                    if res == "pods":
+                    if res in ("pods", "deployments"):
                         server._tell("created", res, stored)
                     return self._send(201, stored)
                 return self._status(405, "MethodNotAllowed", self.command)
@@ -349,7 +349,7 @@ class FakeApiServer:
                     return self._send(200, obj)
                 if self.command == "DELETE":
                     del server.objects[key]
-                    if res == "pods":
+                    if res in ("pods", "deployments"):
                         server._tell("deleted", res, obj)
                     if res == "deployments":  # the garbage collector removes what the Deployment owned
                         uid = obj["metadata"]["uid"]

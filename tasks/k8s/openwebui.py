@@ -25,7 +25,7 @@ UID = 10001  # non-root; the image's default user is root
 WORKDIR = "/app/backend"  # the image's WORKDIR: `python -m uvicorn open_webui.main:app` imports from here
 # Where it writes, each an emptyDir: its database and uploads, the static files it copies at start, temp files.
 WRITABLE = {"data": "/var/lib/openwebui/data", "static": "/var/lib/openwebui/static", "tmp": "/tmp"}
-# The Secret's keys and the variables that read them.
+# The Secret's keys and the variables that read them (the engine's key from its api_key_secret where it has one).
 SECRET_KEYS = {"WEBUI_SECRET_KEY": "webui-secret-key", "WEBUI_ADMIN_PASSWORD": "admin-password",
                "OPENAI_API_KEYS": "openai-api-keys"}
 # About 880 MiB resident after start, more while it streams a chat; no CPU limit (throttling slows its start).
@@ -59,9 +59,11 @@ def pod_env(config: RunConfig, engine: str, secret: str) -> list[dict[str, Any]]
     values = {**offline_settings(engine_v1_url(config, engine)), "DATA_DIR": WRITABLE["data"],
               "STATIC_DIR": WRITABLE["static"], "HOME": WRITABLE["tmp"],
               "WEBUI_ADMIN_EMAIL": ADMIN["email"], "WEBUI_ADMIN_NAME": ADMIN["name"]}
-    refs = [{"name": var, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
-            for var, key in sorted(SECRET_KEYS.items())]
-    return _env(values) + refs
+    refs = {var: {"name": secret, "key": key} for var, key in SECRET_KEYS.items()}
+    engine_key = config.engine(engine).api_key_secret
+    if engine_key is not None:  # the engine's own Secret, read where it is rather than copied
+        refs["OPENAI_API_KEYS"] = {"name": engine_key.name, "key": engine_key.key}
+    return _env(values) + [{"name": var, "valueFrom": {"secretKeyRef": ref}} for var, ref in sorted(refs.items())]
 
 
 def render_secret(config: RunConfig, engine: str, values: dict[str, str]) -> dict[str, Any]:

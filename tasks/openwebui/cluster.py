@@ -61,8 +61,9 @@ def openwebui_beside_engine(ctx: RunContext, engine: str, timeout_s: float | Non
         raise DeployError(f"{FIELD}: not pinned; the pin step must run first")
     cfg = ctx.config if ctx.config.run_id else ctx.config.model_copy(update={"run_id": ctx.run_id})
     k8s, target = cfg.kubernetes, ctx.target
-    values = {"WEBUI_SECRET_KEY": secrets.token_hex(32), "WEBUI_ADMIN_PASSWORD": secrets.token_urlsafe(24),
-              "OPENAI_API_KEYS": ctx.endpoint_access(engine).api_key or "none"}
+    values = {"WEBUI_SECRET_KEY": secrets.token_hex(32), "WEBUI_ADMIN_PASSWORD": secrets.token_urlsafe(24)}
+    if cfg.engine(engine).api_key_secret is None:  # else the pod reads the engine's own Secret
+        values["OPENAI_API_KEYS"] = ctx.endpoint_access(engine).api_key or "none"
     for value in values.values():
         register_secret(value)  # scrubbed from any error or log DayOne writes
     objects = render_openwebui(cfg, engine, pinned["pinned_ref"])

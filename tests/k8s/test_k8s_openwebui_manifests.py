@@ -86,3 +86,15 @@ def test_schema_validation_catches_a_bad_openwebui_manifest():
     dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
     with pytest.raises(ManifestError, match="Deployment/"):
         validate_objects([dep], "1.33.0")
+
+
+def test_an_engine_key_in_a_secret_is_read_from_that_secret_not_copied():
+    doc = seed_config().model_dump(mode="json", exclude_unset=True)
+    doc["engines"][1]["api_key_secret"] = {"name": "vllm-key", "key": "api-key"}
+    from tasks.config import parse_run_config
+
+    [dep, _] = render_openwebui(parse_run_config(doc), "vllm", IMAGE)
+    [c] = dep["spec"]["template"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
+    assert refs["OPENAI_API_KEYS"] == {"name": "vllm-key", "key": "api-key"}
+    assert refs["WEBUI_ADMIN_PASSWORD"]["name"] == dep["metadata"]["name"]

@@ -59,7 +59,8 @@ class DeploymentKubelet:
         server.watchers.append(self._heard)
 
     def _stand_in(self, image: str) -> ImageStandIn | None:
-        repository = image.split("@")[0].rsplit(":", 1)[0] if "@" in image else image.rsplit(":", 1)[0]
+        name = image.split("@")[0]
+        repository = name[:name.rindex(":")] if ":" in name.rsplit("/", 1)[-1] else name  # without its tag
         return next((f for repo, f in self.images.items() if repository.endswith(repo)), None)
 
     def _heard(self, event: str, resource: str, obj: dict[str, Any]) -> None:

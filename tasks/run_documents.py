@@ -9,6 +9,9 @@ machine or under the run's S3 staging prefix, so a later task finds them from an
     deployments/<engine>.json      where the engine serves and how to find its process or pods
     k8s/<engine>.json              the Kubernetes objects applied (env values redacted)
     k8s/<engine>.yaml              a dry run's rendered objects
+    k8s/<engine>-openwebui.json    OpenWebUI's objects in front of it (the openwebui step on Kubernetes)
+    openwebui/pinned.json          OpenWebUI's image digests (the pin step, on Kubernetes)
+    openwebui/<engine>/chat.json   the chat OpenWebUI stored (the openwebui step)
     state/<engine>/ready.json      readiness: the scenario steps run only for a ready engine
     state/<engine>/shapes.json     the (input, output, concurrency) shapes already warmed
     state/<engine>/engine.log      a local engine's log as its keeper copies it (tasks/targets/keeper.py),
@@ -105,6 +108,14 @@ def served_revision_doc(engine: str) -> str:
 def openwebui_chat_doc(engine: str) -> str:
     """The chat OpenWebUI stored in front of the engine (the openwebui step), archived beside the tables."""
     return f"openwebui/{engine}/chat.json"
+
+
+OPENWEBUI_PINNED = "openwebui/pinned.json"  # OpenWebUI's image digests on Kubernetes (the pin step)
+
+
+def openwebui_objects_doc(engine: str) -> str:
+    """The OpenWebUI objects applied in front of the engine on Kubernetes (env values redacted, no Secret)."""
+    return f"k8s/{engine}-openwebui.json"
 
 
 def outcome_doc(step: str, engine: str | None) -> str:

@@ -8,6 +8,9 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import ConfigModel, Fix, PositiveInt
+from tasks.config.engines import IMAGE_PATTERN
+from tasks.config.engines import _IMAGE_RE as IMAGE_RE
+from tasks.openwebui.version import DEFAULT_IMAGE as OPENWEBUI_IMAGE
 from tasks.config.sessions import SessionsScenario
 from tasks.config.shared_prefix import SharedPrefixScenario
 from tasks.config.traffic import TraceScenario
@@ -207,6 +210,18 @@ class OpenWebUIScenario(ConfigModel):
                                     "(`make openwebui-venv` builds one), or leave it out")] = Field(
         None, description="OpenWebUI's own virtual environment; default DAYONE_OPENWEBUI_VENV, else "
                           "the one `make openwebui-venv` builds.")
+    image: Annotated[str, Fix("use NAME[:TAG] or REGISTRY/NAME[:TAG][@sha256:<64 hex>], e.g. "
+                              "ghcr.io/open-webui/open-webui:v0.12.4")] = Field(
+        OPENWEBUI_IMAGE, description="OpenWebUI's image on target=kubernetes, pinned to its digest by the pin "
+                                     "step like the engines'; default: the version the local environment installs.",
+        json_schema_extra={"pattern": IMAGE_PATTERN})
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, v: str) -> str:
+        if not IMAGE_RE.match(v):
+            raise ValueError(f"{v!r} is not a valid image reference")
+        return v
 
 
 class Scenarios(ConfigModel):

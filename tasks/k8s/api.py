@@ -22,7 +22,7 @@ def _plain(api_client: k8s.ApiClient, obj: Any) -> dict[str, Any]:
 
 
 def create_objects(api_client: k8s.ApiClient, objects: list[dict[str, Any]]) -> list[str]:
-    """Create Deployments and Services; returns `Kind/name` for each created object."""
+    """Create Deployments, Services and Secrets (OpenWebUI's); returns `Kind/name` for each created object."""
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
     made = []
     for obj in objects:
@@ -31,8 +31,10 @@ def create_objects(api_client: k8s.ApiClient, objects: list[dict[str, Any]]) -> 
             apps.create_namespaced_deployment(ns, obj)
         elif kind == "Service":
             core.create_namespaced_service(ns, obj)
+        elif kind == "Secret":
+            core.create_namespaced_secret(ns, obj)
         else:
-            raise ValueError(f"cannot create {kind}: DayOne only makes Deployments and Services")
+            raise ValueError(f"cannot create {kind}: DayOne only makes Deployments, Services and Secrets")
         made.append(f"{kind}/{obj['metadata']['name']}")
     return made
 
@@ -87,8 +89,9 @@ def container_log(api_client: k8s.ApiClient, namespace: str, pod: str, container
     return r.data.decode("utf-8", errors="replace")
 
 
-def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str) -> list[str]:
-    """Delete the Deployments, Services and Pods matching `selector`; returns what was deleted.
+def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str, secrets: bool = False) -> list[str]:
+    """Delete the Deployments, Services and Pods (and with `secrets`, Secrets) matching `selector`; returns
+    what was deleted.
 
     Deployments go first with background propagation (their ReplicaSets and Pods follow); Pods
     still listed are deleted directly, so nothing holding GPUs outlives a teardown.
@@ -101,6 +104,8 @@ def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str) ->
         ("Service", core.list_namespaced_service, core.delete_namespaced_service),
         ("Pod", core.list_namespaced_pod, core.delete_namespaced_pod),
     )
+    if secrets:
+        kinds += (("Secret", core.list_namespaced_secret, core.delete_namespaced_secret),)
     for kind, lister, deleter in kinds:
         for item in lister(namespace, label_selector=selector).items:
             name = item.metadata.name
@@ -114,8 +119,9 @@ def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str) ->
 
 
 def list_managed(api_client: k8s.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    """Every Deployment, Service and Pod of a DayOne run's engines in the namespace, as plain dicts with
-    kind. Only objects with a run label: the runner's own task pods (KubernetesExecutor) carry none."""
+    """Every Deployment, Service, Pod and Secret of a DayOne run's engines (and their OpenWebUIs) in the
+    namespace, as plain dicts with kind. Only objects with a run label: the runner's own task pods
+    (KubernetesExecutor) carry none, nor do the Secrets a deployment gives DayOne."""
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
     selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}"
     out = []
@@ -123,6 +129,7 @@ def list_managed(api_client: k8s.ApiClient, namespace: str) -> list[dict[str, An
         ("Deployment", apps.list_namespaced_deployment),
         ("Service", core.list_namespaced_service),
         ("Pod", core.list_namespaced_pod),
+        ("Secret", core.list_namespaced_secret),
     ):
         for item in _plain(api_client, lister(namespace, label_selector=selector)).get("items") or []:
             out.append({**item, "kind": kind})
@@ -136,6 +143,7 @@ def delete_object(api_client: k8s.ApiClient, kind: str, namespace: str, name: st
         "Deployment": apps.delete_namespaced_deployment,
         "Service": core.delete_namespaced_service,
         "Pod": core.delete_namespaced_pod,
+        "Secret": core.delete_namespaced_secret,
     }[kind]
     try:
         deleter(name, namespace, body=k8s.V1DeleteOptions(propagation_policy="Background"))

@@ -28,15 +28,20 @@ RUNNER_POD_TEMPLATE_FILE = "runner-pod-template.yaml"
 
 def pinned_from_config(engine: EngineSpec) -> dict[str, Any] | None:
     """The pin an engine carries in its config (engines[].digest or an image@digest), if any."""
+    return pinned_from_ref(engine.image or "", engine.digest)
+
+
+def pinned_from_ref(image: str, digest: str | None = None) -> dict[str, Any] | None:
+    """The pin an image reference carries (IMAGE@digest, or a digest given beside it), if any."""
     from tasks.registry import parse_image
 
-    ref = parse_image(engine.image or "")
-    digest = engine.digest or ref.digest
+    ref = parse_image(image)
+    digest = digest or ref.digest
     if not digest:
         return None
     name = ref.name if not ref.registry.startswith("registry-1.") else "docker.io/" + ref.repository
     return {
-        "image": engine.image,
+        "image": image,
         "registry": ref.registry,
         "repository": ref.repository,
         "tag": ref.tag,

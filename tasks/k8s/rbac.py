@@ -14,13 +14,15 @@ POD_OPERATOR_CALLS: frozenset[Grant] = frozenset({
     ("", "pods", "create"), ("", "pods", "list"), ("", "pods", "get"), ("", "pods/log", "get"),
     ("", "pods", "patch"), ("", "pods", "delete")})
 
-# The worker and triggerer, in the run's namespace: engines' Deployments and Services made, watched and
-# deleted, their pods, events and logs read, an engine's API key Secret read, and the runner pods.
+# The worker and triggerer, in the run's namespace: engines' (and OpenWebUI's) Deployments and Services made,
+# watched and deleted, their pods, events and logs read, an engine's API key Secret read, OpenWebUI's Secret
+# made and deleted, and the runner pods.
 WORKER_NAMESPACED: frozenset[Grant] = frozenset({
     ("apps", "deployments", "create"), ("apps", "deployments", "list"), ("apps", "deployments", "delete"),
     ("apps", "deployments/status", "get"),
     ("", "services", "create"), ("", "services", "list"), ("", "services", "delete"),
     ("", "events", "list"), ("", "secrets", "get"),
+    ("", "secrets", "create"), ("", "secrets", "list"), ("", "secrets", "delete"),
     *POD_OPERATOR_CALLS})
 # Cluster-scoped: the node an engine runs on (its GPU labels, for the report's hardware).
 WORKER_CLUSTER: frozenset[Grant] = frozenset({("", "nodes", "get")})

@@ -7,6 +7,8 @@ import asyncio
 import re
 import secrets
 import tempfile
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -122,10 +124,15 @@ def usage_verdict(stored: list[dict[str, Any]]) -> CheckResult:
         "(stream_options.include_usage) only for a model whose 'usage' capability is on", usage=usages))
 
 
-def person_checks(base_url: str, model: str, engine_reasons: bool | None) -> tuple[list[CheckResult], dict[str, Any]]:
-    """What a person sees in a running OpenWebUI: the verdicts, and the chat as OpenWebUI stored it."""
+def person_checks(base_url: str, model: str, engine_reasons: bool | None, admin_password: str | None = None
+                  ) -> tuple[list[CheckResult], dict[str, Any]]:
+    """What a person sees in a running OpenWebUI: the verdicts, and the chat as OpenWebUI stored it. With
+    `admin_password`, DayOne signs in as the admin OpenWebUI made at start; else it signs up as the first user."""
     person = Person(base_url)
-    person.sign_up(secrets.token_urlsafe(16))
+    if admin_password:
+        person.sign_in(admin_password)
+    else:
+        person.sign_up(secrets.token_urlsafe(16))
     status, models = person.models()
     listed = model_list_verdict(status, models, model)
     item = next((m for m in models if m.get("id") == model), None)
@@ -141,13 +148,25 @@ def person_checks(base_url: str, model: str, engine_reasons: bool | None) -> tup
     return verdicts, stored
 
 
-def check_endpoint(endpoint: EngineEndpoint, venv: Path, data_dir: Path, engine_reasons: bool | None
-                   ) -> tuple[list[CheckResult], dict[str, Any]]:
-    """Start OpenWebUI in `data_dir` (fresh: the engine's URL is stored at first start) and judge it."""
-    with running_openwebui(venv, data_dir, endpoint.base_url.rstrip("/") + "/v1", endpoint.access.api_key) as ui:
-        results, stored = person_checks(ui.base_url, endpoint.model, engine_reasons)
+# Starts an OpenWebUI in front of the engine and stops it after: yields what has base_url, started_s and
+# admin_password (server.py's local process, cluster.py's pod).
+StartOpenWebUI = Callable[[], AbstractContextManager[Any]]
+
+
+def check_started(start: StartOpenWebUI, model: str, engine_reasons: bool | None
+                  ) -> tuple[list[CheckResult], dict[str, Any]]:
+    """Judge the OpenWebUI `start` brings up (fresh: the engine's URL is stored at first start)."""
+    with start() as ui:
+        results, stored = person_checks(ui.base_url, model, engine_reasons, ui.admin_password)
     started = {"openwebui_started_s": ui.started_s}  # from start to healthy: what OpenWebUI adds to the step
     return [CheckResult(r.check, r.outcome, {**r.evidence, **started}) for r in results], stored
+
+
+def check_endpoint(endpoint: EngineEndpoint, venv: Path, data_dir: Path, engine_reasons: bool | None
+                   ) -> tuple[list[CheckResult], dict[str, Any]]:
+    """Start OpenWebUI locally in `data_dir` and judge it."""
+    return check_started(lambda: running_openwebui(venv, data_dir, endpoint.base_url.rstrip("/") + "/v1",
+                                                   endpoint.access.api_key), endpoint.model, engine_reasons)
 
 
 def engine_reasons(ctx: EngineContext) -> bool | None:
@@ -158,12 +177,16 @@ def engine_reasons(ctx: EngineContext) -> bool | None:
     return any((r.get("evidence") or {}).get("reasoning_field") for r in split) or None
 
 
-def run_openwebui(ctx: EngineContext) -> list[dict[str, Any]]:
-    """The openwebui step: its `checks` rows, and the chat OpenWebUI stored as a document of the run."""
+def run_openwebui(ctx: EngineContext, start: StartOpenWebUI | None = None) -> list[dict[str, Any]]:
+    """The openwebui step: its `checks` rows, and the chat OpenWebUI stored as a document of the run.
+    `start`: where OpenWebUI runs (on Kubernetes, a pod beside the engine); None: a local process."""
     ep = ctx.endpoint
-    venv = venv_path(ctx.config.scenarios.openwebui.venv)
-    with tempfile.TemporaryDirectory(prefix=f"dayone-openwebui-{ep.engine}-") as data_dir:
-        results, stored = check_endpoint(ep, venv, Path(data_dir), engine_reasons(ctx))
+    if start is not None:
+        results, stored = check_started(start, ep.model, engine_reasons(ctx))
+    else:
+        venv = venv_path(ctx.config.scenarios.openwebui.venv)
+        with tempfile.TemporaryDirectory(prefix=f"dayone-openwebui-{ep.engine}-") as data_dir:
+            results, stored = check_endpoint(ep, venv, Path(data_dir), engine_reasons(ctx))
     ctx.run_dir.write_json(openwebui_chat_doc(ep.engine), stored)
     rows = []
     with ctx.run_dir.rows("checks", ep.engine, SCENARIO) as out:

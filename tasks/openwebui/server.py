@@ -15,10 +15,10 @@ from pathlib import Path
 import httpx
 
 from tasks.polling import TimedOut, poll
+from tasks.openwebui.version import OPENWEBUI_VERSION
 from tasks.ports import free_port
 from tasks.processes import start_group, stop_group
 
-OPENWEBUI_VERSION = "0.12.4"
 # Built once by `make openwebui-venv` at a machine path keyed by the version, shared by every clone.
 DEFAULT_VENV = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dayone"
                 / f"openwebui-{OPENWEBUI_VERSION}")
@@ -38,12 +38,12 @@ def venv_path(configured: str | None = None) -> Path:
     return path
 
 
-def offline_env(data_dir: Path, engine_v1_url: str, api_key: str | None, secret_key: str) -> dict[str, str]:
-    """OpenWebUI's settings (open_webui/env.py, config.py) for a machine that reaches only the engine."""
+
+
+def offline_settings(engine_v1_url: str) -> dict[str, str]:
+    """OpenWebUI's settings (open_webui/env.py, config.py) for a machine that reaches only the engine: the
+    part a local process and a pod share (their paths, keys and file layout are their own)."""
     return {
-        "FROM_INIT_PY": "true",  # as `open-webui serve` sets it: the bundled front end and static files
-        "DATA_DIR": str(data_dir),
-        "WEBUI_SECRET_KEY": secret_key,
         "OFFLINE_MODE": "true",
         "HF_HUB_OFFLINE": "1",
         "RAG_EMBEDDING_ENGINE": "openai",  # not the local sentence-transformers model, never loaded
@@ -57,8 +57,23 @@ def offline_env(data_dir: Path, engine_v1_url: str, api_key: str | None, secret_
         "ENABLE_VERSION_UPDATE_CHECK": "false",
         "ANONYMIZED_TELEMETRY": "false",
         "OPENAI_API_BASE_URLS": engine_v1_url,
+    }
+
+
+def offline_env(data_dir: Path, engine_v1_url: str, api_key: str | None, secret_key: str) -> dict[str, str]:
+    """The local process's environment: the shared settings, its data directory and keys."""
+    return {
+        **offline_settings(engine_v1_url),
+        "FROM_INIT_PY": "true",  # as `open-webui serve` sets it: the pip package's bundled front end and static files
+        "DATA_DIR": str(data_dir),
+        "WEBUI_SECRET_KEY": secret_key,
         "OPENAI_API_KEYS": api_key or "none",
     }
+
+
+def serve_argv(python: str, host: str, port: int) -> list[str]:
+    """OpenWebUI's server, as `open-webui serve` and the image's start.sh run it."""
+    return [python, "-m", "uvicorn", "open_webui.main:app", "--host", host, "--port", str(port)]
 
 
 @dataclass
@@ -68,6 +83,7 @@ class OpenWebUI:
     log_path: Path
     pid: int
     started_s: float  # from start to healthy
+    admin_password: str | None = None  # None: DayOne signs up as the first user
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -85,8 +101,7 @@ def running_openwebui(venv: Path, data_dir: Path, engine_v1_url: str, api_key: s
     log_path = data_dir / "openwebui.log"
     env = offline_env(data_dir, engine_v1_url, api_key, secret_key or secrets.token_hex(16))
     started = time.monotonic()
-    proc = start_group([str(venv / "bin" / "python"), "-m", "uvicorn", "open_webui.main:app",
-                        "--host", "127.0.0.1", "--port", str(port)], log_path, env=env, cwd=data_dir)
+    proc = start_group(serve_argv(str(venv / "bin" / "python"), "127.0.0.1", port), log_path, env=env, cwd=data_dir)
     ui = OpenWebUI(f"http://127.0.0.1:{port}", data_dir, log_path, proc.pid, 0.0)
     try:
         _wait_healthy(ui, proc, timeout_s)

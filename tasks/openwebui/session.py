@@ -53,6 +53,14 @@ class Person:
         self.token = body["token"]
         return {"role": body.get("role")}
 
+    def sign_in(self, password: str) -> dict[str, Any]:
+        """Sign in as the admin OpenWebUI made at start (WEBUI_ADMIN_*, as on a cluster)."""
+        r = self.http.post("/api/v1/auths/signin", json={"email": ADMIN["email"], "password": password})
+        r.raise_for_status()
+        body = r.json()
+        self.token = body["token"]
+        return {"role": body.get("role")}
+
     def models(self) -> tuple[int, list[dict[str, Any]]]:
         r = self.http.get("/api/models", headers=self._auth())
         return r.status_code, (r.json().get("data") or []) if r.status_code == 200 else []

@@ -109,9 +109,15 @@ def openwebui(ctx: RunContext, engine: str) -> dict[str, Any]:
     from tasks.openwebui.checks import run_openwebui
 
     ectx = ctx.engine(engine)
+    start = None
+    if ctx.config.target == "kubernetes":  # a pod beside the engine, reaching it through its Service
+        from tasks.openwebui.cluster import openwebui_beside_engine
+
+        def start():  # noqa: ANN202
+            return openwebui_beside_engine(ctx, engine)
 
     def run() -> dict[str, Any]:
-        return {"engine": engine, **check_counts([r["outcome"] for r in run_openwebui(ectx)])}
+        return {"engine": engine, **check_counts([r["outcome"] for r in run_openwebui(ectx, start)])}
 
     return _watched(ctx, ectx, "openwebui", run)
 

@@ -26,7 +26,7 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
     if ctx.archive_client is not None:
         ctx.s3()  # the DAG's client names the missing connection and its fix
     _keep_eval_set(ctx)
-    if cfg.scenarios.openwebui.enabled:
+    if cfg.scenarios.openwebui.enabled and cfg.target != "kubernetes":  # on Kubernetes it runs from its image
         from tasks.openwebui.server import venv_path
 
         venv_path(cfg.scenarios.openwebui.venv)  # names scenarios.openwebui.venv and `make openwebui-venv`

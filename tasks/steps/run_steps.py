@@ -18,6 +18,10 @@ def pin_now(ctx: RunContext) -> dict[str, str]:
     ctx.run_dir.write_json(PINNED, found)
     doc = manifest(ctx.run_dir) or {}
     doc["pinned"] = found
+    if cfg.scenarios.openwebui.enabled and cfg.target == "kubernetes":  # OpenWebUI's image, pinned like theirs
+        from tasks.openwebui.cluster import pin_openwebui
+
+        doc["openwebui_pinned"] = pin_openwebui(ctx)
     ctx.run_dir.write_json(MANIFEST, doc)
     return {name: p["image_digest"] for name, p in found.items()}
 

@@ -88,16 +88,10 @@ class KubernetesTarget:
         """Digests (index and linux/amd64) and the full command line, before anything starts."""
         from tasks.desensitize import recorded_env
         from tasks.k8s.cli import pinned_from_config
-        from tasks.registry import RegistryError, resolve
 
         if not engine.image:
             raise DeployError(f"engines[{engine.name}].image: required when target is kubernetes")
-        pinned = pinned_from_config(engine)
-        if pinned is None:
-            try:
-                pinned = {**resolve(engine.image, self._credentials(config)).as_dict(), "source": "registry"}
-            except RegistryError as exc:
-                raise DeployError(f"engines[{engine.name}].image: {exc}") from exc
+        pinned = pinned_from_config(engine) or self.pin_image(config, engine.image, f"engines[{engine.name}].image")
         adapter = adapter_for(engine.dialect)
         command = adapter.launch_command(engine, config.model, adapter.default_port)
         identity = {
@@ -110,6 +104,23 @@ class KubernetesTarget:
             "gpus": engine.gpus,
         }
         return {**pinned, "identity": identity, "image_digest": pinned["platform_digest"]}
+
+    def pin_image(self, config: RunConfig, image: str, field: str) -> dict[str, Any]:
+        """An image's digests: the one its reference carries, else the registry's (errors name `field`)."""
+        from tasks.k8s.cli import pinned_from_ref
+        from tasks.registry import RegistryError, resolve
+
+        pinned = pinned_from_ref(image)
+        if pinned is not None:
+            return pinned
+        try:
+            return {**resolve(image, self._credentials(config)).as_dict(), "source": "registry"}
+        except RegistryError as exc:
+            raise DeployError(f"{field}: {exc}") from exc
+
+    def service_address(self, name: str, namespace: str, port: int) -> str:
+        """Where this worker reaches a Service (the cluster access's `service_url`)."""
+        return self._service_url(name, namespace, port).rstrip("/")
 
     # ---- deploy ------------------------------------------------------------------------------
     def deploy(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any],
@@ -241,11 +252,18 @@ class KubernetesTarget:
 
     # ---- teardown ----------------------------------------------------------------------------
     def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> list[str]:
-        """Delete everything labelled with this run and engine; safe when nothing is there."""
+        """Delete everything labelled with this run and engine, and the OpenWebUI in front of it; safe when
+        nothing is there."""
         k8s = config.kubernetes
         if config.dry_run:
             return []  # a dry run applied nothing and may have no cluster to talk to
-        return api.delete_selected(self.client(k8s.conn_id), k8s.namespace, run_selector(run_id_of(config, run_dir), engine))
+        run_id, client = run_id_of(config, run_dir), self.client(k8s.conn_id)
+        deleted = api.delete_selected(client, k8s.namespace, run_selector(run_id, engine))
+        if config.scenarios.openwebui.enabled:  # what an openwebui step stopped midway left in front of it
+            from tasks.k8s.openwebui import openwebui_selector
+
+            deleted += api.delete_selected(client, k8s.namespace, openwebui_selector(run_id, engine), secrets=True)
+        return deleted
 
     def cleanup(self, config: RunConfig, older_than_s: float | None = None) -> list[str]:
         """Delete DayOne's objects older than `older_than_s` (default kubernetes.cleanup_age_s).

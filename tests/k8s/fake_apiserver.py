@@ -5,8 +5,9 @@ resourceVersion; 404/409 as Status objects; label and field selectors), and it p
 controllers and the kubelet on the test's command: start a Deployment's pod, set its container
 state (ImagePullBackOff, CrashLoopBackOff, restarts), post events and logs, mark the rollout
 available. Deleting a Deployment removes the pods it owns, as the garbage collector would. Watchers
-(fake_kubelet.py) hear of each pod created or deleted; a pod's log can be followed while it grows, and
-read with each line's time (timestamps) or only its last seconds (sinceSeconds), as the kubelet serves it.
+(fake_kubelet.py, fake_deployments.py) hear of each pod and Deployment created or deleted; a pod's log can
+be followed while it grows, and read with each line's time (timestamps) or only its last seconds
+(sinceSeconds), as the kubelet serves it.
 
 Clients authenticate with a bearer token, as a kubeconfig user would (the worker's, or the runner
 pods' service account's); anything else gets 401. Each request is recorded with its user.
@@ -91,7 +92,7 @@ class FakeApiServer:
         # the same key: each line with when it was written (a kubelet's), for timestamps and sinceSeconds
         self.log_lines: dict[tuple[str, str, str, bool], list[tuple[float, str]]] = {}
         self.requests: list[dict[str, Any]] = []
-        self.watchers: list[Any] = []  # called (event, resource, object) on pod create and delete
+        self.watchers: list[Any] = []  # called (event, resource, object) on pod and Deployment create and delete
         self.finished_logs: set[tuple[str, str]] = set()  # (namespace, pod) whose log will not grow
         self.lock = threading.Lock()
         self._rv = itertools.count(1)
@@ -331,7 +332,7 @@ class FakeApiServer:
                     if res == "services":
                         body["spec"]["clusterIP"] = "10.96.0.10"
                     stored = server._store(res, body)
-                    if res == "pods":
+                    if res in ("pods", "deployments"):
                         server._tell("created", res, stored)
                     return self._send(201, stored)
                 return self._status(405, "MethodNotAllowed", self.command)
@@ -363,7 +364,7 @@ class FakeApiServer:
                     return self._send(200, obj)
                 if self.command == "DELETE":
                     del server.objects[key]
-                    if res == "pods":
+                    if res in ("pods", "deployments"):
                         server._tell("deleted", res, obj)
                     if res == "deployments":  # the garbage collector removes what the Deployment owned
                         uid = obj["metadata"]["uid"]

@@ -1,0 +1,117 @@
+"""OpenWebUI beside the engine on Kubernetes: pinned by digest in the pin step; in the openwebui step its
+Secret (random values), Deployment and Service made in the engine's namespace, its rollout and /health
+awaited, and all three removed when the checks end (the engine's teardown, and the nightly's cleanup for a
+killed run, remove by label what a stopped step left)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from tasks.desensitize import register_secret
+from tasks.polling import TimedOut, poll
+from tasks.run_documents import OPENWEBUI_PINNED, openwebui_objects_doc
+
+if TYPE_CHECKING:
+    from tasks.run import RunContext
+
+FIELD = "scenarios.openwebui.image"
+
+
+class OpenWebUINotReady(RuntimeError):
+    pass
+
+
+@dataclass
+class OpenWebUIPod:
+    """A running OpenWebUI as the checks use it (like server.py's local one): its address, the time from
+    creating its objects to healthy, and the password of the admin it made from its Secret."""
+
+    base_url: str
+    started_s: float
+    admin_password: str
+
+
+def pin_openwebui(ctx: RunContext) -> dict[str, Any]:
+    """OpenWebUI's image pinned to its digests (through the registry unless the reference names one),
+    kept for the step and recorded in the manifest beside the engines' pins."""
+    cfg = ctx.config
+    found = ctx.target.pin_image(cfg, cfg.scenarios.openwebui.image, FIELD)
+    ctx.run_dir.write_json(OPENWEBUI_PINNED, found)
+    return found
+
+
+@contextmanager
+def openwebui_beside_engine(ctx: RunContext, engine: str, timeout_s: float | None = None) -> Iterator[OpenWebUIPod]:
+    """Deploy OpenWebUI in front of `engine`'s Service, wait until it serves, remove it afterwards."""
+    from tasks.k8s import api
+    from tasks.k8s.openwebui import (PORT, STARTUP_TIMEOUT_S, openwebui_name, openwebui_selector, render_openwebui,
+                                     render_secret)
+    from tasks.targets.base import DeployError
+    from tasks.targets.kubernetes import _without_env_values
+
+    pinned = ctx.run_dir.read_json(OPENWEBUI_PINNED)
+    if not pinned:
+        raise DeployError(f"{FIELD}: not pinned; the pin step must run first")
+    cfg = ctx.config if ctx.config.run_id else ctx.config.model_copy(update={"run_id": ctx.run_id})
+    k8s, target = cfg.kubernetes, ctx.target
+    values = {"WEBUI_SECRET_KEY": secrets.token_hex(32), "WEBUI_ADMIN_PASSWORD": secrets.token_urlsafe(24)}
+    if cfg.engine(engine).api_key_secret is None:  # else the pod reads the engine's own Secret
+        values["OPENAI_API_KEYS"] = ctx.endpoint_access(engine).api_key or "none"
+    for value in values.values():
+        register_secret(value)  # scrubbed from any error or log DayOne writes
+    objects = render_openwebui(cfg, engine, pinned["pinned_ref"])
+    name, selector = openwebui_name(cfg.run_id, engine), openwebui_selector(cfg.run_id, engine)
+    client = target.client(k8s.conn_id)
+    api.delete_selected(client, k8s.namespace, selector, secrets=True)  # what an earlier try left
+    started = time.monotonic()
+    try:
+        api.create_objects(client, [render_secret(cfg, engine, values), *objects])
+        ctx.run_dir.write_json(openwebui_objects_doc(engine), _without_env_values(objects))  # the Secret never
+        base_url = target.service_address(name, k8s.namespace, PORT)
+        _wait_serving(target, client, k8s.namespace, name, selector, base_url, timeout_s or STARTUP_TIMEOUT_S)
+        yield OpenWebUIPod(base_url, round(time.monotonic() - started, 3), values["WEBUI_ADMIN_PASSWORD"])
+    except api.ApiException as exc:
+        raise DeployError(f"OpenWebUI in front of {engine}: the cluster refused it in namespace "
+                          f"{k8s.namespace}: {exc.status} {exc.reason}") from exc
+    finally:
+        api.delete_selected(client, k8s.namespace, selector, secrets=True)
+
+
+def _wait_serving(target: Any, client: Any, namespace: str, name: str, selector: str, base_url: str,
+                  timeout_s: float) -> None:
+    """The rollout up (tasks/k8s/rollout.py, as for an engine), then OpenWebUI's /health through its Service."""
+    from tasks.k8s import api
+    from tasks.k8s.rollout import pods_to_explain, rollout_platform
+
+    last = ["not created yet"]
+
+    def serving() -> bool | None:
+        dep = api.read_deployment(client, namespace, name)
+        pods = api.list_pods(client, namespace, selector)
+        now = target.clock()
+        events = {pod: api.pod_events(client, namespace, pod) for pod in pods_to_explain(dep, pods, now)}
+        platform = rollout_platform(dep, pods, events, now)
+        if platform.failed:
+            raise OpenWebUINotReady(f"OpenWebUI's pod failed: {platform.failed}")
+        if platform.waiting:
+            last[0] = platform.waiting
+            return None
+        try:
+            code = httpx.get(base_url + "/health", timeout=5).status_code
+        except httpx.HTTPError as exc:
+            last[0] = f"/health: {type(exc).__name__}"
+            return None
+        last[0] = f"/health answered {code}"
+        return True if code == 200 else None
+
+    try:
+        poll(serving, timeout_s=timeout_s, interval_s=min(1.0, target.poll_interval_s))
+    except TimedOut:
+        raise OpenWebUINotReady(f"OpenWebUI not serving after {timeout_s:.0f} s: {last[0]}") from None

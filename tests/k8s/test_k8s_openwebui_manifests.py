@@ -1,0 +1,100 @@
+"""OpenWebUI's objects beside an engine: valid for the official Kubernetes schema, a locked-down pod, keys only
+by reference, and the offline settings of the local process (one function for both)."""
+
+from __future__ import annotations
+
+import kubernetes_validate
+import pytest
+from test_k8s_manifests import KUBE_VERSIONS, seed_config
+
+from tasks.k8s.manifests import ManifestError, validate_objects
+from tasks.k8s.openwebui import SECRET_KEYS, WRITABLE, openwebui_selector, render_openwebui, render_secret
+from tasks.openwebui.server import offline_env, offline_settings
+
+IMAGE = "ghcr.io/open-webui/open-webui@sha256:" + "3" * 64
+SECRET_VALUES = {"WEBUI_SECRET_KEY": "planted-session-key-0123", "WEBUI_ADMIN_PASSWORD": "planted-admin-pass-4567",
+                 "OPENAI_API_KEYS": "planted-engine-key-89ab"}
+
+
+def objects():
+    config = seed_config()
+    return [render_secret(config, "vllm", SECRET_VALUES), *render_openwebui(config, "vllm", IMAGE)]
+
+
+def _pod(objs):
+    return objs[1]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS)
+def test_openwebuis_objects_validate_strictly(kube_version):
+    for obj in objects():
+        assert kubernetes_validate.validate(obj, kube_version, strict=True) == kube_version.rsplit(".", 1)[0]
+
+
+def test_the_pod_is_locked_down_with_resources_and_writes_only_to_empty_dirs():
+    pod = _pod(objects())
+    [c] = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0 and sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"] == {"drop": ["ALL"]}
+    assert pod["automountServiceAccountToken"] is False and pod["hostNetwork"] is False
+    assert {v["name"]: v for v in pod["volumes"]} == {n: {"name": n, "emptyDir": {}} for n in WRITABLE}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["DATA_DIR"] == WRITABLE["data"] and env["STATIC_DIR"] == WRITABLE["static"]
+    assert c["resources"]["requests"]["memory"] and c["resources"]["limits"]["memory"]
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert c["image"] == IMAGE
+
+
+def test_keys_reach_the_pod_only_by_reference():
+    objs = objects()
+    [c] = _pod(objs)["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in c["env"] if "valueFrom" in e}
+    assert refs == SECRET_KEYS and set(objs[0]["data"]) == set(SECRET_KEYS.values())
+    spec = str(objs[1:])
+    assert not any(value in spec for value in SECRET_VALUES.values())
+
+
+def test_the_pod_and_the_local_process_share_the_offline_settings():
+    [c] = _pod(objects())["containers"]
+    env = {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    engine = "http://dayone-vllm-nightly-2026-11-30.bench.svc.cluster.local:8000/v1"  # the engine's Service
+    shared = offline_settings(engine)
+    assert {k: env[k] for k in shared} == shared
+    local = offline_env(WRITABLE["data"], engine, None, "k")  # type: ignore[arg-type]
+    assert {k: local[k] for k in shared} == shared
+    assert "FROM_INIT_PY" not in env  # the image keeps its front end where OpenWebUI looks by default
+
+
+def test_the_service_selects_openwebuis_pod_and_not_the_engines():
+    [secret, dep, svc] = objects()
+    labels = dep["spec"]["template"]["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in svc["spec"]["selector"].items())
+    assert "dayone/engine" not in labels  # the engine's Service and rollout select by that label
+    for obj in (secret, dep, svc):
+        assert all(obj["metadata"]["labels"].get(k) == v for k, v in
+                   (t.split("=") for t in openwebui_selector("nightly-2026-11-30", "vllm").split(",")))
+
+
+def test_an_image_not_pinned_to_a_digest_is_refused_naming_the_field():
+    with pytest.raises(ManifestError, match=r"scenarios\.openwebui\.image: .* not pinned to a digest"):
+        render_openwebui(seed_config(), "vllm", "ghcr.io/open-webui/open-webui:v0.12.4")
+
+
+def test_schema_validation_catches_a_bad_openwebui_manifest():
+    dep = objects()[1]
+    dep["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
+    with pytest.raises(ManifestError, match="Deployment/"):
+        validate_objects([dep], "1.33.0")
+
+
+def test_an_engine_key_in_a_secret_is_read_from_that_secret_not_copied():
+    doc = seed_config().model_dump(mode="json", exclude_unset=True)
+    doc["engines"][1]["api_key_secret"] = {"name": "vllm-key", "key": "api-key"}
+    from tasks.config import parse_run_config
+
+    [dep, _] = render_openwebui(parse_run_config(doc), "vllm", IMAGE)
+    [c] = dep["spec"]["template"]["spec"]["containers"]
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
+    assert refs["OPENAI_API_KEYS"] == {"name": "vllm-key", "key": "api-key"}
+    assert refs["WEBUI_ADMIN_PASSWORD"]["name"] == dep["metadata"]["name"]

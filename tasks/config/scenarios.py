@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import ConfigModel, Fix, PositiveInt
 from tasks.config.sessions import SessionsScenario
+from tasks.config.dataset import DatasetScenario
 from tasks.config.shared_prefix import SharedPrefixScenario
 from tasks.config.traffic import TraceScenario
 
@@ -227,4 +228,5 @@ class Scenarios(ConfigModel):
     sessions: SessionsScenario = Field(SessionsScenario(), description="Multi-turn chat sessions, measured per turn.")
     shared_prefix: SharedPrefixScenario = Field(
         SharedPrefixScenario(), description="Groups of requests sharing a prefix: expected reuse beside the hit rate.")
+    dataset: DatasetScenario = Field(DatasetScenario(), description="Your own prompts or message lists, replayed.")
 

@@ -135,3 +135,22 @@ def test_a_dataset_section_names_exactly_one_source(tmp_path: Path):
     with pytest.raises(ConfigError) as info:
         _config(tmp_path)
     assert "scenarios.dataset" in str(info.value) and "exactly one of path" in str(info.value)
+
+
+def test_the_summary_and_report_show_the_datasets_lengths_and_cached_share(tmp_path: Path):
+    from tasks.report import build_summary
+    from tasks.report.html import render_html
+
+    path = _write(tmp_path / "prompts.jsonl", ROWS)
+    with RecordingServer() as server:
+        cfg = _config(tmp_path, server.url, path=str(path), concurrency=[2], rounds=3)
+        ctx = _ctx(tmp_path, cfg)
+        run_dataset(ctx, None)
+    summary = build_summary(ctx.run_dir, cfg)
+    level = summary.engines["eng"].traffic.dataset.levels[0]
+    assert (level.concurrency, level.rows, level.rounds, level.failed_rounds) == (2, 12, 3, 0)
+    assert level.completion_tokens_p50 == 4  # rows without max_tokens take the section's 4; others 3 and 5
+    assert level.usage_hit_rate.rounds == 0  # this server reports no cached tokens: "not reported", never 0
+    assert [lv.label for lv in summary.engines["eng"].levels("dataset")] == [summary.engines["eng"].levels("dataset")[0].label]
+    html = render_html(summary)
+    assert "Your own prompts" in html and "not reported" in html and str(path) in html

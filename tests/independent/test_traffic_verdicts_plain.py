@@ -169,7 +169,7 @@ def test_a_baseline_that_replayed_another_trace_window_is_skipped(s3_server, run
 def test_a_slower_engine_is_worse_in_the_runs_own_comparison(scenario, run_root, tmp_path):
     from tasks.report import build_summary
 
-    settings = _settings(scenario, tmp_path)
+    settings = _settings(scenario, tmp_path, rounds=5)  # round 1 is a first encounter: 4 steady rounds a side
     with _server(scenario, FAST) as fast, _server(scenario, SLOW) as slow:
         cfg = _config("unused", "two-engines", {"fast": fast.url, "slow": slow.url}, scenario, settings)
         run_dir = RunDir("two-engines", run_root)

@@ -28,7 +28,8 @@ from tasks.config import RunConfig
 from tasks.desensitize import desensitize
 from tasks.evidence.effects import Effect, effect, widen
 from tasks.evidence.history import HISTORY_RUNS, between_run_log_sd
-from tasks.scenarios import CAPACITY_SCENARIO, PERF_SCENARIOS
+from tasks.compare_traffic import LOAD_SCENARIOS, TRAFFIC_SETTINGS, planned_load
+from tasks.scenarios import CAPACITY_SCENARIO
 from tasks.scenarios.capacity import order as capacity_order
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.scenarios.capacity import newcombe
@@ -52,6 +53,7 @@ SCENARIO_SETTINGS: dict[str, tuple[str, ...]] = {
     "prefix_cache": ("prompt_tokens", "output_tokens"),
     "capacity": ("mode", "input_tokens", "output_tokens", "target_goodput_share", "start", "max", "step"),
     "quality": ("seed", "items_per_family", "kv_context_tokens", "max_tokens", "eval_set"),  # the same items, answered alike
+    **TRAFFIC_SETTINGS,
 }
 
 Shape = tuple[str, int | None, float | None]  # (scenario, concurrency, rate): exactly one of the two is set
@@ -154,12 +156,12 @@ class Side:
         return out
 
     def shape_counts(self) -> dict[Shape, dict[str, int]]:
-        """(scenario, concurrency, rate) of a performance scenario -> its measured rounds' request counts
+        """(scenario, concurrency, rate) of a load scenario (LOAD_SCENARIOS) -> its measured rounds' request counts
         (ok, failed) and rounds (all, failed), failed rounds included: failures are what this counts."""
         return {key: {"ok": sum(int(r.get("requests_ok") or 0) for r in rounds),
                       "failed": sum(int(r.get("requests_failed") or 0) for r in rounds),
                       "rounds": len(rounds), "rounds_failed": sum(1 for r in rounds if r.get("status") == "failed")}
-                for key, rounds in self._by_shape().items() if key[0] in PERF_SCENARIOS}
+                for key, rounds in self._by_shape().items() if key[0] in LOAD_SCENARIOS}
 
     def _by_shape(self) -> dict[Shape, list[dict[str, Any]]]:
         """Measured (not warmup) rounds by shape, read once: a side is compared as baseline, reference and history."""
@@ -458,11 +460,6 @@ def references(candidates: Candidates, runs: list[dict[str, Any]], engine: str, 
 # ---- comparing -----------------------------------------------------------------------------------
 
 
-def _planned_perf(cfg: RunConfig) -> set[str]:
-    """The performance scenarios this run measures: a shape of theirs the baseline has must be here."""
-    return {s for s in PERF_SCENARIOS if getattr(cfg.scenarios, s).enabled}
-
-
 def _mostly_failed(counts: dict[str, int]) -> bool:
     return 2 * counts["rounds_failed"] > counts["rounds"]
 
@@ -503,7 +500,7 @@ def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side
     now_rounds = current.shape_rounds()
     now_counts = current.shape_counts()
     ttft_ok_now = current.ttft_reliable()
-    planned = _planned_perf(cfg)
+    planned = planned_load(cfg)
     for scenario in sorted(({k[0] for k in now_rounds} | planned) & set(bases)):
         base = bases[scenario]
         base_rounds = base.shape_rounds()
@@ -670,7 +667,7 @@ def compare_run(run_dir: RunDir, cfg: RunConfig, s3: Any, accepted: tuple[str, .
     caveats: list[str] = []
     for e in cfg.engines:
         current = current_side(run_dir, e.name, cfg)
-        wanted = current.scenarios() | _planned_perf(cfg)
+        wanted = current.scenarios() | planned_load(cfg)
         found = Candidates(s3, cfg, e.name, manifest)
         past = history(found, runs, e.name, wanted, created, accepted)
         bases = {scenario: sides[0] for scenario, sides in past.items()}

@@ -563,11 +563,42 @@ SHARED_PREFIX_ROUNDS = Table(
     key=("run_id", "engine", "concurrency", "round"),
 )
 
+# The user's own prompts, a row a round (tasks/scenarios/dataset.py): lengths and cache hits from usage.
+DATASET_ROUNDS = Table(
+    "dataset_rounds",
+    _common()
+    + (
+        Column("concurrency", "int", min_value=1, description="Users in flight (arrival closed)."),
+        Column("rate_rps", "float", min_value=0.0, description="Poisson arrivals per second (arrival poisson)."),
+        Column("source", "str", nullable=False, description="The dataset: a file path or an S3 key."),
+        Column("rows_sent", "int", nullable=False, min_value=0, description="Requests the round sent, a row each."),
+        Column("chat_rows", "int", nullable=False, min_value=0, description="Rows sent as messages (chat API)."),
+        Column("requests_ok", "int", min_value=0),
+        Column("requests_failed", "int", min_value=0),
+        Column("prompt_tokens_p50", "float", min_value=0.0, description="Median prompt length, from usage."),
+        Column("completion_tokens_p50", "float", min_value=0.0, description="Median output length, from usage."),
+        Column("usage_prompt_tokens", "int", min_value=0),
+        Column("usage_cached_tokens", "int", min_value=0),
+        Column("usage_hit_rate", "float", min_value=0.0, max_value=1.0,
+               description="Cached over prompt tokens from the engine's usage, where it reports them."),
+        Column("cached_reported", "int", nullable=False, min_value=0,
+               description="Requests whose usage reported cached tokens."),
+        Column("cache_cleared", "bool",
+               description="The prefix cache was emptied before the round; null: the engine has no clear endpoint."),
+        _secs("ttft_p50_s"),
+        _secs("e2e_p50_s"),
+        Column("output_tps", "float", min_value=0.0),
+        Column("first_encounter", "bool"),
+        Column("status", "str", values=("ok", "failed")),
+    ),
+    key=("run_id", "engine", "concurrency", "rate_rps", "round"),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (REQUESTS, ROUNDS, CHECKS, NEEDLES, CACHE_TRIALS, SERVER_METRICS, STARTUP_FINDINGS, REGRESSIONS,
               ENGINE_ROUNDS, CAPACITY, KV_CAPACITY, HARDWARE, CLIENT_SHARDS, TELEMETRY_ROUNDS, QUALITY,
-              LOGLIK, SESSION_TURNS, SHARED_PREFIX_ROUNDS, TRACE_REQUESTS)
+              LOGLIK, SESSION_TURNS, SHARED_PREFIX_ROUNDS, TRACE_REQUESTS, DATASET_ROUNDS)
 }
 
 _PANDAS = {"str": "string", "int": "Int64", "float": "Float64", "bool": "boolean"}

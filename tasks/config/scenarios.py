@@ -12,6 +12,7 @@ from tasks.config.engines import IMAGE_PATTERN
 from tasks.config.engines import _IMAGE_RE as IMAGE_RE
 from tasks.openwebui.version import DEFAULT_IMAGE as OPENWEBUI_IMAGE
 from tasks.config.sessions import SessionsScenario
+from tasks.config.dataset import DatasetScenario
 from tasks.config.shared_prefix import SharedPrefixScenario
 from tasks.config.traffic import TraceScenario
 
@@ -242,4 +243,5 @@ class Scenarios(ConfigModel):
     sessions: SessionsScenario = Field(SessionsScenario(), description="Multi-turn chat sessions, measured per turn.")
     shared_prefix: SharedPrefixScenario = Field(
         SharedPrefixScenario(), description="Groups of requests sharing a prefix: expected reuse beside the hit rate.")
+    dataset: DatasetScenario = Field(DatasetScenario(), description="Your own prompts or message lists, replayed.")
 

@@ -49,6 +49,7 @@ class RoundPlan:
     # (id_prefix, seed) -> the round's requests, where a scenario plans its own prompts (shared_prefix);
     # None: random token IDs of the shape (plan_requests)
     prompts: Callable[[str, str], list[load_client.RequestSpec]] | None = None
+    lengths_from_usage: bool = False  # the rows' own lengths (dataset): the round records none, usage tells them
 
 
 @dataclass
@@ -144,7 +145,8 @@ async def run_round(
             await asyncio.to_thread(gpu_watch.finish)
     await asyncio.to_thread(_write_client_shards, ctx, plan, tag, keys, shards)
     figures = round_figures(rows, ctx.config.slo, ctx.config.round_error_rate_max)
-    row = {**keys, **level, "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens,
+    lengths = (None, None) if plan.lengths_from_usage else (shape.input_tokens, shape.output_tokens)
+    row = {**keys, **level, "input_tokens": lengths[0], "output_tokens": lengths[1],
            "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
     # File I/O off the loop's thread, as for every row (another engine's round may follow at once).
     await asyncio.to_thread(_write_engine_round, ctx, plan, tag, keys, watch, row, engine_rows, metrics_rows)
@@ -209,7 +211,8 @@ def _write_client_shards(ctx: EngineContext, plan: RoundPlan, tag: str, keys: di
     """The round's client_shards partition (named after the round, so a retried step replaces it)."""
     shape = plan.shape
     round_keys = {**keys, "concurrency": shape.concurrency, "rate_rps": shape.rate_rps,
-                  "input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens, "warmup": plan.warmup}
+                  "input_tokens": None if plan.lengths_from_usage else shape.input_tokens,
+                  "output_tokens": None if plan.lengths_from_usage else shape.output_tokens, "warmup": plan.warmup}
     with ctx.run_dir.rows("client_shards", ctx.endpoint.engine, f"{plan.scenario}-{shape.key}-r{plan.round}") as out:
         for row in client_rows(round_keys, shards, plan.shards_reason):
             out.write(row)

@@ -34,6 +34,12 @@ LEAD_FIGURES = (
     ("rate", "goodput_rps", True, "goodput"),
     ("trace", "output_tps", True, "output throughput"),
     ("trace", "ttft_p95_s", False, "P95 TTFT"),
+    ("sessions", "output_tps", True, "output throughput"),
+    ("sessions", "ttft_p95_s", False, "P95 TTFT"),
+    ("shared_prefix", "output_tps", True, "output throughput"),
+    ("shared_prefix", "ttft_p95_s", False, "P95 TTFT"),
+    ("dataset", "output_tps", True, "output throughput"),
+    ("dataset", "ttft_p95_s", False, "P95 TTFT"),
 )
 LEAD_WORDS = {(scenario, figure): words for scenario, figure, _, words in LEAD_FIGURES}
 

@@ -42,7 +42,7 @@ from tasks.report.schema.quality import FamilyAccuracy, Quality, WrongAnswer
 from tasks.report.schema.run import ExperimentSummary, NotTested, ScenarioSettings, Slo, Validation, Variant
 from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, KvCapacity, KvPeak, TelemetryRound,
                                            TelemetryWindow)
-from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES
+from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES, TRAFFIC_SCENARIOS
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.report.traffic import traffic_summary
 from tasks.run_storage import RunDir
@@ -179,6 +179,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         quality=_quality(run_dir.read_rows("quality", engine)),
         traffic=traffic_summary(run_dir, cfg, engine, published, ttft.reason),
         trace=_trace(run_dir, engine, cfg, published, ttft.reason),
+        traffic_levels=_traffic_levels(run_dir, engine, cfg, published),
     )
 
 
@@ -197,6 +198,22 @@ def _trace(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool,
                     key=lambda r: r.get("round") or 0)
     level = _level((None, rounds[0].get("rate_rps")), rounds, ttft_published, [], cfg.slo) if rounds else None
     return TraceReplay.model_validate({**keep, "level": level})
+
+
+def _traffic_levels(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) -> dict[str, list[PerfLevel]]:
+    """The traffic scenarios' rounds (sessions, shared prefix, your own prompts) as load levels, compared
+    between engines like a performance level's."""
+    all_rounds = run_dir.read_rows("rounds", engine)
+    warmup_rounds = [r for r in all_rounds if r.get("warmup")]
+    out: dict[str, list[PerfLevel]] = {}
+    for scenario in TRAFFIC_SCENARIOS:
+        mine = [r for r in all_rounds if r.get("scenario") == scenario and not r.get("warmup")]
+        keys = sorted({(r.get("concurrency"), r.get("rate_rps")) for r in mine}, key=_level_order)
+        if keys:
+            out[scenario] = [_level(key, sorted((r for r in mine if (r.get("concurrency"), r.get("rate_rps")) == key),
+                                                key=lambda r: r.get("round") or 0),
+                                    ttft_published, warmup_rounds, cfg.slo) for key in keys]
+    return out
 
 
 def _perf(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool) -> dict[str, ScenarioResults]:

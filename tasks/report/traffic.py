@@ -1,5 +1,6 @@
 """The traffic part of an engine's summary, computed once from its tables: per-turn session figures from
-`session_turns`, shared-prefix reuse from `shared_prefix_rounds` beside the load figures of its `rounds`."""
+`session_turns`, shared-prefix reuse from `shared_prefix_rounds` beside the load figures of its `rounds`,
+your own prompts' lengths and cached share from `dataset_rounds`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 
 from tasks.config import RunConfig
 from tasks.report.schema.perf import FirstEncounter
-from tasks.report.schema.traffic import Sessions, SessionsLevel, SharedPrefix, SharedPrefixLevel, Traffic
+from tasks.report.schema.traffic import (Dataset, DatasetLevel, ReuseFigure, Sessions, SessionsLevel, SharedPrefix,
+                                         SharedPrefixLevel, Traffic)
 from tasks.run_storage import RunDir
 
 
@@ -18,9 +20,10 @@ def traffic_summary(run_dir: RunDir, cfg: RunConfig, engine: str, ttft_published
     withheld = None if ttft_published else (ttft_reason or "the engine's stream timing was not shown reliable")
     sessions = _sessions(run_dir, cfg, engine, withheld) if cfg.scenarios.sessions.enabled else None
     shared = _shared_prefix(run_dir, engine, withheld) if cfg.scenarios.shared_prefix.enabled else None
-    if sessions is None and shared is None:
+    dataset = _dataset(run_dir, engine) if cfg.scenarios.dataset.enabled else None
+    if sessions is None and shared is None and dataset is None:
         return None
-    return Traffic(sessions=sessions, shared_prefix=shared)
+    return Traffic(sessions=sessions, shared_prefix=shared, dataset=dataset)
 
 
 def _sessions(run_dir: RunDir, cfg: RunConfig, engine: str, withheld: str | None) -> Sessions | None:
@@ -69,6 +72,34 @@ def _shared_prefix(run_dir: RunDir, engine: str, withheld: str | None) -> Shared
             first_encounter=None if reuse["first_encounter"] is None else FirstEncounter.model_validate(
                 {**reuse["first_encounter"], **({"ttft_p95_s": None, "ttft_p99_s": None} if withheld else {})})))
     return SharedPrefix(levels=out, ttft_withheld=withheld)
+
+
+def _dataset(run_dir: RunDir, engine: str) -> Dataset | None:
+    """Per level: lengths from usage and the cached share, medians over the rounds that did not fail."""
+    from tasks.scenarios.capacity import round_t
+    from tasks.load.stats import median
+
+    rows = run_dir.read_rows("dataset_rounds", engine)
+    if not rows:
+        return None
+    out = []
+    for key in sorted({(r.get("concurrency"), r.get("rate_rps")) for r in rows},
+                      key=lambda k: (float(k[1] or 0), float(k[0] or 0))):
+        mine = [r for r in rows if (r.get("concurrency"), r.get("rate_rps")) == key]
+        kept = [r for r in mine if r.get("status") != "failed"]
+
+        def over(name: str) -> float | None:
+            return median([r[name] for r in kept if r.get(name) is not None])
+
+        shares = [r["usage_hit_rate"] for r in kept if r.get("usage_hit_rate") is not None]
+        out.append(DatasetLevel(
+            concurrency=key[0], rate_rps=key[1], rows=int(mine[0]["rows_sent"]),
+            prompt_tokens_p50=over("prompt_tokens_p50"), completion_tokens_p50=over("completion_tokens_p50"),
+            usage_hit_rate=ReuseFigure(median=median(shares), interval=round_t(shares, 0.95) if shares else None,
+                                       rounds=len(shares)),
+            rounds_cache_cleared=sum(1 for r in mine if r.get("cache_cleared")), rounds=len(mine),
+            failed_rounds=len(mine) - len(kept)))
+    return Dataset(source=str(rows[0]["source"]), levels=out)
 
 
 def _output_tokens(rounds: list[dict[str, Any]], concurrency: int) -> int:

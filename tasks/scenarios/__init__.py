@@ -7,7 +7,7 @@ PERF_SCENARIOS = ("short", "prefill", "decode", "rate")  # load sweeps: rounds o
 CAPACITY_SCENARIO = "capacity"  # an adaptive search for the highest load meeting the SLO (scenarios/capacity.py)
 EVIDENCE_SCENARIOS = ("long_context", "boundary", "prefix_cache")  # one-off requests judged by a rule
 TRACE_SCENARIO = "trace"  # a request trace replayed: its arrivals, lengths and shared prefixes (scenarios/trace.py)
-TRAFFIC_SCENARIOS = ("sessions", "shared_prefix")  # traffic like a user's: multi-turn chat, shared prefixes
+TRAFFIC_SCENARIOS = ("sessions", "shared_prefix", "dataset")  # traffic like a user's: chat, prefixes, prompts
 # Every scenario a config can switch off, in the order the pipeline runs them.
 SCENARIO_SWITCHES = ("functional", *PERF_SCENARIOS, CAPACITY_SCENARIO, TRACE_SCENARIO, *EVIDENCE_SCENARIOS,
                      *TRAFFIC_SCENARIOS)

@@ -20,7 +20,7 @@ from tasks.evidence.prompts import FillerPool, calibrate, plain_text, tokenize_c
 from tasks.load.client import RequestResult, RequestSpec, new_session, run_async, send_request, timing_window
 from tasks.load.plan import poisson_arrivals, run_tag
 from tasks.load.progress import Progress
-from tasks.load.stats import median
+from tasks.load.stats import median, round_figures
 from tasks.scenarios.capacity import round_t
 from tasks.scenarios.traffic_shapes import sessions_turn_shape
 from tasks.scenarios.warmup import mark_seen, seen_shapes
@@ -177,7 +177,8 @@ def run_sessions(ctx: EngineContext) -> dict[str, Any]:
     all_rows: dict[str, list[dict[str, Any]]] = {}
     progress = Progress(len(levels(s)) * s.rounds * s.sessions * s.turns, f"{engine} {SCENARIO}")
     try:
-        with ctx.run_dir.rows("session_turns", engine, SCENARIO) as out:
+        with (ctx.run_dir.rows("session_turns", engine, SCENARIO) as out,
+              ctx.run_dir.rows("rounds", engine, SCENARIO) as rounds_out):
             for level in levels(s):
                 rows = all_rows.setdefault(level.key, [])
                 for n in range(1, s.rounds + 1):
@@ -202,6 +203,7 @@ def run_sessions(ctx: EngineContext) -> dict[str, Any]:
                                 keys, level, plan, turn, plan.think_s[turn], 0, None, False)
                             out.write(row)
                             rows.append(row)
+                    rounds_out.write(round_row(keys, level, [sent[k] for k in sorted(sent)], ctx.config))
                     for turn in range(s.turns):
                         mark_seen(ctx.run_dir, engine, sessions_turn_shape(s, turn, level.concurrency, level.rate_rps))
     finally:
@@ -218,6 +220,17 @@ async def _round_on_session(ctx: EngineContext, s: SessionsScenario, level: Leve
 
 
 # ---- figures (pure) -------------------------------------------------------------------------------
+
+
+def round_row(keys: dict[str, Any], level: Level, sent: Sequence[dict[str, Any]], config: Any) -> dict[str, Any]:
+    """The round's `rounds` row from its sent turns (a turn never sent is no request): the load figures the
+    engines and the nightly compare, like a performance level's (input and output lengths null: each turn
+    has its own). First encounter: a turn of the round met its shape new to the server."""
+    figures = round_figures(sent, config.slo, config.round_error_rate_max)
+    return {**keys, "concurrency": level.concurrency, "rate_rps": level.rate_rps, "max_in_flight": None,
+            "launch": 0, "input_tokens": None, "output_tokens": None,
+            "first_encounter": any(r["first_encounter"] for r in sent), "warmup": False, **figures}
+
 
 
 def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:

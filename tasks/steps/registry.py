@@ -52,6 +52,10 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
         from tasks.traffic.trace_source import check_trace
 
         doc["trace"] = check_trace(cfg, ctx.s3 if ctx.archive_client is not None else None)
+    if cfg.scenarios.dataset.enabled:  # the dataset read whole once, each bad row named, before any deploy
+        from tasks.traffic.dataset_rows import check_dataset
+
+        doc["dataset"] = check_dataset(cfg, ctx.s3 if ctx.archive_client is not None else None)
     ctx.run_dir.write_json(MANIFEST, doc)
     return {"run_id": ctx.run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix), "positions": placed}
 
@@ -131,6 +135,7 @@ _ORDER = [
     Step("sessions", True, traffic_steps.sessions, enabled=_section_enabled("sessions"), scenario=True),
     Step("shared_prefix", True, traffic_steps.shared_prefix, enabled=_section_enabled("shared_prefix"),
          scenario=True),
+    Step("dataset", True, traffic_steps.dataset, enabled=_section_enabled("dataset"), scenario=True),
     Step("teardown", True, engine_steps.teardown, retries=2),  # idempotent
     Step("compare", False, run_steps.compare, retries=2, required=True, nightly_only=True),
     Step("validate", False, run_steps.validate, retries=1, required=True),

@@ -1,4 +1,4 @@
-"""The traffic scenarios' step bodies (sessions, shared prefix), each run between restart readings; the
+"""The traffic scenarios' step bodies (sessions, shared prefix, your own prompts), each run between restart readings; the
 figures are computed once, by the report, from their tables."""
 
 from __future__ import annotations
@@ -37,4 +37,22 @@ def shared_prefix(ctx: RunContext, engine: str) -> dict[str, Any]:
     if reason:
         raise RequestsFailed(reason)
     return {"engine": engine, "levels": len(result["levels"]), "expected_reuse": result["expected_reuse"],
+            "engine_restarted": result["engine_restarted"]}
+
+
+def dataset(ctx: RunContext, engine: str) -> dict[str, Any]:
+    """Your own prompts (tasks/scenarios/dataset.py); fails like a performance step on failed requests."""
+    from tasks.load.stats import failed_requests
+    from tasks.scenarios.dataset import run_dataset
+
+    ectx = ctx.engine(engine)
+    s3 = ctx.s3 if ctx.archive_client is not None else None
+    result = watch_step(ectx, "dataset", ctx.restart_count(engine), lambda: run_dataset(ectx, s3))
+    rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("scenario") == "dataset"]
+    reason = failed_requests(rounds, ctx.config.step_failed_share_max,
+                             lambda: [r.get("error") for r in ctx.run_dir.read_rows("requests", engine)
+                                      if r.get("scenario") == "dataset" and r.get("status") != "ok"])
+    if reason:
+        raise RequestsFailed(reason)
+    return {"engine": engine, "rows": result["rows"], "levels": len(result["levels"]),
             "engine_restarted": result["engine_restarted"]}

@@ -1,5 +1,6 @@
-"""Where a trace is read from (a file on the runner, an S3 object of the run's store, or the synthetic
-generator), streamed line by line; and the plan's check of the window to replay, before anything deploys."""
+"""Where a trace is read from (a file on the runner or an S3 object of the run's store, traffic_file.py; or
+the synthetic generator), streamed line by line; and the plan's check of the window to replay, before
+anything deploys."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from tasks.config import ConfigError, RunConfig
 from tasks.config.traffic import TraceScenario
 from tasks.traffic.trace_formats import TraceError, TraceRow, read_trace, window
 from tasks.traffic.trace_prompts import ReuseMeter
+from tasks.traffic.traffic_file import file_lines
 
 FIELD = "scenarios.trace"
 
@@ -23,31 +25,10 @@ def trace_lines(settings: TraceScenario, archive_bucket: str,
         from tasks.traffic.trace_synth import synthetic_lines
 
         yield (line.encode() for line in synthetic_lines(**settings.synthetic.model_dump()))
-    elif settings.s3_key:
-        bucket = settings.s3_bucket or archive_bucket
-        if s3 is None:
-            raise ConfigError([(f"{FIELD}.s3_key", "no S3 connection to read the trace from",
-                                "create the dayone_s3 connection (AWS_* for the CLI), or give path")])
-        try:
-            body = s3().get_object(Bucket=bucket, Key=settings.s3_key)["Body"]
-        except Exception as exc:  # noqa: BLE001  (botocore's errors name the code; any failure is the same fix)
-            code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code", type(exc).__name__)
-            raise ConfigError([(f"{FIELD}.s3_key", f"the trace object {settings.s3_key!r} in bucket {bucket!r} "
-                                                   f"cannot be read ({code})",
-                                "upload the trace there, or correct s3_key / s3_bucket")]) from None
-        try:
-            yield body.iter_lines(keepends=True)
-        finally:
-            body.close()
     else:
-        path = settings.path or ""
-        try:
-            f = open(path, "rb")  # noqa: SIM115  (closed below, after the caller's reading)
-        except OSError as exc:
-            raise ConfigError([(f"{FIELD}.path", f"the trace file {path!r} cannot be read ({exc.strerror})",
-                                "ship the file in the runner image at that path, or give s3_key")]) from None
-        with f:
-            yield iter(f)
+        with file_lines(FIELD, "trace", settings.path, settings.s3_key, settings.s3_bucket, archive_bucket,
+                        s3) as lines:
+            yield lines
 
 
 @contextmanager

@@ -48,6 +48,8 @@ class EngineSummary(Doc):
     quality: Quality | None = None  # the answers checked, when the quality step ran
     traffic: Traffic | None = None  # multi-turn sessions and shared-prefix reuse, when they ran
     trace: TraceReplay | None = None  # the trace replayed, when the trace step ran
+    # sessions, shared_prefix and dataset rounds as load levels (compared between engines like perf levels)
+    traffic_levels: dict[str, list[PerfLevel]] = Field(default_factory=dict)
 
     @property
     def ttft_published(self) -> bool:
@@ -56,5 +58,7 @@ class EngineSummary(Doc):
     def levels(self, scenario: str) -> list[PerfLevel]:
         if scenario == "trace":  # the trace's rounds are one level, at the window's offered rate
             return [self.trace.level] if self.trace is not None and self.trace.level is not None else []
+        if scenario in self.traffic_levels:
+            return self.traffic_levels[scenario]
         perf = self.perf.get(scenario)
         return [] if perf is None else perf.levels

@@ -63,7 +63,27 @@ class SharedPrefix(Doc):
     ttft_withheld: str | None = None
 
 
+class DatasetLevel(Doc):
+    """Your own prompts at one load: lengths from the engine's usage, the cached share, over the rounds."""
+
+    concurrency: int | None
+    rate_rps: float | None
+    rows: int  # rows sent a round
+    prompt_tokens_p50: float | None  # median over rounds of each round's median, from usage
+    completion_tokens_p50: float | None
+    usage_hit_rate: ReuseFigure  # cached over prompt tokens from usage, where reported
+    rounds_cache_cleared: int  # rounds that began with the prefix cache emptied
+    rounds: int
+    failed_rounds: int
+
+
+class Dataset(Doc):
+    source: str
+    levels: list[DatasetLevel]
+
+
 class Traffic(Doc):
     sessions: Sessions | None = None
     shared_prefix: SharedPrefix | None = None
+    dataset: Dataset | None = None
     notes: list[str] = Field(default_factory=list)

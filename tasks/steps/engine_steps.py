@@ -167,18 +167,24 @@ class RequestsFailed(RuntimeError):
     """Most of a performance step's measured requests failed: its figures are of the few that did not."""
 
 
-def keep_perf_summary(ctx: RunContext, engine: str, scenario: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """Keep a performance scenario's summary for the report; the step's result. A step whose measured
-    requests failed above `step_failed_share_max` fails after that, naming how many and why."""
+def fail_on_failed_requests(ctx: RunContext, engine: str, scenario: str) -> None:
+    """A measuring step whose rounds failed more than `step_failed_share_max` of their requests fails, with
+    the reason (its requests' errors, desensitized where the outcome is recorded)."""
     from tasks.load.stats import failed_requests
 
-    ctx.run_dir.write_json(perf_summary_doc(engine, scenario), summary)
     rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("scenario") == scenario]
     reason = failed_requests(rounds, ctx.config.step_failed_share_max,
                              lambda: [r.get("error") for r in ctx.run_dir.read_rows("requests", engine)
                                       if r.get("scenario") == scenario and r.get("status") != "ok"])
     if reason:
-        raise RequestsFailed(reason)  # desensitized where the outcome is recorded
+        raise RequestsFailed(reason)
+
+
+def keep_perf_summary(ctx: RunContext, engine: str, scenario: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """Keep a performance scenario's summary for the report; the step's result. A step whose measured
+    requests failed above `step_failed_share_max` fails after that, naming how many and why."""
+    ctx.run_dir.write_json(perf_summary_doc(engine, scenario), summary)
+    fail_on_failed_requests(ctx, engine, scenario)
     return {"engine": engine, "scenario": scenario, "ok": True, "engine_restarted": summary["engine_restarted"]}
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from tasks.evidence.restarts import watch_step
 from tasks.run import RunContext
-from tasks.steps.engine_steps import RequestsFailed
+from tasks.steps.engine_steps import RequestsFailed, fail_on_failed_requests
 
 
 def sessions(ctx: RunContext, engine: str) -> dict[str, Any]:
@@ -25,34 +25,22 @@ def sessions(ctx: RunContext, engine: str) -> dict[str, Any]:
 
 def shared_prefix(ctx: RunContext, engine: str) -> dict[str, Any]:
     """Groups sharing a prefix (tasks/scenarios/shared_prefix.py); fails like a performance step on failed requests."""
-    from tasks.load.stats import failed_requests
     from tasks.scenarios.shared_prefix import run_shared_prefix
 
     ectx = ctx.engine(engine)
     result = watch_step(ectx, "shared_prefix", ctx.restart_count(engine), lambda: run_shared_prefix(ectx))
-    rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("scenario") == "shared_prefix"]
-    reason = failed_requests(rounds, ctx.config.step_failed_share_max,
-                             lambda: [r.get("error") for r in ctx.run_dir.read_rows("requests", engine)
-                                      if r.get("scenario") == "shared_prefix" and r.get("status") != "ok"])
-    if reason:
-        raise RequestsFailed(reason)
+    fail_on_failed_requests(ctx, engine, "shared_prefix")
     return {"engine": engine, "levels": len(result["levels"]), "expected_reuse": result["expected_reuse"],
             "engine_restarted": result["engine_restarted"]}
 
 
 def dataset(ctx: RunContext, engine: str) -> dict[str, Any]:
     """Your own prompts (tasks/scenarios/dataset.py); fails like a performance step on failed requests."""
-    from tasks.load.stats import failed_requests
     from tasks.scenarios.dataset import run_dataset
 
     ectx = ctx.engine(engine)
     s3 = ctx.s3 if ctx.archive_client is not None else None
     result = watch_step(ectx, "dataset", ctx.restart_count(engine), lambda: run_dataset(ectx, s3))
-    rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("scenario") == "dataset"]
-    reason = failed_requests(rounds, ctx.config.step_failed_share_max,
-                             lambda: [r.get("error") for r in ctx.run_dir.read_rows("requests", engine)
-                                      if r.get("scenario") == "dataset" and r.get("status") != "ok"])
-    if reason:
-        raise RequestsFailed(reason)
+    fail_on_failed_requests(ctx, engine, "dataset")
     return {"engine": engine, "rows": result["rows"], "levels": len(result["levels"]),
             "engine_restarted": result["engine_restarted"]}

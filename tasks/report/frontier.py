@@ -53,8 +53,9 @@ def level_points(levels: Sequence[PerfLevel], gpus: int | None, confidence: floa
 
 
 def frontier_scenarios(summary: RunSummary) -> list[str]:
-    """The scenarios some engine measured at two load levels or more: a frontier needs a sweep."""
-    found = [s for e in summary.engines.values() for s, p in e.perf.items() if len(p.levels) >= 2]
+    """The scenarios some engine measured at two load levels or more, the traffic scenarios' levels (sessions,
+    shared prefix, your own prompts) included: a frontier needs a sweep."""
+    found = [s for e in summary.engines.values() for s in (*e.perf, *e.traffic_levels) if len(e.levels(s)) >= 2]
     return list(dict.fromkeys(found))
 
 
@@ -71,7 +72,7 @@ def frontier_chart(summary: RunSummary) -> bytes | None:
         for name, engine in summary.engines.items():
             points = frontier(engine, scenario, summary.confidence)
             if not points:
-                if scenario in engine.perf and not engine.ttft_published:
+                if engine.levels(scenario) and not engine.ttft_published:
                     withheld.append(name)
                 continue
             drawn, per_gpu = True, per_gpu or points[0].per_gpu

@@ -41,3 +41,16 @@ def test_a_level_without_published_tpot_or_with_one_good_round_has_no_point():
     single = _level(2, [200.0, None, None], [0.01, None, None])
     two = _level(6, [200.0, 210.0, None], [0.01, 0.011, None])
     assert [p.level for p in level_points([withheld, single, two], gpus=None, confidence=0.95)] == ["c=6"]
+
+
+def test_a_traffic_scenario_swept_over_levels_has_a_frontier_panel():
+    from tasks.report.frontier import frontier, frontier_scenarios
+    from tasks.report.schema import RunSummary
+    from tasks.report.schema.engine import EngineSummary
+
+    engine = EngineSummary.model_construct(perf={}, traffic_levels={
+        "sessions": [_level(1, [100.0, 110.0, 90.0], [0.01] * 3), _level(4, [300.0, 320.0, 310.0], [0.02] * 3)],
+        "dataset": [_level(2, [200.0, 210.0, 190.0], [0.01] * 3)]}, hardware=None)
+    summary = RunSummary.model_construct(engines={"vllm": engine}, confidence=0.95)
+    assert frontier_scenarios(summary) == ["sessions"]  # one level is no sweep
+    assert [p.level for p in frontier(engine, "sessions", 0.95)] == ["c=1", "c=4"]

@@ -27,7 +27,7 @@ from tasks.k8s.rollout import (created_at, newest_pod, pods_to_explain, restart_
                                 rollout_platform)
 from tasks.readiness import Platform, wait_until_serving
 from tasks.run_storage import RunDir, run_id_of
-from tasks.run_documents import applied_objects_doc, rendered_objects_doc
+from tasks.run_documents import OPENWEBUI_PINNED, applied_objects_doc, rendered_objects_doc
 from tasks.targets.base import Deployment, DeployError
 
 ApiClientFactory = Callable[[str], Any]  # Airflow connection id -> kubernetes.client.ApiClient
@@ -159,11 +159,18 @@ class KubernetesTarget:
 
     def _dry_run(self, config: RunConfig, engine: EngineSpec, run_dir: RunDir, pinned: dict[str, Any],
                  objects: list[dict[str, Any]]) -> Deployment:
-        """Render and check everything, apply nothing: the objects land in k8s/<engine>.yaml."""
+        """Render and check everything, apply nothing: the objects land in k8s/<engine>.yaml, with OpenWebUI's
+        beside the engine's where the openwebui step runs (its Secret is made with fresh values at deploy,
+        so only the references to it are rendered)."""
         import yaml
 
         from tasks.k8s.manifests import validate_objects
 
+        owui = run_dir.read_json(OPENWEBUI_PINNED) if config.scenarios.openwebui.enabled else None
+        if owui:
+            from tasks.k8s.openwebui import render_openwebui
+
+            objects = [*objects, *render_openwebui(config, engine.name, owui["pinned_ref"])]
         validate_objects(objects)
         rendered = run_dir.write_bytes(rendered_objects_doc(engine.name),
                                        yaml.safe_dump_all(_without_env_values(objects), sort_keys=False).encode())

@@ -259,3 +259,23 @@ def test_dry_run_renders_and_checks_everything_and_applies_nothing(apiserver, ta
         target.wait_ready(config, dep, timeout_s=5)
     assert target.teardown(config, "vllm", run_dir) == []
     assert apiserver.requests == []
+
+
+def test_dry_run_renders_openwebui_beside_the_engine_where_its_step_runs(apiserver, target, run_dir):
+    import yaml
+
+    from tasks.run_documents import OPENWEBUI_PINNED
+
+    config = run_config().model_copy(update={"dry_run": True})
+    config = config.model_copy(update={"scenarios": config.scenarios.model_copy(update={
+        "openwebui": config.scenarios.openwebui.model_copy(update={"enabled": True})})})
+    ref = "ghcr.io/open-webui/open-webui@sha256:" + "4" * 64
+    run_dir.write_json(OPENWEBUI_PINNED, {"pinned_ref": ref})  # as the pin step records it
+    spec = config.engine("vllm")
+    target.deploy(config, spec, run_dir, target.pin(config, spec))
+    assert apiserver.requests == []
+    docs = list(yaml.safe_load_all((run_dir.path / "k8s" / "vllm.yaml").read_text()))
+    assert [d["kind"] for d in docs] == ["Deployment", "Service", "Deployment", "Service"]
+    [owui] = docs[2]["spec"]["template"]["spec"]["containers"]
+    assert owui["image"] == ref
+    assert all("value" not in e for e in owui["env"] if e["name"].startswith(("WEBUI_SECRET", "WEBUI_ADMIN_PASS")))

@@ -1,7 +1,8 @@
 """The digest catalog: per logical date, the digest each engine was pinned to (PROTOCOL.md section 7).
 
 `s3://BUCKET/catalog/MODEL/<logical date>.json` = {"logical_date", "run_id", "engines": {name: {image,
-image_digest, index_digest, platform_digest}}}. A nightly run records the digests it pinned; any later
+image_digest, index_digest, platform_digest}}, and "openwebui": {image, pinned_ref} where the openwebui step
+ran on Kubernetes}. A nightly run records the digests it pinned; any later
 run for the same logical date (a retry, a rerun, a backfill) reads them and deploys exactly those, so a
 date always means the same images. Entries are written once, like the archive.
 """
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.archive import ensure_bucket, json_bytes, model_slug, put_once
 from tasks.config import RunConfig, parse_run_config
-from tasks.run_documents import pinned
+from tasks.run_documents import OPENWEBUI_PINNED, pinned
 
 if TYPE_CHECKING:
     from tasks.run import RunContext
@@ -55,7 +56,7 @@ def read_entry(s3: Any, cfg: RunConfig, logical_date: dt.datetime) -> dict[str, 
 
 
 def record(s3: Any, cfg: RunConfig, logical_date: dt.datetime, pinned: dict[str, dict[str, Any]],
-           run_id: str) -> dict[str, Any]:
+           run_id: str, openwebui: dict[str, Any] | None = None) -> dict[str, Any]:
     """Write the date's entry once; a retry of the same run writes the same bytes and succeeds."""
     entry = {
         "logical_date": date_label(logical_date),
@@ -70,6 +71,8 @@ def record(s3: Any, cfg: RunConfig, logical_date: dt.datetime, pinned: dict[str,
             }
             for name, p in sorted(pinned.items())
         },
+        **({"openwebui": {"image": cfg.scenarios.openwebui.image, "pinned_ref": openwebui["pinned_ref"]}}
+           if openwebui else {}),
     }
     ensure_bucket(s3, cfg.archive.bucket)
     put_once(s3, cfg.archive.bucket, entry_key(cfg, logical_date), json_bytes(entry), "application/json")
@@ -85,7 +88,8 @@ def list_dates(s3: Any, cfg: RunConfig) -> list[str]:
 
 
 def with_digests(config: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
-    """The run config with each engine's digest taken from a catalog entry (explicit digests win)."""
+    """The run config with each engine's digest, and OpenWebUI's image, taken from a catalog entry (explicit
+    digests win)."""
     engines = []
     missing = []
     for i, e in enumerate(config.get("engines") or parse_run_config(config).model_dump(mode="json")["engines"]):
@@ -97,6 +101,12 @@ def with_digests(config: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any
             else:
                 e["digest"] = recorded["image_digest"]
         engines.append(e)
+    recorded_openwebui = (entry.get("openwebui") or {}).get("pinned_ref")
+    scenarios = dict(config.get("scenarios") or {})
+    openwebui = dict(scenarios.get("openwebui") or {})
+    if recorded_openwebui and "@" not in str(openwebui.get("image") or ""):  # a digest in the conf wins
+        scenarios["openwebui"] = {**openwebui, "image": recorded_openwebui}
+        config = {**config, "scenarios": scenarios}
     if missing:
         raise CatalogError(
             f"{', '.join(missing)}: no digest recorded for {entry.get('logical_date')}. "
@@ -140,7 +150,7 @@ def pin_for_date(ctx: RunContext, pin_now: Callable[[RunContext], dict[str, str]
                 f"an image, or give engines[].digest" for name, (want, got) in sorted(wrong.items())))
         source = "catalog"
     else:
-        entry = record(s3, cfg, logical_date, pinned(ctx.run_dir), ctx.run_id)
+        entry = record(s3, cfg, logical_date, pinned(ctx.run_dir), ctx.run_id, ctx.run_dir.read_json(OPENWEBUI_PINNED))
         source = "pinned now" if not explicit else "run conf"
     log.info("run %s pinned from %s for %s: %s", ctx.run_id, source, date_label(logical_date), digests)
     return {"source": source, "logical_date": date_label(logical_date), "digests": digests}

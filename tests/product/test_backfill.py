@@ -126,3 +126,22 @@ def _pin(conf, run_id, logical_date, s3, backfill):
 
     ctx = RunContext.build(conf, run_id, archive_client=lambda: s3, logical_date=logical_date, backfill=backfill)
     return run_steps.pin(ctx)
+
+
+def test_backfill_runs_the_openwebui_image_its_date_recorded(s3_conn, run_root, bucket):
+    from tasks.catalog import read_entry, record
+    from tasks.config import parse_run_config
+    from tasks.run_documents import OPENWEBUI_PINNED
+    from tasks.run_storage import RunDir
+
+    s3 = s3_conn.client()
+    conf = {**_conf(bucket), "scenarios": {**_conf(bucket)["scenarios"], "openwebui": {"enabled": True}}}
+    date, digest = DATES[0], _digest("sglang then")
+    recorded = "ghcr.io/open-webui/open-webui@" + _digest("openwebui then")
+    record(s3, parse_run_config(conf), date, {"sglang": {"image": IMAGE, "image_digest": digest}},
+           run_id="scheduled-then", openwebui={"pinned_ref": recorded})
+    assert read_entry(s3, parse_run_config(conf), date)["openwebui"]["pinned_ref"] == recorded
+    # the conf names OpenWebUI by tag: the date's digest is deployed, and no registry is asked (none here)
+    out = _pin(conf, "backfill-openwebui", date, s3, backfill=True)
+    assert out["source"] == "catalog" and out["digests"] == {"sglang": digest}
+    assert RunDir("backfill-openwebui").read_json(OPENWEBUI_PINNED)["pinned_ref"] == recorded

@@ -1,14 +1,15 @@
 """Lanes: engines that share a node run one after another; engines on separate nodes in parallel.
 
 An idle engine on the same GPU node disturbs the measured one (memory, clocks, PCIe), so the
-GLM-5.3-Flash Day 1 Hands-on report measured one engine at a time per node. The DAG has
-MAX_ENGINES_PER_NODE positions, each a mapped task group; position p runs the p-th engine of every
-lane, and position p+1 deploys only after every teardown of position p. Engines in one lane are
-therefore never up together, while the lanes (nodes) run side by side within a position. Pure: no
+GLM-5.3-Flash Day 1 Hands-on report measured one engine at a time per node. Position p holds the p-th
+engine of every lane; each engine's turn (`turns`) names the engine before it in its lane, which must be
+torn down before it deploys, and the engines of its position, which are measured together. Pure: no
 Airflow import, so the API check and tests use it too.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from tasks.config import ConfigError, RunConfig
 from tasks.config.engines import EngineSpec
@@ -62,12 +63,31 @@ def positions(config: RunConfig) -> list[list[str]]:
         out[0] = [e.name for e in config.engines]
         return out
     check_lanes(config)
-    for names in lanes(config).values():
-        if config.experiment is not None:
-            names = randomized_order(names, config.run_id)
+    for names in _lane_orders(config):
         for p, name in enumerate(names):
             out[p].append(name)
     return out
+
+
+def turns(config: RunConfig) -> list[dict[str, Any]]:
+    """Each engine's turn, position by position (the order the DAG maps its engines in): its
+    `position`, the engine `after` which it deploys (the one before it in its lane, None for the first),
+    and the engines measured `together` with it, those of its position (the first of them measures)."""
+    placed = [names for names in positions(config) if names]
+    before: dict[str, str | None] = {name: None for name in placed[0]} if placed else {}
+    if not interleaved(config):
+        for names in _lane_orders(config):
+            before.update(zip(names, [None, *names[:-1]], strict=True))
+    return [{"engine": name, "position": p, "after": before[name], "together": names}
+            for p, names in enumerate(placed) for name in names]
+
+
+def _lane_orders(config: RunConfig) -> list[list[str]]:
+    """Each lane's engines in the order they run (drawn per run for an experiment)."""
+    orders = list(lanes(config).values())
+    if config.experiment is not None:
+        orders = [randomized_order(names, config.run_id) for names in orders]
+    return orders
 
 
 def interleaved(config: RunConfig) -> bool:

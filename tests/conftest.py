@@ -89,8 +89,8 @@ from xdist_units import pytest_collection_modifyitems, pytest_configure, pytest_
 
 def _dag_test_without_idle_pauses() -> None:
     """dag.test() sleeps 1 s after each pass over the run that scheduled nothing, waiting for a triggerer or a
-    person; DayOne's DAG has such passes while the skips of unused engine groups settle (nine in a one-engine
-    run), and the next pass goes on at once. Nothing outside the process changes a run here, so only that
+    person; DayOne's DAG has such passes while an engine's task waits for another engine's (rescheduled
+    for a few seconds, plugins/dayone_airflow/turns.py), and a shorter pause lets it go on sooner. Nothing outside the process changes a run here, so only that
     sleep is cut short; every other sleep (the steps', the servers', the tests') stays as it is."""
     import time
 

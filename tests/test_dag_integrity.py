@@ -51,9 +51,9 @@ def test_each_dag_says_what_it_is_in_the_dag_list():
 
 def test_eval_dag_has_every_stage_in_order():
     tasks = _dagbag()["tasks"]["dayone_eval"]
-    for stage in ("plan", "pin", "engines_0.deploy", "engines_0.wait_ready",
-                  "engines_0.functional", "engines_0.warmup", "engines_0_short", "engines_0_after.prefix_cache",
-                  "engines_0_after.teardown", "validate", "archive", "report", "conclude"):
+    for stage in ("plan", "pin", "turns", "engines.wait_turn", "engines.deploy", "engines.wait_ready",
+                  "engines.functional", "engines.warmup", "engines.short", "engines.prefix_cache",
+                  "engines.teardown", "validate", "archive", "report", "conclude"):
         assert stage in tasks, stage
 
 
@@ -65,7 +65,7 @@ def test_the_graph_follows_the_step_registry():
     from tasks.steps.registry import SCENARIO_STEPS, STEPS
 
     bag = DagBag(dag_folder=str(REPO / "dags"))
-    step_of = {task_id(s, 0): s for s in (*SCENARIO_STEPS, "teardown")}
+    step_of = {task_id(s): s for s in (*SCENARIO_STEPS, "teardown")}
     for dag_id in ("dayone_eval", "dayone_nightly"):
         dag = bag.dags[dag_id]
         chain, task = [], dag.get_task(task_id("wait_ready"))
@@ -101,9 +101,8 @@ def test_the_run_level_tasks_follow_the_registrys_order():
         assert [s for s in (*BEFORE_ENGINES, *AFTER_ENGINES) if s in dag.task_ids] == [*before, *after], dag_id
         for earlier, later in (*zip(before, before[1:]), *zip(after, after[1:])):
             assert later in dag.get_task(earlier).downstream_task_ids, (dag_id, earlier, later)
-        due = {t for t in dag.task_ids if t.endswith("_due")}
-        assert due and due <= dag.get_task(before[-1]).downstream_task_ids, dag_id  # the engine positions
-        assert {t for t in dag.task_ids if t.endswith("_after.teardown")} == dag.get_task(after[0]).upstream_task_ids
+        assert dag.get_task(before[-1]).downstream_task_ids == {"turns"}, dag_id  # the run's engines, mapped
+        assert dag.get_task(after[0]).upstream_task_ids == {"engines.teardown"}, dag_id
         assert dag.get_task(after[-1]).downstream_task_ids == {"conclude"}, dag_id
 
 
@@ -123,20 +122,25 @@ def test_serialized_dags_stay_small_with_the_params_on_the_dag_alone():
         assert size_kb <= 300, (dag_id, size_kb)
         assert all(not t.params for t in dag.tasks), dag_id
         assert len(dag.params) > 5
-        task = dag.get_task("engines_0_short")
+        task = dag.get_task("engines.short")
         params = process_params(dag, task, {"target": "local"}, suppress_exception=False)
         assert params["target"] == "local" and "engines" in params and "scenarios" in params
 
 
-def test_an_empty_position_costs_one_measuring_task_and_a_failed_scenario_stops_no_other():
-    """The first performance task of a position runs whatever came before (all_done) and skips when the
-    position has no engine; the later ones follow it unless it skipped (none_skipped), so a failed
-    scenario still lets the next one measure, and an empty position schedules one task, not four."""
+def test_the_engines_are_one_group_mapped_over_the_run_and_named_by_engine():
+    """No engine positions: one task group over the plan's engines, each instance named by its engine,
+    every task after readiness running whatever became of the one before (all_done), so each engine's
+    steps record an outcome and a failed scenario stops no other."""
     from airflow.dag_processing.dagbag import DagBag
 
-    from dayone_airflow.pipeline import MEASURING, task_id
+    from dayone_airflow.pipeline import ENGINES, MEASURING, NAMED_BY_ARGUMENT, NAMED_BY_ENGINE, TURN, task_id
+    from tasks.steps.registry import ENGINE_STEPS
 
-    dag = DagBag(dag_folder=str(REPO / "dags")).dags["dayone_eval"]
-    for p in range(2):
-        rules = [str(dag.get_task(task_id(s, p)).trigger_rule).rsplit(".", 1)[-1].lower() for s in MEASURING]
-        assert rules == ["all_done", *["none_skipped"] * (len(MEASURING) - 1)], rules
+    for dag_id, dag in DagBag(dag_folder=str(REPO / "dags")).dags.items():
+        engine_tasks = [t for t in dag.tasks if t.task_id.startswith(f"{ENGINES}.")]
+        assert {t.task_id for t in engine_tasks} == {task_id(s) for s in (TURN, *ENGINE_STEPS)}, dag_id
+        assert not any(t.task_id.startswith("engines_") for t in dag.tasks), dag_id
+        for t in engine_tasks:
+            assert t.get_needs_expansion() and t.map_index_template in (NAMED_BY_ENGINE, NAMED_BY_ARGUMENT), t.task_id
+        rules = [str(dag.get_task(task_id(s)).trigger_rule).rsplit(".", 1)[-1].lower() for s in MEASURING]
+        assert rules == ["all_done"] * len(MEASURING), rules

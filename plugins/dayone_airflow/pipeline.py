@@ -2,10 +2,11 @@
 
 The graph follows the step registry (tasks/steps/registry.py) alone: its order, its retries, which
 steps the nightly alone runs; the order is stated in docs/ARCHITECTURE.md, "The step order". Each task
-runs one step through glue.run_step, which records its outcome; the engines of a position (lanes by
-node, tasks/lanes.py) run in task groups engines_<p> and engines_<p>_after around one task per
-performance scenario (engines_<p>_<scenario>) that measures them together. The measuring steps are
-StepPodOperator tasks (step_pods.py): runner pods under kubernetes.measure_from: cluster, this worker otherwise.
+runs one step through glue.run_step, which records its outcome. The run's engines are one mapped task
+group, `engines`, an instance per engine named by it, in the order of their turns (tasks/lanes.py): each
+waits for the engine before it on its node, and the first engine of a position measures the position's
+engines together (turns.py). The measuring steps are StepPodOperator tasks (step_pods.py): runner pods
+under kubernetes.measure_from: cluster, this worker otherwise.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ from airflow.sdk import chain, task, task_group
 from dayone_airflow.assets import ARCHIVED_RUN, archive_event_extra
 from dayone_airflow.glue import conclude, dayone_run_id, run_step
 from tasks.k8s.runner_pods import RUNNER_STEPS
-from tasks.lanes import MAX_ENGINES_PER_NODE
 from tasks.scenarios import PERF_SCENARIOS
 from tasks.steps.registry import AFTER_ENGINES, BEFORE_ENGINES, ENGINE_STEPS, SCENARIO_STEPS, STEPS, required_run_steps
 
 log = logging.getLogger("dayone.airflow")
 
-# The scenario steps of an engine position, in the registry's order: per engine until measuring, the
-# performance scenarios over the position's engines together, then per engine again until teardown.
+# The scenario steps of an engine, in the registry's order: its own until measuring, the performance
+# scenarios over its position's engines together, then its own again until teardown.
 MEASURING = tuple(s for s in SCENARIO_STEPS if s in PERF_SCENARIOS)
 BEFORE_MEASURING = SCENARIO_STEPS[:SCENARIO_STEPS.index(MEASURING[0])]
 AFTER_MEASURING = SCENARIO_STEPS[SCENARIO_STEPS.index(MEASURING[-1]) + 1:]
@@ -34,18 +34,29 @@ assert SCENARIO_STEPS == (*BEFORE_MEASURING, *MEASURING, *AFTER_MEASURING), "per
 # deploy, readiness and teardown have tasks of their own around the scenario steps
 assert ENGINE_STEPS == ("deploy", "wait_ready", *SCENARIO_STEPS, "teardown"), "the engine tasks must follow the registry"
 
+ENGINES = "engines"  # the mapped task group: one instance per engine of the run
+TURN = "wait_turn"  # its first task: the engine before it on the same node is torn down
+ARRIVED = BEFORE_MEASURING[-1] if BEFORE_MEASURING else "wait_ready"  # an engine's last task before measuring
+# each instance of the group is named by its engine (Airflow renders it after the task's templates)
+NAMED_BY_ENGINE = "{{ task.engine }}"
+NAMED_BY_ARGUMENT = "{{ engine }}"  # a @task's: named_by_engine(name) puts it in the task's context
+
 NIGHTLY_SCHEDULE_VARIABLE = "dayone_nightly_schedule"
 NIGHTLY_CONFIG_VARIABLE = "dayone_nightly_config"
 NIGHTLY_ACCEPT_VARIABLE = "dayone_nightly_accept"
 
 
-def task_id(step: str, position: int = 0) -> str:
-    """The id of the task that runs `step` for the engines of `position`."""
-    if step in MEASURING:
-        return f"engines_{position}_{step}"
-    if step in (*AFTER_MEASURING, "teardown"):
-        return f"engines_{position}_after.{step}"
-    return f"engines_{position}.{step}"
+def task_id(step: str) -> str:
+    """The id of the task that runs `step` (or the turn's wait, TURN) for an engine of the run."""
+    return f"{ENGINES}.{step}"
+
+
+def named_by_engine(name: str) -> str:
+    """Name this @task's map index by its engine (NAMED_BY_ARGUMENT), as Airflow documents for @task."""
+    from airflow.sdk import get_current_context
+
+    get_current_context()["engine"] = name
+    return name
 
 
 def retries(step: str) -> dict[str, Any]:
@@ -57,67 +68,51 @@ def retries(step: str) -> dict[str, Any]:
 # ---- the graph -----------------------------------------------------------------------------------
 
 
-def _step_task(step_name: str):
+def _step_task(step_name: str, together: bool = False):
     if step_name in RUNNER_STEPS:  # a runner pod under measure_from: cluster, this worker otherwise
         from dayone_airflow.step_pods import StepPodOperator
 
-        return lambda name: StepPodOperator(task_id=step_name, step=step_name, engine=name, trigger_rule="all_done",
-                                            **retries(step_name))
+        # the first measurement waits for the position's engines; at later ones their tasks only wait
+        arrived = task_id(ARRIVED) if together and step_name == MEASURING[0] else None
+        return lambda name: StepPodOperator(task_id=step_name, step=step_name, engine=name, together=together,
+                                            arrived_task_id=arrived, trigger_rule="all_done",
+                                            map_index_template=NAMED_BY_ENGINE, **retries(step_name))
+    assert not together, f"{step_name} measures engines together, so it must be a runner step"
 
-    @task(task_id=step_name, trigger_rule="all_done", **retries(step_name))
+    @task(task_id=step_name, trigger_rule="all_done", map_index_template=NAMED_BY_ARGUMENT, **retries(step_name))
     def _step(name, params=None, run_id=None):
-        return run_step(step_name, params, run_id, name)
+        return run_step(step_name, params, run_id, named_by_engine(name))
 
     return _step
 
 
-def _engines_up(position: int, handles: dict[str, Any]) -> Any:
-    """Deploy, readiness and the steps before measuring, per engine of the position."""
+def _engine_tasks() -> Any:
+    """An engine's tasks, from its turn to its teardown. Every step after readiness runs whatever became
+    of the one before (all_done), so each records its outcome; the performance steps measure the
+    position's engines together (rounds interleaved, ABBA) in the task of its first engine."""
+    from dayone_airflow.kubernetes import EngineReadinessOperator
+    from dayone_airflow.turns import WaitTurnOperator
 
-    @task_group(group_id=f"engines_{position}")
+    @task_group(group_id=ENGINES)
     def engine(name):
-        @task(**retries("deploy"))
+        @task(map_index_template=NAMED_BY_ARGUMENT, **retries("deploy"))
         def deploy(name, params=None, run_id=None):
-            run_step("deploy", params, run_id, name)
+            run_step("deploy", params, run_id, named_by_engine(name))
             return name
 
-        from dayone_airflow.kubernetes import EngineReadinessOperator
-
-        deployed = deploy(name)
-        ready = EngineReadinessOperator(task_id="wait_ready", engine=deployed)  # deferrable on Kubernetes
-        steps = [_step_task(s)(name) for s in BEFORE_MEASURING]
-        chain(ready, *steps)
-        handles.update(deployed=deployed, last=(steps or [ready])[-1])
-
-    return engine
-
-
-def _measured_together(position: int, scenario: str) -> Any:
-    """A performance scenario over every engine of the position at once: rounds interleaved (ABBA)."""
-
-    # The first: all_done, so an engine whose warmup failed does not stop the others' measurement; the
-    # engines are pulled, not passed, and a position with none (or none ready) skips. The later ones:
-    # none_skipped, so they follow a failed scenario but an empty position costs one task, not four.
-    first = scenario == MEASURING[0]
-    from dayone_airflow.step_pods import StepPodOperator
-
-    return StepPodOperator(task_id=f"engines_{position}_{scenario}", step=scenario, position=position,
-                           trigger_rule="all_done" if first else "none_skipped", **retries(scenario))
-
-
-def _engines_after(position: int, handles: dict[str, Any]) -> Any:
-    """The evidence steps after measuring, and the teardown, per engine of the position."""
-
-    @task_group(group_id=f"engines_{position}_after")
-    def engine(name):
-        @task(**retries("teardown"))
+        @task(trigger_rule="all_done", map_index_template=NAMED_BY_ARGUMENT, **retries("teardown"))
         def teardown(name, params=None, run_id=None):
-            return run_step("teardown", params, run_id, name)
+            return run_step("teardown", params, run_id, named_by_engine(name))
 
-        steps = [_step_task(s)(name) for s in AFTER_MEASURING]
-        torn_down = teardown.override(trigger_rule="all_done")(name)
-        chain(*steps, torn_down)
-        handles.update(first_after=(steps or [torn_down])[0], teardown=torn_down)
+        turn = WaitTurnOperator(task_id=TURN, engine=name, teardown_task_id=task_id("teardown"),
+                                map_index_template=NAMED_BY_ENGINE)
+        deployed = deploy(name)
+        ready = EngineReadinessOperator(task_id="wait_ready", engine=deployed,  # deferrable on Kubernetes
+                                        map_index_template=NAMED_BY_ENGINE)
+        steps = [_step_task(s)(name) for s in BEFORE_MEASURING]
+        steps += [_step_task(s, together=True)(name) for s in MEASURING]
+        steps += [_step_task(s)(name) for s in AFTER_MEASURING]
+        chain(turn, deployed, ready, *steps, teardown(name))
 
     return engine
 
@@ -198,14 +193,10 @@ def _evaluation_tasks(nightly: bool) -> None:
     def conclude_run(params=None, run_id=None):
         return conclude(params, run_id, required_run_steps(nightly))
 
-    def engines_due(position: int):
-        # Position p starts after the pin and after every teardown of position p-1 (skipped when that
-        # engine never deployed); a failed teardown stops it, since the old engine may still hold the node.
-        @task(task_id=f"engines_{position}_due", trigger_rule="none_failed_min_one_success")
-        def due(planned):
-            return planned["data"]["positions"][position]
-
-        return due
+    @task(task_id="turns")
+    def engines_in_turn(planned):
+        # the plan's order of turns: an engine's map index is its place here (turns.py reads it so)
+        return [turn["engine"] for turn in planned["data"]["turns"]]
 
     # each run-level step's task; the registry says where it runs and whether dayone_eval has it
     run_level = {"cleanup": cleanup, "plan": plan, "pin": pin_dated if nightly else pin, "compare": compare,
@@ -215,23 +206,9 @@ def _evaluation_tasks(nightly: bool) -> None:
     before = [made[s] for s in BEFORE_ENGINES if s in made]
     after = [made[s] for s in AFTER_ENGINES if s in made]
     chain(*before)
-    planned = made["plan"]
-    engine_ends: list[Any] = []
-    previous_teardown = None
-    for p in range(MAX_ENGINES_PER_NODE):
-        names = engines_due(p)(planned)
-        before[-1] >> names.operator
-        if previous_teardown is not None:
-            previous_teardown >> names.operator
-        handles: dict[str, Any] = {}
-        _engines_up(p, handles).expand(name=names)
-        measured = [_measured_together(p, s) for s in MEASURING]
-        _engines_after(p, handles).expand(name=names)
-        names >> measured[0]
-        chain(handles["last"], *measured, handles["first_after"])
-        previous_teardown = handles["teardown"]
-        engine_ends.append(handles["teardown"])  # all_done: after every step of the position
-    engine_ends >> after[0]
+    names = engines_in_turn(made["plan"])
+    before[-1] >> names.operator
+    _engine_tasks().expand(name=names) >> after[0]  # its leaf: every engine's teardown (all_done)
     chain(*after, conclude_run())
 
 

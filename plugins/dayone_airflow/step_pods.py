@@ -18,28 +18,27 @@ from tasks.k8s.runner_pods import CONTAINER, SKIP_EXIT_CODES
 
 
 class StepPodOperator(KubernetesPodOperator):
-    """Step `step` for `engine` (a mapped engine name), or for the engines of `position` measured
-    together (a performance scenario: the engines come from the task engines_<position>_due)."""
+    """Step `step` for `engine` (a mapped engine name). With `together` (a performance scenario), the
+    first engine of a position measures the position's engines together (once the others have ended
+    their task `arrived_task_id`, if given) and the others' tasks record its outcome as theirs (turns.py)."""
 
     template_fields: Sequence[str] = (*KubernetesPodOperator.template_fields, "engine")
 
-    def __init__(self, *, step: str, engine: str | None = None, position: int | None = None, **kwargs: Any):
+    def __init__(self, *, step: str, engine: str, together: bool = False, arrived_task_id: str | None = None,
+                 **kwargs: Any):
         super().__init__(deferrable=True, get_logs=True, on_finish_action="delete_pod", on_kill_action="delete_pod",
                          skip_on_exit_code=list(SKIP_EXIT_CODES), base_container_name=CONTAINER,
                          do_xcom_push=False, log_events_on_startup=False,
                          termination_message_policy="FallbackToLogsOnError", **kwargs)
-        self.step, self.engine, self.position = step, engine, position
+        self.step, self.engine, self.together, self.arrived_task_id = step, engine, together, arrived_task_id
 
     # ---- which way --------------------------------------------------------------------------
     def _engines(self, context: Any) -> list[str]:
-        if self.position is None:
+        if not self.together:
             return [self.engine]
-        names = context["ti"].xcom_pull(task_ids=f"engines_{self.position}_due")
-        if not names:
-            from airflow.sdk.exceptions import AirflowSkipException
+        from dayone_airflow.turns import engine_turn
 
-            raise AirflowSkipException(f"no engine at position {self.position}")
-        return list(names)
+        return list(engine_turn(context, self.engine)[0]["together"])
 
     def _in_pod(self, context: Any, engines: list[str] | None = None) -> Any:
         """The run config when this step runs in a runner pod; None when it runs on this worker. A step
@@ -107,7 +106,13 @@ class StepPodOperator(KubernetesPodOperator):
 
     # ---- the two ways -------------------------------------------------------------------------
     def execute(self, context: Any) -> Any:
-        engines = self._engines(context)
+        engines = [self.engine]
+        if self.together:
+            from dayone_airflow.turns import measured_with_first, measuring_engines
+
+            engines = measuring_engines(context, self.step, self.engine, self.arrived_task_id)  # may reschedule: a wait holds no slot
+            if engines is None:
+                return measured_with_first(context, self.step, self.engine)
         cfg = self._in_pod(context, engines)
         if cfg is None:
             return self._on_worker(context, engines)
@@ -172,8 +177,7 @@ class StepPodOperator(KubernetesPodOperator):
         from dayone_airflow.glue import run_dir
 
         state = run_dir(context["run_id"])
-        engines = [self.engine] if self.position is None else list(
-            context["ti"].xcom_pull(task_ids=f"engines_{self.position}_due") or [])
+        engines = self._engines(context)
         return {"step": self.step, "measured_in": "runner pod",
                 "outcomes": {e: state.read_json(outcome_doc(self.step, e)) for e in engines}}
 
@@ -184,7 +188,7 @@ class StepPodOperator(KubernetesPodOperator):
 
         from dayone_airflow.glue import run_step
 
-        target: str | list[str] = engines[0] if self.position is None else engines
+        target: str | list[str] = engines if self.together else engines[0]
         try:
             return run_step(self.step, context["params"], context["run_id"], target)
         except RequestsFailed as exc:  # measured, and most requests failed: a verdict a retry cannot change

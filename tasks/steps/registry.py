@@ -19,10 +19,11 @@ from tasks.steps.protocol import Step
 def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
     """Check what the run needs and record its plan in the manifest. Fails before any deploy: a
     placement the DAG cannot run, or an archive that cannot be reached (nothing measured could be kept)."""
-    from tasks.lanes import design, positions
+    from tasks.lanes import design, positions, turns
 
     cfg = ctx.config
     placed = positions(cfg)
+    engine_turns = turns(cfg)
     if ctx.archive_client is not None:
         ctx.s3()  # the DAG's client names the missing connection and its fix
     _keep_eval_set(ctx)
@@ -45,6 +46,7 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
         "matrix": matrix,
         "design": design(cfg),
         "positions": placed,
+        "turns": engine_turns,
         "experiment": _experiment_record(cfg),
         "config": _without_env_values(cfg.model_dump(mode="json")),
     }
@@ -57,7 +59,8 @@ def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
 
         doc["dataset"] = check_dataset(cfg, ctx.s3 if ctx.archive_client is not None else None)
     ctx.run_dir.write_json(MANIFEST, doc)
-    return {"run_id": ctx.run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix), "positions": placed}
+    return {"run_id": ctx.run_id, "engines": [e.name for e in cfg.engines], "steps": len(matrix), "positions": placed,
+            "turns": engine_turns}
 
 
 def _keep_eval_set(ctx: RunContext) -> None:

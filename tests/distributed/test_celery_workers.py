@@ -49,7 +49,7 @@ DAG_ID = "dayone_eval"
 PLANTED = "planted_cross_worker_read"  # planted_dag.py
 BUCKET = "dayone-distributed"
 ENGINE = "sim-sglang"
-POSITION = "engines_0"  # the first engine position's tasks: the run's only engine
+ENGINES = "engines"  # the mapped group of the run's engines: here its only engine
 KILLED_STEP = "short"  # a benchmark step: rounds of requests, one partition of the requests table
 RUN_TIMEOUT_S = 600
 SHORT = {"concurrency": [1, 4], "rounds": 2, "requests_per_round": 8, "output_tokens": 64}
@@ -79,14 +79,14 @@ def _finished(stack: DistributedAirflow, run_id: str, **wait: Any) -> None:
 
 
 def _engine_steps(stack: DistributedAirflow, run_id: str) -> list[dict[str, Any]]:
-    """The task instances of the engine's steps: the first engine position's (the run's only engine)."""
+    """The task instances of the engine's steps (the run's only engine), its turn's wait left out."""
     return [ti for ti in stack.task_instances(DAG_ID, run_id)
-            if ti["task_id"].startswith((f"{POSITION}.", f"{POSITION}_")) and ti["task_id"] != f"{POSITION}_due"]
+            if ti["task_id"].startswith(f"{ENGINES}.") and ti["task_id"] != f"{ENGINES}.wait_turn"]
 
 
 def _step_name(ti: dict[str, Any]) -> str:
-    """`engines_0.deploy`, `engines_0_short` -> deploy, short."""
-    return ti["task_id"].rsplit(".", 1)[-1].removeprefix(f"{POSITION}_")
+    """`engines.deploy`, `engines.short` -> deploy, short."""
+    return ti["task_id"].rsplit(".", 1)[-1]
 
 
 def _archive(stack: DistributedAirflow, run_id: str) -> tuple[dict[str, Any], str]:

@@ -83,7 +83,7 @@ def test_broken_nights_stay_red_until_a_person_accepts_the_new_level(airflow_db,
 
     # Night 2: every benchmark request failed. The short step failed with the reason; compare failed naming
     # the failed share against night 1; the checks still answered and none regressed.
-    assert states[1]["engines_0_short"] == "failed" and states[1]["compare"] == "failed", states[1]
+    assert states[1]["engines.short"] == "failed" and states[1]["compare"] == "failed", states[1]
     outcome = dirs[1].read_json("state/steps/plain-short.json")
     assert outcome["status"] == "failed" and "20 of 20 measured requests failed (100%" in outcome["detail"], outcome
     assert any("short c=2 failed_share: 0.0% -> 100.0%" in line and dirs[0].run_id in line
@@ -92,7 +92,7 @@ def test_broken_nights_stay_red_until_a_person_accepts_the_new_level(airflow_db,
     assert checks and not any(r["regressed"] for r in checks)
 
     # Night 3: 40% failed. Still red, against night 1 (the last good run), not night 2 (which regressed).
-    assert states[2]["engines_0_short"] == "success" and states[2]["compare"] == "failed", states[2]
+    assert states[2]["engines.short"] == "success" and states[2]["compare"] == "failed", states[2]
     bad = [r for r in dirs[2].read_rows("regressions") if r["regressed"]]
     assert {(r["metric"], r["baseline_run_id"]) for r in bad} == {("failed_share", dirs[0].run_id)}, bad
     share = bad[0]

@@ -80,7 +80,7 @@ def test_exit_99_is_a_skipped_task_and_the_pod_is_deleted(apiserver, kubelet):
     deadline = time.monotonic() + 20
     while name not in kubelet.exit_codes and time.monotonic() < deadline:
         time.sleep(0.05)
-    operator = StepPodOperator(task_id="engines_0_short", step="short", position=0)
+    operator = StepPodOperator(task_id="engines.short", step="short", engine="sglang", together=True)
     operator.kubernetes_conn_id = CONN_ID
     ended = KubernetesHook(conn_id=CONN_ID).get_pod(name, NS)
     assert ended.status.phase == "Failed"
@@ -100,7 +100,7 @@ def test_killing_the_task_deletes_its_runner_pod_and_stops_its_process(apiserver
 
     name = _start_runner_pod("run-1", "dayone-short-sglang-abc123")
     _running(kubelet, name)
-    operator = StepPodOperator(task_id="engines_0_short", step="short", position=0)
+    operator = StepPodOperator(task_id="engines.short", step="short", engine="sglang", together=True)
     operator.kubernetes_conn_id = CONN_ID
     operator.pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(name=name, namespace=NS))  # as execute left it
 

@@ -96,7 +96,7 @@ def test_measuring_steps_run_as_runner_pods_through_kubernetes_pod_operator(eval
     apiserver, kubelet, prefix, _ = cluster_run
     # the graph: every measuring step is a KubernetesPodOperator task, the others are not
     for t in eval_dag.tasks:
-        step = re.sub(r"^engines_\d+_", "", t.task_id.rsplit(".", 1)[-1])
+        step = t.task_id.rsplit(".", 1)[-1]
         assert isinstance(t, KubernetesPodOperator) == (step in RUNNER_STEPS), t.task_id
 
     # one core of 2 streams a pod: short's c=4 rounds take two pods, its c=1 rounds one
@@ -169,8 +169,8 @@ def test_steps_of_an_engine_that_never_served_are_skipped_without_a_pod(eval_dag
 
     assert str(run.state).endswith("failed"), run.state  # the readiness failure is the run's verdict
     states = {ti.task_id: str(ti.state).rsplit(".", 1)[-1].lower() for ti in run.get_task_instances()}
-    assert states["engines_0.wait_ready"] == "failed"
-    assert states["engines_0.functional"] == states["engines_0_short"] == "skipped", states
+    assert states["engines.wait_ready"] == "failed"
+    assert states["engines.functional"] == states["engines.short"] == "skipped", states
     assert not [r for r in apiserver.requests if r["method"] == "POST" and r["path"].endswith("/pods")]
     from dayone_airflow.glue import run_dir
 

@@ -17,7 +17,7 @@ import yaml
 
 IMAGE = "registry.dayone.test/lmsysorg/sglang:nightly"
 # Everything after the deploy is marked success without running: this test is about what gets deployed.
-AFTER_DEPLOY = r"^(engines_\d\.(?!deploy$).*|compare|validate|archive|report|conclude)$"
+AFTER_DEPLOY = r"^(engines\.(?!deploy$).*|compare|validate|archive|report|conclude)$"
 DATES = [dt.datetime(2026, 11, d, tzinfo=dt.timezone.utc) for d in (20, 21, 22)]
 
 
@@ -69,7 +69,7 @@ def test_backfill_over_three_dates_uses_each_dates_catalog_digest(dagbag, s3_con
         run = nightly.test(logical_date=date, run_conf=_conf(bucket), mark_success_pattern=AFTER_DEPLOY)
         assert str(run.state).endswith("success"), run.state
         ran = {ti.task_id for ti in run.get_task_instances() if str(ti.state).endswith("success")}
-        assert {"plan", "pin", "engines_0.deploy"} <= ran
+        assert {"plan", "pin", "engines.deploy"} <= ran
         run_dir = RunDir(dayone_run_id(run.run_id), run_root)
         pinned = run_dir.read_json("pinned.json")["sglang"]
         rendered = list(yaml.safe_load_all((run_dir.path / "k8s" / "sglang.yaml").read_text()))

@@ -113,7 +113,7 @@ def test_a_run_whose_archive_fails_ends_failed_with_the_reason_in_conclude(eval_
     run = run_eval(eval_dag, CONF, tmp_path / "runs", {"AIRFLOW_CONN_DAYONE_S3": dead}, setup=setup)
     states = _states(run)
     # every engine step ran and succeeded: only the archive went wrong
-    assert all(states[t] == "success" for t in states if t.startswith("engines_0.")), states
+    assert all(states[t] == "success" for t in states if t.startswith("engines.")), states
     assert [r["status"] for r in run.rows("requests", "measured")] == ["ok"] * 4
     assert states["archive"] == "failed" and states["report"] == "upstream_failed", states
     archive = run.outcome("archive")

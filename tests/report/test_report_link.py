@@ -52,7 +52,7 @@ def test_plugin_adds_the_report_link_to_dayone_tasks_only(sim_run):
     link = _link()
     url = link.get_link(None, ti_key=TaskInstanceKey("dayone_eval", "report", sim_run.airflow_run_id))
     assert url == "/dayone/reports/dayone_eval/manual__2026-11-30T08%3A00%3A00.123456%2B00%3A00"
-    nightly = link.get_link(None, ti_key=TaskInstanceKey("dayone_nightly", "engines_0.engine.short", "x"))
+    nightly = link.get_link(None, ti_key=TaskInstanceKey("dayone_nightly", "engines.short", "x"))
     assert nightly.endswith("/dayone/reports/dayone_nightly/x")
     assert link.get_link(None, ti_key=TaskInstanceKey("someone_elses_dag", "t", "r")) == ""
 

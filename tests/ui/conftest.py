@@ -96,7 +96,8 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     port = free_port()
     # The session's own Airflow settings (tests/conftest.py) and any dayone_s3 stay out: a fresh user's stack.
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env["PYTHONPATH"] = str(REPO / "plugins")
+    # this checkout's tasks/ too: the venv's editable install may be another checkout's
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "plugins"), str(REPO)])
     log = state / "standalone.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "dayone_airflow.ui", "--state", str(state), "--port", str(port)],

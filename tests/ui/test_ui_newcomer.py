@@ -3,7 +3,8 @@ run goes through standalone's scheduler, DAG processor and LocalExecutor.
 
 Signs in with the admin password standalone generated, reads both DAGs' descriptions in the DAG list,
 opens dayone_eval, finds the `local-sim` preset chosen in the trigger form (make ui's default) and
-picks it, sees a bad value caught beside its field before submit, triggers, waits for the run's success, opens the "DayOne report" tab on the run
+picks it, sees a bad value caught beside its field before submit, triggers, waits for the run's success, finds the run's two engines by name in
+its grid with no skipped engine slots, opens the "DayOne report" tab on the run
 page and checks the report's effects table against the run's summary.json; then the report URL
 signed out (to the login page, and back after signing in), and `..` run ids (never served).
 
@@ -156,13 +157,29 @@ def test_newcomer_triggers_the_simulator_preset_and_reads_the_report_from_the_ru
     page.wait_for_url(re.compile(rf"/dags/{DAG_ID}/runs/[^/]+$"))
     run_id = unquote(urlsplit(page.url).path.rsplit("/", 1)[1])
     run_page = page.url
-    # An open run page redraws its 86 tasks every few seconds: on two cores, time the run itself needs.
+    # An open run page redraws its tasks every few seconds: on two cores, time the run itself needs.
     page.goto("about:blank")
     run = _wait_for_run(ui_stack, run_id)
     assert run["conf"]["preset"] == PRESET
     assert run["conf"]["round_error_rate_max"] == float(shown_rate)  # restored: the run is the preset's
     page.goto(run_page)
     expect(page.get_by_test_id("state-badge").first).to_have_text("Success")
+
+    # The grid holds the run's own engines, by name, and no empty engine slots: every task instance is a
+    # run-level step's or one engine's of the mapped group `engines`, and none was skipped.
+    engines = {e["name"] for e in ui_stack.api(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}").json()["conf"].get(
+        "engines") or []} or {"sim-sglang", "sim-vllm"}  # the preset's, when the form left them to it
+    instances = ui_stack.api(f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances",
+                             limit=500).json()["task_instances"]
+    mapped = [ti for ti in instances if ti["map_index"] >= 0]
+    assert {ti["rendered_map_index"] for ti in mapped} == engines, {ti["rendered_map_index"] for ti in mapped}
+    assert all(ti["task_id"].startswith("engines.") for ti in mapped)
+    assert not [ti["task_id"] for ti in instances if ti["state"] == "skipped"]
+    assert not [ti["task_id"] for ti in instances if re.match(r"engines_\d", ti["task_id"])]
+    expect(page.get_by_text(re.compile(r"^engines\b")).first).to_be_visible()  # the group, in the grid
+    for name in sorted(engines):  # the run page's task instances, each named by its engine (Map Index)
+        expect(page.get_by_role("link", name=name, exact=True).first).to_be_visible()
+    page.screenshot(path=shots / "grid.png")
 
     # The report where a user looks first: the run page's "DayOne report" tab.
     page.get_by_role("link", name="DayOne report", exact=True).click()

@@ -13,7 +13,8 @@ import pytest
 from product_fixtures import check_row, needle_row, round_row, small_config
 
 from tasks.archive import archive_run
-from tasks.compare import RegressionFound, Side, compare_engine, compare_run, engine_lineage
+from tasks.compare import RegressionFound, compare_engine, compare_run
+from tasks.compare_sides import Side, engine_lineage
 from tasks.config import parse_run_config
 from tasks.run_storage import RunDir
 from tasks.tables import to_frame
@@ -318,7 +319,7 @@ def test_a_withheld_capacity_is_never_compared():
 
 
 def test_a_capacity_baseline_must_share_the_slo():
-    from tasks.compare import scenario_settings
+    from tasks.compare_sides import scenario_settings
 
     config = {"slo": {"e2e_s": 1.0}, "scenarios": {"capacity": {"mode": "concurrency", "input_tokens": 64}}}
     other = {**config, "slo": {"e2e_s": 2.0}}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from product_fixtures import round_row
 
-from tasks.compare import Side
+from tasks.compare_sides import Side
 from tasks.tables import to_frame
 
 

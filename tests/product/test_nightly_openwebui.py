@@ -7,7 +7,8 @@ from typing import Any
 
 from product_fixtures import small_config
 
-from tasks.compare import Side, compare_engine
+from tasks.compare import compare_engine
+from tasks.compare_sides import Side
 from tasks.config import parse_run_config
 from tasks.openwebui.checks import CHAT, MODEL_LIST, REASONING, SCENARIO
 from tasks.tables import to_frame

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 from product_fixtures import round_row, small_config
 
-from tasks.compare import RegressionFound, Side, compare_engine, compare_run
+from tasks.compare import RegressionFound, compare_engine, compare_run
+from tasks.compare_sides import Side
 from tasks.config import parse_run_config
 from tasks.run_storage import RunDir
 from tasks.tables import to_frame

@@ -10,7 +10,7 @@ import random
 from collections import deque
 from collections.abc import Iterator
 
-BLOCK_TOKENS = 512  # Mooncake's traces' block size
+BLOCK_TOKENS = 512  # Mooncake's traces' block size: rows share prefixes in whole blocks, so only prompts over 512 tokens do
 SYSTEM_PROMPTS = 8  # shared leading prefixes (an app's system prompt), 1-4 blocks each
 FOLLOW_UP_SHARE = 0.35  # rows that continue an earlier row's conversation: its whole prompt, then new blocks
 RECENT = 256  # conversations a follow-up may continue

@@ -77,3 +77,17 @@ def test_a_planned_step_that_left_no_outcome_fails_the_run(ready_engine):
     assert not any(p.startswith("sim/startup_findings") for p in problems)
     execute(ctx, "short", "sim")
     assert not any(p.startswith("sim/short") for p in verdict(ctx.run_dir, ("plan", "pin")))
+
+
+def test_an_engine_whose_deploy_or_teardown_left_no_outcome_fails_the_run(ready_engine):
+    """A deploy task that never ran (a lost process, a stopped lane) leaves the engine's later steps saying only
+    "not ready": the run must not pass as if it had measured the engine."""
+    from tasks.run_documents import outcome_doc
+    from tasks.steps.execution import verdict
+
+    ctx = ready_engine
+    assert any(p.startswith("sim/teardown: no outcome was recorded") for p in verdict(ctx.run_dir, ("plan", "pin")))
+    assert not any(p.startswith("sim/deploy") for p in verdict(ctx.run_dir, ("plan", "pin")))
+    (ctx.run_dir.path / outcome_doc("deploy", "sim")).unlink()  # as if its task had never run
+    problems = verdict(ctx.run_dir, ("plan", "pin"))
+    assert any(p.startswith("sim/deploy: no outcome was recorded") and "never deployed" in p for p in problems)

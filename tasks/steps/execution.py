@@ -146,12 +146,23 @@ def record(run_dir: RunDir, name: str, engine: str | None, call: Callable[[], di
 def verdict(run_dir: RunDir, required: tuple[str, ...]) -> list[str]:
     """Why the run failed, one line each; empty when it succeeded. A run fails when any step failed,
     when a required run-level step did not complete (an archive that never wrote is a failed run,
-    whatever the engines did), when a planned engine step left no outcome (its task never finished:
-    a worker killed past its last retry leaves partial rows and no word), or when validation failed."""
+    whatever the engines did), when a planned engine step, or an engine's deploy or teardown, left no
+    outcome (its task never ran or never finished: a worker killed past its last retry leaves partial rows
+    and no word), or when validation failed."""
     recorded = outcomes(run_dir)
     problems = [f"{o.where}: {o.detail}" for o in recorded if o.status == "failed"]
     done = {(o.engine, o.step) for o in recorded}
-    for planned in (manifest(run_dir) or {}).get("matrix") or []:
+    planned_run = manifest(run_dir) or {}
+    for engine in [e["name"] for e in planned_run.get("engines") or []]:
+        # an engine task that never ran (its lane stopped, its process lost before it began) records nothing:
+        # its later steps then only say "not ready", which must not pass as a run that measured the engine
+        if (engine, "deploy") not in done:
+            problems.append(f"{engine}/deploy: no outcome was recorded (its task never ran or never finished): "
+                            "the engine was never deployed")
+        if (engine, "teardown") not in done:
+            problems.append(f"{engine}/teardown: no outcome was recorded (its task never ran or never finished): "
+                            "the engine may still be running")
+    for planned in planned_run.get("matrix") or []:
         if (planned["engine"], planned["scenario"]) not in done:
             problems.append(f"{planned['engine']}/{planned['scenario']}: planned, but no outcome was recorded "
                             "(its task never finished; its rows, if any, are partial)")

@@ -91,7 +91,7 @@ def _engine_tasks() -> Any:
     of the one before (all_done), so each records its outcome; the performance steps measure the
     position's engines together (rounds interleaved, ABBA) in the task of its first engine."""
     from dayone_airflow.kubernetes import EngineReadinessOperator
-    from dayone_airflow.turns import WaitTurnOperator
+    from dayone_airflow.turns import WAIT_RETRIES, WaitTurnOperator
 
     @task_group(group_id=ENGINES)
     def engine(name):
@@ -105,7 +105,7 @@ def _engine_tasks() -> Any:
             return run_step("teardown", params, run_id, named_by_engine(name))
 
         turn = WaitTurnOperator(task_id=TURN, engine=name, teardown_task_id=task_id("teardown"),
-                                map_index_template=NAMED_BY_ENGINE)
+                                map_index_template=NAMED_BY_ENGINE, **WAIT_RETRIES)
         deployed = deploy(name)
         ready = EngineReadinessOperator(task_id="wait_ready", engine=deployed,  # deferrable on Kubernetes
                                         map_index_template=NAMED_BY_ENGINE)

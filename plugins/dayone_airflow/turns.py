@@ -16,6 +16,12 @@ from airflow.sdk import BaseOperator
 
 FINISHED = frozenset({"success", "failed", "skipped", "upstream_failed", "removed"})
 LOOK_AGAIN_MAX_S = 30  # the longest pause between looks: one short task process per 30 s of waiting
+# The shortest: a scheduler that queues the rescheduled try before it has read the executor's word on the last
+# one marks the task failed ("finished with state success, but the task instance's state attribute is
+# queued"); a loaded scheduler was seen to take 2.4 s to read it, so the first look again waits 10 s.
+LOOK_AGAIN_MIN_S = 10
+# A wait lost to that race (or to a worker) looks again on a retry: waiting is idempotent.
+WAIT_RETRIES = {"retries": 2, "retry_delay": dt.timedelta(seconds=10)}
 
 
 def engine_turn(context: Any, engine: str) -> tuple[dict[str, Any], list[str]]:
@@ -34,12 +40,12 @@ def state_of(context: Any, task_id: str, engine: str, order: list[str]) -> str |
 
 
 def look_again(context: Any, why: str) -> None:
-    """Give the worker slot back and look again later (2 s, then longer, at most LOOK_AGAIN_MAX_S)."""
+    """Give the worker slot back and look again later (LOOK_AGAIN_MIN_S, then longer, at most LOOK_AGAIN_MAX_S)."""
     import logging
 
     from airflow.sdk.exceptions import AirflowRescheduleException
 
-    pause_s = min(LOOK_AGAIN_MAX_S, 2 * (1 + int(context.get("task_reschedule_count") or 0)))
+    pause_s = min(LOOK_AGAIN_MAX_S, LOOK_AGAIN_MIN_S + 5 * int(context.get("task_reschedule_count") or 0))
     logging.getLogger("dayone.airflow").info("%s; looking again in %d s", why, pause_s)
     raise AirflowRescheduleException(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=pause_s))
 

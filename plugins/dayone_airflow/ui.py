@@ -44,6 +44,9 @@ def airflow_env(state: Path, port: int = 8080) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        # A task process parses the DAG before it runs; on a laptop busy with engines that took 18-30 s, past
+        # Airflow's 30 s default, and a task that cannot parse its DAG fails before its step records anything.
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
         # the workers reach the API server here (Airflow assumes localhost:8080 unless told)

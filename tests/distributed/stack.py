@@ -347,6 +347,7 @@ class DistributedAirflow:
             "AIRFLOW__CORE__DAGS_FOLDER": str(own_root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",  # a task's parse of the DAG on two loaded cores
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CORE__FERNET_KEY": keys["fernet"],

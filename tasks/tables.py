@@ -59,6 +59,17 @@ def _common() -> tuple[Column, ...]:
 def _secs(name: str, nullable: bool = True, description: str = "") -> Column:
     return Column(name, "float", nullable=nullable, min_value=0.0, description=description)
 
+def _usage_cache() -> tuple[Column, ...]:
+    """A round's prefix-cache hits as the engine's usage states them (cached tokens per request)."""
+    return (
+        Column("usage_prompt_tokens", "int", min_value=0),
+        Column("usage_cached_tokens", "int", min_value=0),
+        Column("usage_hit_rate", "float", min_value=0.0, max_value=1.0,
+               description="Cached over prompt tokens from the engine's usage, where it reports them."),
+        Column("cached_reported", "int", nullable=False, min_value=0,
+               description="Requests whose usage reported cached tokens."),
+    )
+
 
 def _round_load() -> tuple[Column, ...]:
     """A round's load: a concurrency (closed loop) or an arrival rate (open loop), exactly one set
@@ -544,12 +555,7 @@ SHARED_PREFIX_ROUNDS = Table(
         Column("requests_failed", "int", min_value=0),
         Column("expected_reuse", "float", nullable=False, min_value=0.0, max_value=1.0,
                description="Share of the round's prompt tokens an exact prefix cache serves."),
-        Column("usage_prompt_tokens", "int", min_value=0),
-        Column("usage_cached_tokens", "int", min_value=0),
-        Column("usage_hit_rate", "float", min_value=0.0, max_value=1.0,
-               description="Cached over prompt tokens from the engine's usage, where it reports them."),
-        Column("cached_reported", "int", nullable=False, min_value=0,
-               description="Requests whose usage reported cached tokens."),
+        *_usage_cache(),
         Column("server_queries_delta", "float", min_value=0.0),
         Column("server_hits_delta", "float", min_value=0.0),
         Column("server_hit_rate", "float", min_value=0.0, max_value=1.0,
@@ -577,12 +583,7 @@ DATASET_ROUNDS = Table(
         Column("requests_failed", "int", min_value=0),
         Column("prompt_tokens_p50", "float", min_value=0.0, description="Median prompt length, from usage."),
         Column("completion_tokens_p50", "float", min_value=0.0, description="Median output length, from usage."),
-        Column("usage_prompt_tokens", "int", min_value=0),
-        Column("usage_cached_tokens", "int", min_value=0),
-        Column("usage_hit_rate", "float", min_value=0.0, max_value=1.0,
-               description="Cached over prompt tokens from the engine's usage, where it reports them."),
-        Column("cached_reported", "int", nullable=False, min_value=0,
-               description="Requests whose usage reported cached tokens."),
+        *_usage_cache(),
         Column("cache_cleared", "bool",
                description="The prefix cache was emptied before the round; null: the engine has no clear endpoint."),
         _secs("ttft_p50_s"),

@@ -50,7 +50,7 @@ def test_the_pods_log_reaches_the_task_log_while_the_pod_runs(apiserver, kube_co
         time.sleep(0.05)
     process = kubelet.processes[(NS, name)]
 
-    operator = StepPodOperator(task_id="engines_0_short", step="short", position=0)
+    operator = StepPodOperator(task_id="engines.short", step="short", engine="sglang", together=True)
     operator.kubernetes_conn_id, operator.namespace = CONN_ID, NS
     operator.watch(config.kubernetes.runner)  # as _configure sets it from the run config
     assert operator.logging_interval == 1

@@ -435,9 +435,10 @@ def timing_window() -> Iterator[None]:
 
     A full collection mid-round stalls the event loop, and every stream reads late by as much
     (bench/RESULTS.md). A request's garbage is freed by reference counting; the few reference
-    cycles wait for the collection after the round. The heap as it is goes to the permanent
-    generation instead of being collected first, which in a worker that imported Great
-    Expectations would itself delay the first send.
+    cycles wait for the collection after the round, of the young generations alone: what the round
+    allocated. The heap as it is goes to the permanent generation instead of being collected first,
+    which in a worker that imported Great Expectations would itself delay the first send, and is not
+    collected after it either: a full collection of that heap took about a second after every round.
     The other threads of the process (the row feed, metrics scrapes) each run Python in turn with
     the loop's; a short switch interval bounds how long the loop waits for its turn.
     """
@@ -453,7 +454,7 @@ def timing_window() -> Iterator[None]:
         gc.unfreeze()
         if was_enabled:
             gc.enable()
-        gc.collect()
+        gc.collect(1)  # the round's cycles; the older heap on the collector's own schedule
 
 
 async def run_closed_loop(

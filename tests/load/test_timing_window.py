@@ -50,3 +50,31 @@ def test_a_busy_thread_holds_the_timing_loop_off_for_at_most_a_fraction_of_a_mil
     assert outside > 3.0  # the default switch interval: the test sees the stall it guards against
     # 0.4 ms measured here; the bound leaves room for a busy suite taking the core now and then
     assert inside < min(2.5, outside / 2)
+
+
+class _Cycle:
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_after_the_window_the_round_s_cycles_are_collected_and_the_old_heap_is_not_scanned():
+    """A full collection of a worker's heap (Airflow, pandas, Great Expectations) took about a second after
+    every round; the round's own reference cycles are young, and a young collection frees them."""
+    import gc
+    import weakref
+
+    collected: list[int] = []
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(seen)
+    try:
+        with timing_window():
+            cycle = weakref.ref(_Cycle())  # unreachable at once, freed only by the collector
+            assert cycle() is not None and collected == []  # no collection while timed
+    finally:
+        gc.callbacks.remove(seen)
+    assert cycle() is None, "the round's reference cycle outlived the window"
+    assert collected and max(collected) < 2, f"generations collected after the window: {collected}"

@@ -349,6 +349,7 @@ class DistributedAirflow:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",  # a task's parse of the DAG on two loaded cores
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",  # as docs/helm/celery.yaml: workers preload DayOne
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CORE__FERNET_KEY": keys["fernet"],
             "AIRFLOW__API_AUTH__JWT_SECRET": keys["jwt"],

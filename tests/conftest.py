@@ -91,10 +91,18 @@ def _dag_test_without_idle_pauses() -> None:
     """dag.test() sleeps 1 s after each pass over the run that scheduled nothing, waiting for a triggerer or a
     person; DayOne's DAG has such passes while an engine's task waits for another engine's (rescheduled
     for a few seconds, plugins/dayone_airflow/turns.py), and a shorter pause lets it go on sooner. Nothing outside the process changes a run here, so only that
-    sleep is cut short; every other sleep (the steps', the servers', the tests') stays as it is."""
+    sleep is cut short; every other sleep (the steps', the servers', the tests') stays as it is.
+
+    For the same reason an engine's turn looks again after 1 s, not 10 s and more: the longer pauses guard
+    against a real scheduler's race (turns.py), which dag.test() has not, and one of them could leave the run
+    idle for up to 30 s after the engine before had been torn down."""
     import time
 
     from airflow.sdk.definitions.dag import DAG
+
+    from dayone_airflow import turns
+
+    turns.LOOK_AGAIN_MIN_S = turns.LOOK_AGAIN_MAX_S = 1
 
     dag_test, real_sleep = DAG.test.__code__, time.sleep
 

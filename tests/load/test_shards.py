@@ -42,8 +42,11 @@ def test_a_sharded_round_has_the_tables_of_one_process(ref_server, make_ctx, sho
     for a, b in zip(one_rows, two_rows):
         assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME}
         for k in TIMED:  # the server's timing is fixed: 20 ms to the first token, then 10 ms each
-            assert b[k] == pytest.approx(a[k], abs=0.015), (k, a[k], b[k])
+            # a row apart by a core taken for a moment (19 ms seen on a loaded machine); the rows as a whole agree
+            assert b[k] == pytest.approx(a[k], abs=0.03), (k, a[k], b[k])
         assert len(a["itl_s"]) == len(b["itl_s"]) == 15
+    for k in TIMED:
+        assert percentile([abs(a[k] - b[k]) for a, b in zip(one_rows, two_rows)], 50) < 0.005, k
     for k in ("requests_ok", "requests_failed", "status", "length_deviations"):
         assert one.row[k] == two.row[k], k
     assert two.row["ttft_p50_s"] == pytest.approx(one.row["ttft_p50_s"], abs=0.01)

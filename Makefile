@@ -3,8 +3,10 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 PY := $(VENV)/bin/python
-# uv installs what pip would (same index, same versions) with one resolver pass and parallel downloads
-UV := $(PY) -m uv pip install -q --python $(PY)
+# uv installs what pip would (same index, same versions) with one resolver pass and parallel downloads; unlike
+# pip it writes no bytecode unless asked, and where PYTHONDONTWRITEBYTECODE is set no process writes it later:
+# each would compile Airflow, pandas and the rest from source again (3-4 s a process)
+UV := $(PY) -m uv pip install -q --compile-bytecode --python $(PY)
 DEMO ?= llamacpp-ab
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
@@ -67,6 +69,7 @@ demo: venv
 # a worker of its own beside two for the rest; `make test PYTEST_WORKERS=0` runs serially.
 PYTEST_WORKERS ?= 2
 test: venv-test system-packages openwebui-venv
+	$(PY) -m compileall -q -j 0 tasks plugins dags tests  # DayOne's own bytecode once, for every process the tests start
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=25 $(PYTEST_ARGS)
 

@@ -112,6 +112,17 @@ def _dag_test_without_idle_pauses() -> None:
     time.sleep = sleep
 
 
+@pytest.fixture()
+def garbage_collected() -> None:
+    """For the tests that ast.parse DayOne's source: what earlier tests in this worker left is collected
+    first. A collection inside ast.parse that finalizes a leftover whose finalizer prints a traceback parses
+    again (3.11's traceback marks its carets with ast), and CPython 3.11.7 then raises SystemError "AST
+    constructor recursion depth mismatch" in the test that did nothing wrong."""
+    import gc
+
+    gc.collect()
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """`airflow db migrate` once per session, on SQLite in a temporary AIRFLOW_HOME."""

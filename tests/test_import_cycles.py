@@ -8,6 +8,10 @@ import ast
 import graphlib
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.usefixtures("garbage_collected")  # tests/conftest.py says why
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"tasks": ROOT, "dayone_airflow": ROOT / "plugins"}
 

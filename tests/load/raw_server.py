@@ -93,14 +93,24 @@ class RawServer:
             raise RuntimeError("raw server did not start")
         return self
 
+    async def _shut(self) -> None:
+        """Close the listener and end every open connection's coroutine here, in the loop: one left pending
+        is finalized later by whatever garbage collection runs next in this process, in another test."""
+        self._server.close()  # type: ignore[union-attr]
+        connections = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in connections:
+            task.cancel()
+        await asyncio.gather(*connections, return_exceptions=True)
+
     def stop(self) -> None:
         if self._loop is None:
             return
         loop = self._loop
-        loop.call_soon_threadsafe(self._server.close)  # type: ignore[union-attr]
+        asyncio.run_coroutine_threadsafe(self._shut(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(10)
+        loop.close()
         self._loop = None
 
     def __enter__(self) -> "RawServer":

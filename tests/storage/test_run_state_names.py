@@ -7,7 +7,11 @@ import ast
 import inspect
 from pathlib import Path
 
+import pytest
+
 from tasks import run_documents
+
+pytestmark = pytest.mark.usefixtures("garbage_collected")  # tests/conftest.py says why
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_STATE_CALLS = {"read_json", "write_json", "read_bytes", "write_bytes", "names"}  # RunDir's document methods

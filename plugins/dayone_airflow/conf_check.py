@@ -32,7 +32,7 @@ def check_conf(params: dict[str, Any], conf: dict[str, Any] | None) -> list[dict
 
     merged = {**params, **(conf or {})}
     try:
-        check_lanes(parse_run_config(config_from_params(merged)))
+        check_lanes(parse_run_config(config_from_params(merged, conf)))
     except ConfigError as exc:
         return [{"field": f, "problem": m, "fix": x} for f, m, x in exc.problems]
     return []

@@ -29,13 +29,33 @@ def dayone_run_id(airflow_run_id: str) -> str:
     return re.sub(r"^\.+", lambda dots: "-" * len(dots.group()), safe) or "-"
 
 
-def config_from_params(params: dict[str, Any]) -> dict[str, Any]:
-    """The run config of an Airflow run's params; the form's `experiment: {}` (its JSON editor shows a null
-    section as {}) is no experiment."""
+def config_from_params(params: dict[str, Any], trigger_conf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The run config of an Airflow run's params, which hold every field (Airflow fills what the trigger
+    left out with the DAG's default). `trigger_conf`: the conf the run was triggered with. When it is not
+    the trigger form's (no `fields_preset`: the REST API, a client), each field it gave is kept over the
+    preset even at a default's value (tasks/presets/). The form's `experiment: {}` (its JSON editor shows a
+    null section as {}) is no experiment."""
+    from tasks.config import RunConfig
+    from tasks.presets import PRESET_FIELD, SHOWN_FIELD, is_preset, with_preset
+
     config = {k: v for k, v in dict(params).items() if k not in CONFIG_KEYS_EXCLUDED}
+    if trigger_conf and SHOWN_FIELD not in trigger_conf and is_preset(config.get(PRESET_FIELD)):
+        given = {k: v for k, v in trigger_conf.items() if k not in CONFIG_KEYS_EXCLUDED}
+        config = with_preset(config, RunConfig().model_dump(mode="json"), explicit=given)
     if config.get("experiment") == {}:
         config["experiment"] = None
     return config
+
+
+def trigger_conf() -> dict[str, Any] | None:
+    """The conf the running task's Airflow run was triggered with (None outside a task)."""
+    from airflow.sdk import get_current_context
+
+    try:
+        dag_run = get_current_context().get("dag_run")
+    except RuntimeError:  # "no context was found"
+        return None
+    return dict(getattr(dag_run, "conf", None) or {})
 
 
 def run_dir(airflow_run_id: str) -> Any:
@@ -55,7 +75,7 @@ def run_context(params: dict[str, Any], airflow_run_id: str, logical_date: dt.da
 
     from dayone_airflow.connections import cluster_access, connection_password, s3_client, staging_store
 
-    config = config_from_params(params)
+    config = config_from_params(params, trigger_conf())
     ctx = RunContext.build(config, dayone_run_id(airflow_run_id), staging=staging_store(),
                            archive_client=lambda: s3_client(config), logical_date=logical_date, backfill=backfill,
                            connection_password=connection_password)

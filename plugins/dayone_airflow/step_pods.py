@@ -47,11 +47,11 @@ class StepPodOperator(KubernetesPodOperator):
         from tasks.config import ConfigError
         from tasks.steps.registry import STEPS
 
-        from dayone_airflow.glue import config_from_params
+        from dayone_airflow.glue import config_from_params, trigger_conf
         from tasks.run import load_config
 
         try:
-            cfg = load_config(config_from_params(context["params"]), "runner")
+            cfg = load_config(config_from_params(context["params"], trigger_conf()), "runner")
         except ConfigError:
             return None  # the worker's way records the rejected config as the step's outcome
         if cfg.target != "kubernetes" or cfg.kubernetes.measure_from != "cluster" or cfg.dry_run:

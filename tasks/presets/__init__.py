@@ -5,11 +5,13 @@ SGLang and vLLM on Kubernetes, whose images the user must give. `local-sim` and 
 are sized for a laptop (`make demo` runs them). `custom` sets nothing: RunConfig's own defaults.
 Each is a YAML file beside this module.
 
-A preset lies UNDER the config given with it: a field left at the value the form showed takes the
-preset's value, a field given any other value keeps it (sections merge field by field, lists are
-replaced whole). That is what the trigger form needs: it sends every field, changed or not. The form
-says which preset its fields show in `fields_preset` (a hidden field); without it (a config file, the
-CLI), a field equal to RunConfig's default counts as left as shown.
+A preset lies UNDER the config given with it (sections merge field by field, lists are replaced
+whole). The trigger form sends every field, changed or not, and says which preset its fields show in
+`fields_preset` (a hidden field): there a field left at the value shown takes the preset's value, and a
+field given any other value keeps it. Airflow's params hold every field too (what a trigger left out at
+the DAG's default), so a run triggered without the form (the REST API) hands its own conf as `explicit`:
+each field it gave is kept, whatever its value. Without `fields_preset` (a config file, the CLI) every
+field written is given.
 """
 
 from __future__ import annotations
@@ -75,14 +77,22 @@ def preset_values(name: str, defaults: dict[str, Any]) -> dict[str, Any]:
     return overlay(copy.deepcopy(defaults), preset_config(name))
 
 
-def with_preset(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
-    """`data` without its `preset` and `fields_preset` fields, over that preset's config; a value equal to
-    the one the form showed (the `fields_preset` preset's; without one, RunConfig's default in `defaults`)
-    counts as not given. The preset must be known (`is_preset`)."""
-    given = {k: v for k, v in data.items() if k not in (PRESET_FIELD, SHOWN_FIELD)}
+def with_preset(data: dict[str, Any], defaults: dict[str, Any],
+                explicit: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`data` without its `preset` and `fields_preset` fields, over that preset's config. With
+    `fields_preset`, a value equal to the one the fields showed (that preset's; `defaults` is RunConfig's,
+    dumped) counts as not given, and `explicit` is laid over the result as given; without it, every field of
+    `data` is given. The preset must be known (`is_preset`)."""
+    given = _without_preset_fields(data)
     chosen = preset_values(data.get(PRESET_FIELD, DEFAULT_PRESET), defaults)
     shown = data.get(SHOWN_FIELD)
-    return _under(chosen, given, preset_values(shown, defaults) if is_preset(shown) else defaults)
+    if not is_preset(shown):
+        return overlay(chosen, given)
+    return overlay(_under(chosen, given, preset_values(shown, defaults)), _without_preset_fields(explicit or {}))
+
+
+def _without_preset_fields(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in (PRESET_FIELD, SHOWN_FIELD)}
 
 
 def overlay(base: Any, top: Any) -> Any:

@@ -224,6 +224,28 @@ def test_a_preset_lies_under_the_fields_left_as_shown(served_params):
     assert [e.name for e in _parsed({**form, "preset": "local-sim", "engines": engines}).engines] == ["mine"]
 
 
+def test_a_field_a_client_or_a_file_gives_is_kept_over_the_preset_even_at_a_default_value(served_params):
+    """Not the form: the REST API (Airflow fills the params a conf leaves out with their defaults, and the
+    run's own conf says what was given) and a config file. quality and trace are off by default and on in
+    local-sim: switched off over the preset, they stay off."""
+    from dayone_airflow.glue import config_from_params
+    from tasks.config import RunConfig, parse_run_config
+
+    off = {"quality": {"enabled": False}, "trace": {"enabled": False}}
+    assert RunConfig().scenarios.quality.enabled is False and RunConfig().scenarios.trace.enabled is False
+    conf = {"preset": "local-sim", "scenarios": off}
+    params = {**_form_values(served_params), **conf}  # top-level keys replace, as Airflow merges
+    sim = _demo("sim.yaml")
+    for cfg in (parse_run_config(config_from_params(params, conf)), parse_run_config(conf)):
+        assert not cfg.scenarios.quality.enabled and not cfg.scenarios.trace.enabled
+        assert cfg.scenarios.short == sim.scenarios.short and cfg.engines == sim.engines  # the rest: the preset's
+    # without the run's conf, a value at the default cannot be told from one left out: the preset's
+    assert parse_run_config(config_from_params(params)).scenarios.quality.enabled is True
+    # the form's conf says which preset its fields showed: a field left as shown still takes the preset's
+    form = {**_form_values(served_params), "preset": "local-sim"}
+    assert parse_run_config(config_from_params(form, form)) == sim
+
+
 def test_an_unknown_preset_is_refused_naming_the_field_and_the_choices(served_params):
     from airflow.exceptions import ParamValidationError
 

@@ -174,7 +174,7 @@ def _parsed(params: dict, conf: dict):
     from dayone_airflow.glue import config_from_params
     from tasks.config import parse_run_config
 
-    return parse_run_config(config_from_params({**{k: p["value"] for k, p in params.items()}, **conf}))
+    return parse_run_config(config_from_params({**{k: p["value"] for k, p in params.items()}, **conf}, conf))
 
 
 def test_a_preset_alone_triggers_the_simulator_demo_and_an_unknown_one_is_refused(standalone):
@@ -191,6 +191,13 @@ def test_a_preset_alone_triggers_the_simulator_demo_and_an_unknown_one_is_refuse
         r = client.post("/api/v2/dags/dayone_eval/dagRuns", json={"logical_date": None, "conf": conf})
         assert r.status_code == 200, r.text
         assert _parsed(params, r.json()["conf"]) == sim
+    # a client's field at a default's value is its own: local-sim's quality and trace switched off stay off
+    off = {"preset": "local-sim", "scenarios": {"quality": {"enabled": False}, "trace": {"enabled": False}}}
+    r = client.post("/api/v2/dags/dayone_eval/dagRuns", json={"logical_date": None, "conf": off})
+    assert r.status_code == 200, r.text
+    cut = _parsed(params, r.json()["conf"])
+    assert not cut.scenarios.quality.enabled and not cut.scenarios.trace.enabled, cut.scenarios
+    assert cut.scenarios.short == sim.scenarios.short and cut.engines == sim.engines
 
     before = len(_runs(client))
     r = client.post("/api/v2/dags/dayone_eval/dagRuns", json={"logical_date": None, "conf": {"preset": "laptop"}})

@@ -64,10 +64,11 @@ system-packages:
 demo: venv
 	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/presets/$(DEMO).yaml
 
-# Both cores: two workers take whole test files (a directory sharing a costly session fixture as one), the
-# real-scheduler stacks and pipeline tests first (tests/xdist_units.py); PYTEST_WORKERS=4 gives each stack
-# a worker of its own beside two for the rest; `make test PYTEST_WORKERS=0` runs serially.
-PYTEST_WORKERS ?= 2
+# One worker more than the cores (at most 6), as the tests wait on schedulers, engines and browsers a third
+# of the time: each takes whole test files (a directory sharing a costly session fixture as one), the
+# real-scheduler stacks and pipeline tests first (tests/xdist_units.py); with two workers more than the
+# stacks, each stack has a worker of its own; `make test PYTEST_WORKERS=0` runs serially.
+PYTEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n + 1 < 6 ? n + 1 : 6 )))
 test: venv-test system-packages openwebui-venv
 	$(PY) -m compileall -q -j 0 tasks plugins dags tests  # DayOne's own bytecode once, for every process the tests start
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \

@@ -50,9 +50,11 @@ def _run(tmp_path: Path, workers: int, long_s: float = LONG_S) -> tuple[dict[str
     """{worker: its tests' files, in the order it ran them}, and pytest's output."""
     _suite(tmp_path, long_s)
     ran = tmp_path / "ran.jsonl"
-    env = {**os.environ, "RAN": str(ran)}
+    # only xdist of the installed plugins: the others' loading cost each process 1-2 s of CPU and change nothing here
+    env = {**os.environ, "RAN": str(ran), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.pop("PYTEST_XDIST_WORKER", None)
-    answer = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", str(workers),
+    answer = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "xdist.plugin",
+                             "-n", str(workers),
                              "--dist", "loadfile", "--no-loadscope-reorder", "tests"],
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert answer.returncode == 0, answer.stdout + answer.stderr

@@ -107,3 +107,17 @@ def test_the_load_client_runs_without_a_run():
     assert {"tasks.load.client", "tasks.load.http", "tasks.load.shards"} <= set(client)
     reaching = {m: sorted(_reached(graph, m) & RUN_STATE) for m in client}
     assert not any(reaching.values()), f"load client modules reaching run state: {reaching}"
+
+
+def test_the_cli_starts_without_the_openai_sdk():
+    """`dayone` starts once per step in a runner pod: the SDK (0.4 s of its start, and more with what it pulls
+    in) is imported by the one check that drives it, when it runs."""
+    import subprocess
+    import sys
+
+    started = subprocess.run([sys.executable, "-X", "importtime", "-m", "tasks.cli", "--help"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in started.stderr.splitlines() if line.startswith("import time:")}
+    assert "tasks.checks.openai_sdk" in imported  # the check is registered at start ...
+    assert "openai" not in imported  # ... and its SDK is not loaded

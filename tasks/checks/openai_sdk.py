@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import openai
-
 from tasks.checks.base import FAIL, PASS, CheckResult, Probe, evidence
 
 NAME = "openai_sdk"
@@ -18,6 +16,8 @@ PROMPT = "Name three colours of the rainbow."
 
 def _steps(probe: Probe) -> tuple[str | None, dict[str, Any]]:
     """Run the three SDK calls; return (why it failed or None, what each call saw)."""
+    import openai  # here, not at import: the SDK is 0.4 s of every `dayone` start (a runner pod per step)
+
     ep = probe.endpoint
     # the SDK sends its api_key as the Bearer token; its http client carries the endpoint's TLS trust
     client = openai.OpenAI(
@@ -48,6 +48,8 @@ def _steps(probe: Probe) -> tuple[str | None, dict[str, Any]]:
 
 
 def run(probe: Probe) -> CheckResult:
+    import openai
+
     field = "openai.OpenAI: models.list, chat.completions.create (plain and stream=True)"
     try:
         why, seen = _steps(probe)

@@ -65,5 +65,18 @@ def test_the_frontier_puts_the_faster_token_gap_above_at_every_level_and_the_cho
         assert faster.total_tps[0] > base.total_tps[0], (level, base, faster)
     assert "id='frontier'" in html and "per user (1/TPOT)" in html
     picked = {c.purpose: c.picked for c in run.choices}
-    assert picked == {"production_api": ["faster"], "throughput_research": ["faster"]}, run.choices
-    assert "For production api: faster." in html
+    assert picked["throughput_research"] == ["faster"], run.choices  # speed first: the token gap decides
+    # production_api ranks latency (here P95 TTFT alone) before throughput. Both servers wait the same 10 ms
+    # for the first token, so TTFT is normally not told apart and throughput decides. A busy suite can
+    # tilt it (the faster server's thread wakes twice as often on a shared core); then the choice must
+    # follow that evidence and name it, never the throughput.
+    ttft = {c.verdict for c in run.comparisons if c.engine == "faster" and c.figure == "ttft_p95_s"}
+    [production] = [c for c in run.choices if c.purpose == "production_api"]
+    if ttft & {"better", "worse"} == {"worse"}:
+        assert production.picked == ["base"], run.choices
+        assert any(r.engine == "faster" and r.criterion == "latency" and "ttft_p95_s" in r.text
+                   for r in production.reasons), production.reasons
+        assert "For production api: base." in html
+    else:
+        assert production.picked == ["faster"], (ttft, run.choices)
+        assert "For production api: faster." in html

@@ -64,12 +64,13 @@ system-packages:
 demo: venv
 	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/presets/$(DEMO).yaml
 
-# A worker per core (at most 6): each takes whole test files (a directory sharing a costly session fixture as
-# one), the real-scheduler stacks and pipeline tests first (tests/xdist_units.py); with two workers more than
-# the stacks, each stack has a worker of its own; `make test PYTEST_WORKERS=0` runs serially. A third worker on
-# two cores filled the third of the CPU the tests leave idle (pytest 14 min 43 s against about 20 min), but
-# starved the timing-precision tests on a slow host (one failed in four runs): bench/RESULTS.md.
-PYTEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( n < 6 ? n : 6 )))
+# A worker per core (at most 6), and one more for each of the two real-scheduler stacks (tests/ui,
+# tests/distributed): those wait more than they compute, so each gets a worker of its own and runs at a lower CPU
+# priority (tests/stack_priority.py), taking the cores the others leave idle. Each worker takes whole test files
+# (a directory sharing a costly session fixture as one), stacks and pipeline tests first (tests/xdist_units.py);
+# `make test PYTEST_WORKERS=0` runs serially. Plain extra workers on two cores starved the timing-precision
+# tests (bench/RESULTS.md).
+PYTEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( (n < 6 ? n : 6) + 2 )))
 test: venv-test system-packages openwebui-venv
 	$(PY) -m compileall -q -j 0 tasks plugins dags tests  # DayOne's own bytecode once, for every process the tests start
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \

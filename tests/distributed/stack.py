@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from nodes import Node, NodeNetwork
+from stack_priority import lower_priority
 
 from tasks.devstack import SeaweedS3
 from tasks.ports import free_ports
@@ -194,7 +195,8 @@ class PostgresServer:
         argv = [str(self.bindir / "postgres"), "-D", str(data), "-p", str(self.port), "-k", str(self.root),
                 "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "fsync=off",
                 "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
-        self.component = Component("postgres", start_group(argv, self.log, env=env, preexec_fn=demote), self.log)
+        self.component = Component("postgres", start_group(argv, self.log, env=env,
+                                                           preexec_fn=lower_priority(demote)), self.log)
 
         import psycopg2
 
@@ -245,7 +247,7 @@ class RedisServer:
         (self.port,) = free_ports(1)
         argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", str(self.data_dir), "--daemonize", "no", "--protected-mode", "yes"]
-        self.component = Component("redis", start_group(argv, self.log), self.log)
+        self.component = Component("redis", start_group(argv, self.log, preexec_fn=lower_priority()), self.log)
         import redis
 
         def pong() -> bool | None:
@@ -379,7 +381,7 @@ class DistributedAirflow:
 
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None, cwd: Path) -> Component:
         log = self.state / "logs" / f"{name}.log"
-        component = Component(name, start_group(argv, log, env=env, cwd=cwd), log)
+        component = Component(name, start_group(argv, log, env=env, cwd=cwd, preexec_fn=lower_priority()), log)
         self.components.append(component)
         return component
 

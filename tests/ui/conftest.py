@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from stack_priority import lower_priority
 from tasks.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -101,7 +102,8 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     log = state / "standalone.log"
     with log.open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "dayone_airflow.ui", "--state", str(state), "--port", str(port)],
-                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=lower_priority())
     stack = UiStack(base_url=f"http://127.0.0.1:{port}", state=state, log=log, proc=proc)
     try:
         passwords = state / "airflow" / PASSWORDS_FILE

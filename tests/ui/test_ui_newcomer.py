@@ -279,6 +279,20 @@ def test_the_stack_listens_on_loopback_only_with_executor_slots_sized_to_the_mac
     assert 0 < len(workers) <= executor_slots(), (len(workers), executor_slots())
 
 
+def test_every_process_of_the_stack_yields_the_cpu_to_the_tests_beside_it(ui_stack):
+    """The stack waits more than it computes: standalone and all it starts (scheduler, API server, task
+    processes, engines) run niced, so a worker beside it that times requests keeps its core."""
+    import psutil
+
+    from stack_priority import STACK_NICENESS
+
+    expected = min(19, os.getpriority(os.PRIO_PROCESS, 0) + STACK_NICENESS)
+    stack = [p for p in psutil.process_iter(["pid", "cmdline", "nice"]) if _in_session(p.pid, ui_stack.proc.pid)]
+    assert len(stack) > 3, [p.info["cmdline"] for p in stack]  # standalone, S3, scheduler, API server, ...
+    assert {(p.info["nice"], " ".join(p.info["cmdline"] or [])[:60]) for p in stack if p.info["nice"] != expected} \
+        == set(), expected
+
+
 def _in_session(pid: int, session_id: int) -> bool:
     try:
         return os.getsid(pid) == session_id

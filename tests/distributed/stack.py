@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from nodes import Node, NodeNetwork
-from stack_priority import lower_priority
+from stack_priority import lower_priority, lower_priority_of
 
 from tasks.devstack import SeaweedS3
 from tasks.ports import free_ports
@@ -187,7 +187,7 @@ class PostgresServer:
         demote, env = self._demote()
         data = self.root / "data"
         init = subprocess.run([str(self.bindir / "initdb"), "-D", str(data), "-U", self.USER, "--auth=trust",
-                               "-E", "UTF8", "--no-sync"], preexec_fn=demote, env={**os.environ, **env},
+                               "-E", "UTF8", "--no-sync"], preexec_fn=lower_priority(demote), env={**os.environ, **env},
                               capture_output=True, text=True, timeout=120)
         if init.returncode:
             raise StackError(f"initdb failed ({init.returncode}): {init.stderr[-2000:]}")
@@ -409,6 +409,7 @@ class DistributedAirflow:
         self.postgres = PostgresServer(pg_bin, logs / "postgres.log").start()
         self.redis = RedisServer(redis_bin, self.state / "redis", logs / "redis.log").start()
         self.s3 = SeaweedS3(self.state / "s3").start()
+        lower_priority_of(self.s3.proc.pid)
         (self.api_port,) = free_ports(1)
         (self.state / "passwords.json").write_text(json.dumps({ADMIN: self.password}))
         airflow = str(Path(sys.executable).with_name("airflow"))
@@ -416,7 +417,7 @@ class DistributedAirflow:
         control = self.state / "control-plane"
         env = self.environment(control)
         migrate = subprocess.run([airflow, "db", "migrate"], env=env, cwd=control, capture_output=True, text=True,
-                                 timeout=timeout_s)
+                                 timeout=timeout_s, preexec_fn=lower_priority())
         if migrate.returncode:
             raise StackError(f"airflow db migrate failed ({migrate.returncode}):\n{migrate.stdout[-3000:]}"
                              f"{migrate.stderr[-3000:]}")

@@ -11,12 +11,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from stack import DistributedAirflow  # noqa: E402
+from stack_priority import BackgroundPriority  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def distributed_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DistributedAirflow]:
     """PostgreSQL, Redis, S3, Airflow's control plane and two Celery workers with disks of their own."""
-    with DistributedAirflow(tmp_path_factory.mktemp("distributed")) as stack:
+    with BackgroundPriority(), DistributedAirflow(tmp_path_factory.mktemp("distributed")) as stack:
         yield stack
 
 

@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 
 from nodes import Node, NodeNetwork
-from stack_priority import lower_priority, lower_priority_of
+from stack_priority import lower_priority_of, stack_env
 
 from tasks.devstack import SeaweedS3
 from tasks.ports import free_ports
@@ -187,7 +187,8 @@ class PostgresServer:
         demote, env = self._demote()
         data = self.root / "data"
         init = subprocess.run([str(self.bindir / "initdb"), "-D", str(data), "-U", self.USER, "--auth=trust",
-                               "-E", "UTF8", "--no-sync"], preexec_fn=lower_priority(demote), env={**os.environ, **env},
+                               "-E", "UTF8", "--no-sync"], preexec_fn=demote,
+                              env={**os.environ, **env, **stack_env()},
                               capture_output=True, text=True, timeout=120)
         if init.returncode:
             raise StackError(f"initdb failed ({init.returncode}): {init.stderr[-2000:]}")
@@ -195,8 +196,8 @@ class PostgresServer:
         argv = [str(self.bindir / "postgres"), "-D", str(data), "-p", str(self.port), "-k", str(self.root),
                 "-c", "listen_addresses=127.0.0.1", "-c", "max_connections=300", "-c", "fsync=off",
                 "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
-        self.component = Component("postgres", start_group(argv, self.log, env=env,
-                                                           preexec_fn=lower_priority(demote)), self.log)
+        self.component = Component("postgres", start_group(argv, self.log, env={**env, **stack_env()},
+                                                           preexec_fn=demote), self.log)
 
         import psycopg2
 
@@ -247,7 +248,7 @@ class RedisServer:
         (self.port,) = free_ports(1)
         argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                 "--dir", str(self.data_dir), "--daemonize", "no", "--protected-mode", "yes"]
-        self.component = Component("redis", start_group(argv, self.log, preexec_fn=lower_priority()), self.log)
+        self.component = Component("redis", start_group(argv, self.log, env=stack_env()), self.log)
         import redis
 
         def pong() -> bool | None:
@@ -340,6 +341,7 @@ class DistributedAirflow:
         plugins = str(REPO / "plugins")
         return {
             **inherited,
+            **stack_env(),
             "HOME": str(home),
             "AIRFLOW_HOME": str(own_root / "airflow"),
             "DAYONE_WORKDIR": str(own_root / "runs"),
@@ -381,7 +383,7 @@ class DistributedAirflow:
 
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None, cwd: Path) -> Component:
         log = self.state / "logs" / f"{name}.log"
-        component = Component(name, start_group(argv, log, env=env, cwd=cwd, preexec_fn=lower_priority()), log)
+        component = Component(name, start_group(argv, log, env=env, cwd=cwd), log)
         self.components.append(component)
         return component
 
@@ -417,7 +419,7 @@ class DistributedAirflow:
         control = self.state / "control-plane"
         env = self.environment(control)
         migrate = subprocess.run([airflow, "db", "migrate"], env=env, cwd=control, capture_output=True, text=True,
-                                 timeout=timeout_s, preexec_fn=lower_priority())
+                                 timeout=timeout_s)
         if migrate.returncode:
             raise StackError(f"airflow db migrate failed ({migrate.returncode}):\n{migrate.stdout[-3000:]}"
                              f"{migrate.stderr[-3000:]}")

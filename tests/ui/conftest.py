@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from stack_priority import lower_priority
+from stack_priority import BackgroundPriority, stack_env
 from tasks.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -99,30 +99,31 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
     # this checkout's tasks/ too: the venv's editable install may be another checkout's
     env["PYTHONPATH"] = os.pathsep.join([str(REPO / "plugins"), str(REPO)])
+    env.update(stack_env())
     log = state / "standalone.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "dayone_airflow.ui", "--state", str(state), "--port", str(port)],
-                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                preexec_fn=lower_priority())
-    stack = UiStack(base_url=f"http://127.0.0.1:{port}", state=state, log=log, proc=proc)
-    try:
-        passwords = state / "airflow" / PASSWORDS_FILE
-        stack.password = _wait("the generated admin password", lambda: json.loads(passwords.read_text())["admin"],
-                               stack, STACK_READY_TIMEOUT_S)
+    with BackgroundPriority():  # the stack below the test workers' CPU priority while it runs
+        with log.open("wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "dayone_airflow.ui", "--state", str(state), "--port", str(port)],
+                                    cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        stack = UiStack(base_url=f"http://127.0.0.1:{port}", state=state, log=log, proc=proc)
+        try:
+            passwords = state / "airflow" / PASSWORDS_FILE
+            stack.password = _wait("the generated admin password", lambda: json.loads(passwords.read_text())["admin"],
+                                   stack, STACK_READY_TIMEOUT_S)
 
-        def token() -> str | None:
-            answer = httpx.post(f"{stack.base_url}/auth/token", timeout=10,
-                                json={"username": stack.username, "password": stack.password})
-            return answer.json()["access_token"] if answer.status_code in (200, 201) else None
+            def token() -> str | None:
+                answer = httpx.post(f"{stack.base_url}/auth/token", timeout=10,
+                                    json={"username": stack.username, "password": stack.password})
+                return answer.json()["access_token"] if answer.status_code in (200, 201) else None
 
-        stack.token = _wait("the API server", token, stack, STACK_READY_TIMEOUT_S)
-        # Both DAGs, not only the first: the DAG list page shows what the DB holds when it loads.
-        for dag_id in (DAG_ID, NIGHTLY_ID):
-            _wait(f"{dag_id} parsed", lambda: stack.api(f"/api/v2/dags/{dag_id}").status_code == 200, stack,
-                  STACK_READY_TIMEOUT_S)
-        yield stack
-    finally:
-        _stop(proc)
+            stack.token = _wait("the API server", token, stack, STACK_READY_TIMEOUT_S)
+            # Both DAGs, not only the first: the DAG list page shows what the DB holds when it loads.
+            for dag_id in (DAG_ID, NIGHTLY_ID):
+                _wait(f"{dag_id} parsed", lambda: stack.api(f"/api/v2/dags/{dag_id}").status_code == 200, stack,
+                      STACK_READY_TIMEOUT_S)
+            yield stack
+        finally:
+            _stop(proc)
 
 
 

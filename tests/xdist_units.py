@@ -34,8 +34,9 @@ def _is_stack_unit(unit: str) -> bool:
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """Workers take units in the order pytest_collection_modifyitems sorts them, with one unit queued ahead
     at most: a unit queued behind a long test is tied to that worker while another may idle, at the end of
-    the run most of all. With two workers more than there are stack units (`make test PYTEST_WORKERS=4`),
-    each stack unit has a worker of its own, which then stops: the others run the rest beside them."""
+    the run most of all. With two workers more than there are stack units (`make test`'s default: a worker
+    per core plus one per stack), each stack unit has a worker of its own, which then stops: the others run
+    the rest beside them, the stacks below them in CPU priority (tests/stack_priority.py)."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling

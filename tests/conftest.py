@@ -84,7 +84,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
 
 # ---- parallel runs (`make test`): which worker runs which test file, in which order (tests/xdist_units.py)
-from xdist_units import pytest_collection_modifyitems, pytest_configure, pytest_xdist_make_scheduler  # noqa: E402,F401
+from xdist_units import (  # noqa: E402,F401
+    pytest_collection_modifyitems, pytest_configure, pytest_runtest_setup, pytest_xdist_make_scheduler)
 
 
 def _dag_test_without_idle_pauses() -> None:

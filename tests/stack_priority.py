@@ -19,6 +19,9 @@ STACK_MARKER = "DAYONE_TEST_STACK"
 # nice 10 weighs about a tenth of nice 0 (CFS): a stack beside a busy worker gets a tenth of a core, not half
 STACK_NICENESS = 10
 _MARKED = f"\0{STACK_MARKER}=1\0".encode()
+# the nice value this process started with: what it lowers stays STACK_NICENESS below that, even once it has
+# joined the background itself
+_START_NICENESS = os.getpriority(os.PRIO_PROCESS, 0)
 
 
 def stack_env() -> dict[str, str]:
@@ -29,7 +32,7 @@ def stack_env() -> dict[str, str]:
 def lower_priority_of(pid: int) -> None:
     """`pid` at STACK_NICENESS: each of its threads (Linux keeps a nice value per thread, and a new thread
     starts with its creator's), and its session's autogroup when it has a session of its own."""
-    niceness = min(19, os.getpriority(os.PRIO_PROCESS, 0) + STACK_NICENESS)
+    niceness = min(19, _START_NICENESS + STACK_NICENESS)
     with contextlib.suppress(OSError):  # gone meanwhile, or no autogroups in this kernel
         if os.getsid(pid) != os.getsid(0):
             with open(f"/proc/{pid}/autogroup", "w") as autogroup:
@@ -75,11 +78,24 @@ class BackgroundPriority:
         while not self._stop.wait(self.look_s):
             self.look()
 
-    def __enter__(self) -> BackgroundPriority:
+    def start(self) -> BackgroundPriority:
         self.look()
         self._thread.start()
         return self
 
+    def __enter__(self) -> BackgroundPriority:
+        return self.start()
+
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+def join_the_background() -> None:
+    """This process, and every process it starts from now on, below the test workers' CPU priority, for the
+    rest of its life: a stack's worker once its stack is done (tests/xdist_units.py)."""
+    if os.environ.get(STACK_MARKER) == "1":
+        return
+    os.environ.update(stack_env())  # /proc/PID/environ keeps the start's: the children carry the marker
+    lower_priority_of(os.getpid())
+    BackgroundPriority().start()  # never stopped: a daemon thread, gone with the process

@@ -2,7 +2,7 @@
 which test, from a line each test writes.
 
 The suite mirrors the real layout: tests/distributed (a quick test, then a long one) and tests/ui are stack
-units, eight one-test files are the rest.
+units, eight one-test files are the rest, and one more is a background unit.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 LONG_S = 6  # the distributed unit's second test: the other worker runs the rest meanwhile
 NORMAL = [f"tests/test_n{i}.py" for i in range(8)]
+BACKGROUND = "tests/test_import_cycles.py"  # a name from BACKGROUND_UNITS
 
 CONFTEST = f"""
 import json, os, sys, time
 import pytest
 sys.path.insert(0, {str(TESTS)!r})
-from xdist_units import pytest_collection_modifyitems, pytest_configure, pytest_xdist_make_scheduler  # noqa: F401
+from xdist_units import (  # noqa: F401
+    pytest_collection_modifyitems, pytest_configure, pytest_runtest_setup, pytest_xdist_make_scheduler)
 
 @pytest.fixture(autouse=True)
 def _record(request):
@@ -31,11 +33,12 @@ def _record(request):
     yield
     with open(os.environ["RAN"], "a") as out:
         out.write(json.dumps({{"worker": os.environ["PYTEST_XDIST_WORKER"], "test": request.node.nodeid,
-                              "started": started}}) + "\\n")
+                              "started": started, "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                              "marked": os.environ.get("DAYONE_TEST_STACK")}}) + "\\n")
 """
 
 
-def _suite(root: Path, long_s: float) -> None:
+def _suite(root: Path, long_s: float, normal_s: float) -> None:
     (root / "conftest.py").write_text(CONFTEST)
     for folder in ("tests/ui", "tests/distributed"):
         (root / folder).mkdir(parents=True)
@@ -43,12 +46,14 @@ def _suite(root: Path, long_s: float) -> None:
     (root / "tests/distributed/test_celery.py").write_text(
         f"import time\n\ndef test_a_quick():\n    pass\n\ndef test_b_long():\n    time.sleep({long_s})\n")
     for path in NORMAL:
-        (root / path).write_text("def test_it():\n    pass\n")
+        (root / path).write_text(f"import time\n\ndef test_it():\n    time.sleep({normal_s})\n")
+    (root / BACKGROUND).write_text("def test_it():\n    pass\n")
 
 
-def _run(tmp_path: Path, workers: int, long_s: float = LONG_S) -> tuple[dict[str, list[str]], str]:
-    """{worker: its tests' files, in the order it ran them}, and pytest's output."""
-    _suite(tmp_path, long_s)
+def _run(tmp_path: Path, workers: int, long_s: float = LONG_S, normal_s: float = 0
+         ) -> tuple[dict[str, list[str]], str, list[dict]]:
+    """{worker: its tests' files, in the order it ran them}, pytest's output, and what each test recorded."""
+    _suite(tmp_path, long_s, normal_s)
     ran = tmp_path / "ran.jsonl"
     # only xdist of the installed plugins: the others' loading cost each process 1-2 s of CPU and change nothing here
     env = {**os.environ, "RAN": str(ran), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
@@ -63,12 +68,12 @@ def _run(tmp_path: Path, workers: int, long_s: float = LONG_S) -> tuple[dict[str
     for line in lines:
         by_worker[line["worker"]].append(line["test"].split("::")[0])
     assert sorted(f for files in by_worker.values() for f in files) == sorted(
-        ["tests/ui/test_newcomer.py", *["tests/distributed/test_celery.py"] * 2, *NORMAL])  # each once
-    return by_worker, answer.stdout
+        ["tests/ui/test_newcomer.py", *["tests/distributed/test_celery.py"] * 2, *NORMAL, BACKGROUND])  # each once
+    return by_worker, answer.stdout, lines
 
 
 def test_two_workers_start_on_the_stack_units_and_queue_one_unit_ahead_at_most(tmp_path):
-    by_worker, output = _run(tmp_path, 2)
+    by_worker, output, _ = _run(tmp_path, 2)
     [distributed] = [w for w, files in by_worker.items() if files[0] == "tests/distributed/test_celery.py"]
     [ui] = [w for w, files in by_worker.items() if files[0] == "tests/ui/test_newcomer.py"]
     assert distributed != ui
@@ -80,7 +85,23 @@ def test_two_workers_start_on_the_stack_units_and_queue_one_unit_ahead_at_most(t
 
 
 def test_with_two_workers_more_than_stack_units_each_stack_unit_has_a_worker_of_its_own(tmp_path):
-    by_worker, _ = _run(tmp_path, 4, long_s=0)  # the assignment alone: no test needs to wait
+    by_worker, _, _ = _run(tmp_path, 4, long_s=0)  # the assignment alone: no test needs to wait
     assert len(by_worker) == 4
-    units = sorted(sorted(set(files)) for files in by_worker.values() if not set(files) & set(NORMAL))
+    units = sorted(sorted(set(files) - {BACKGROUND}) for files in by_worker.values() if not set(files) & set(NORMAL))
     assert units == [["tests/distributed/test_celery.py"], ["tests/ui/test_newcomer.py"]], dict(by_worker)
+
+
+def test_a_stack_s_worker_then_runs_the_background_units_below_the_others_cpu_priority(tmp_path):
+    from stack_priority import STACK_NICENESS
+    from xdist_units import BACKGROUND_UNITS
+
+    assert BACKGROUND in BACKGROUND_UNITS
+    # the other workers are still on the slow normal files when the stacks are done; the background file
+    # comes last in the order, so only a stack's worker taking it out of turn runs it this early
+    by_worker, _, lines = _run(tmp_path, 4, long_s=0, normal_s=0.5)
+    [background] = [line for line in lines if line["test"].startswith(BACKGROUND)]
+    assert by_worker[background["worker"]][0] in ("tests/ui/test_newcomer.py", "tests/distributed/test_celery.py")
+    assert not set(by_worker[background["worker"]]) & set(NORMAL), dict(by_worker)
+    start_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    assert background["nice"] == min(19, start_nice + STACK_NICENESS) and background["marked"] == "1", background
+    assert all(line["nice"] == start_nice and line["marked"] is None for line in lines if line is not background), lines

@@ -16,6 +16,23 @@ ONE_UNIT_DIRS = ("report", "distributed")
 # Directories whose tests run a real Airflow scheduler (their conftests' ui_stack, distributed_stack): the
 # longest units, and the ones that wait most (scheduler loops, a process per task) rather than compute.
 STACK_DIRS = ("ui", "distributed")
+# Units whose tests judge what was done, never how fast (no timed figure, no verdict on one, no bound on a
+# wall time), and whose waits are generous: each may run below the test workers' CPU priority, on a stack's
+# worker once its stack is done, in the CPU the test workers leave idle while they wait on their engines.
+# They come last in the order, so that the stacks' workers find them there.
+BACKGROUND_UNITS = frozenset({
+    "tests/independent/test_openwebui_plain.py",  # OpenWebUI's verdicts on plain servers, from its database
+    "tests/storage/test_shared_nothing.py",  # where run state lives: each step in a fresh process
+    "tests/independent/test_endpoint_access_plain.py",  # the key and the CA reach the engine; no figure judged
+    "tests/product/test_trigger_form_api.py",  # the trigger form's REST answers
+    "tests/openwebui/test_openwebui_browser.py",  # what a browser shows of a stored chat
+    "tests/k8s/test_k8s_openwebui.py",  # the objects created and removed around the openwebui step
+    "tests/test_dag_integrity.py",
+    "tests/reliability/test_fuzz_config.py",
+    "tests/test_import_cycles.py",
+    "tests/registry/test_pinning.py",
+    "tests/test_preload.py",
+})
 
 
 def _unit(nodeid: str) -> str:
@@ -36,7 +53,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     at most: a unit queued behind a long test is tied to that worker while another may idle, at the end of
     the run most of all. With two workers more than there are stack units (`make test`'s default: a worker
     per core plus one per stack), each stack unit has a worker of its own, which then stops: the others run
-    the rest beside them, the stacks below them in CPU priority (tests/stack_priority.py)."""
+    the rest beside them, the stacks below them in CPU priority (tests/stack_priority.py). Once its stack is
+    done, a stack's worker takes the BACKGROUND_UNITS still queued, and stops when none is left."""
     if config.getvalue("dist") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -44,7 +62,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class Scheduling(LoadFileScheduling):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.dedicated: set[Any] = set()  # workers that run one stack unit and nothing else
+            self.dedicated: set[Any] = set()  # workers that run one stack unit, then background units only
             self.stack_units: set[str] | None = None  # once the collection is known
 
         def _split_scope(self, nodeid: str) -> str:
@@ -61,10 +79,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             if node.shutting_down:
                 return
             pending = self._pending_of(self.assigned_work[node])
-            if not self.workqueue or (node in self.dedicated and pending <= 1):
+            if not self.workqueue:
                 node.shutdown()  # its last test runs once it knows none follows
-            elif node not in self.dedicated and pending <= 1:
+            elif pending > 1:
+                return
+            elif node not in self.dedicated:
                 # a worker runs a test once it knows the next one: the last test of a unit waits for another
+                self._assign_work_unit(node)
+            else:
+                background = next((unit for unit in self.workqueue if unit in BACKGROUND_UNITS), None)
+                if background is None:
+                    node.shutdown()
+                    return
+                self.workqueue.move_to_end(background, last=False)
                 self._assign_work_unit(node)
 
     return Scheduling(config, log)
@@ -75,8 +102,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     end keeps one worker busy while the other idles. Workers take units in this order."""
     # the longest: a real scheduler (`make ui`'s stack, the distributed Celery stack), one on each worker
     heavy = {_unit(item.nodeid) for item in items if "airflow_db" in item.fixturenames}
-    # stable: collection order within each part
-    items.sort(key=lambda item: (not _is_stack_unit(_unit(item.nodeid)), _unit(item.nodeid) not in heavy))
+    # stable: collection order within each part; the background units last, for the stacks' workers
+    items.sort(key=lambda item: (not _is_stack_unit(_unit(item.nodeid)), _unit(item.nodeid) in BACKGROUND_UNITS,
+                                 _unit(item.nodeid) not in heavy))
+
+
+_RAN_A_STACK = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """On a worker that ran a stack unit, a background unit runs below the test workers' CPU priority, and so
+    does all this worker runs after it (its module fixtures included: this runs before them)."""
+    unit = _unit(item.nodeid)
+    if _is_stack_unit(unit):
+        item.config.stash[_RAN_A_STACK] = True
+    elif unit in BACKGROUND_UNITS and item.config.stash.get(_RAN_A_STACK, False):
+        from stack_priority import join_the_background
+
+        join_the_background()
+
 
 
 class _WorkerTimes:

@@ -96,6 +96,7 @@ def test_a_stack_s_worker_then_runs_the_background_units_below_the_others_cpu_pr
     from xdist_units import BACKGROUND_UNITS
 
     assert BACKGROUND in BACKGROUND_UNITS
+    assert all((TESTS.parent / unit).is_file() for unit in BACKGROUND_UNITS), "a renamed file leaves the list"
     # the other workers are still on the slow normal files when the stacks are done; the background file
     # comes last in the order, so only a stack's worker taking it out of turn runs it this early
     by_worker, _, lines = _run(tmp_path, 4, long_s=0, normal_s=0.5)

@@ -102,9 +102,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     end keeps one worker busy while the other idles. Workers take units in this order."""
     # the longest: a real scheduler (`make ui`'s stack, the distributed Celery stack), one on each worker
     heavy = {_unit(item.nodeid) for item in items if "airflow_db" in item.fixturenames}
-    # stable: collection order within each part; the background units last, for the stacks' workers
-    items.sort(key=lambda item: (not _is_stack_unit(_unit(item.nodeid)), _unit(item.nodeid) in BACKGROUND_UNITS,
-                                 _unit(item.nodeid) not in heavy))
+
+    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
+        unit = _unit(item.nodeid)  # the background units last, for the stacks' workers
+        return not _is_stack_unit(unit), unit in BACKGROUND_UNITS, unit not in heavy
+
+    items.sort(key=order)  # stable: collection order within each part
 
 
 _RAN_A_STACK = pytest.StashKey[bool]()
@@ -121,7 +124,6 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         from stack_priority import join_the_background
 
         join_the_background()
-
 
 
 class _WorkerTimes:

@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import uvloop  # noqa: E402
 
-from tasks.sim import start_sim  # noqa: E402
+from tasks.sim.process import start_sim  # noqa: E402
 from tasks.sim.timer import PreciseTimer  # noqa: E402
 
 

@@ -176,7 +176,7 @@ def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ---- a EngineContext against DayOne's simulator (checks and evidence tests) -----------------------
 from tasks.config import parse_run_config  # noqa: E402
 from tasks.engine_context import EngineContext, endpoint_for  # noqa: E402
-from tasks.sim import SimProcess, start_sim  # noqa: E402
+from tasks.sim.process import SimProcess, start_sim  # noqa: E402
 from tasks.run_storage import RunDir  # noqa: E402
 # A small context limit keeps needle prompts short and fast.
 

@@ -1,8 +1,8 @@
 """What the GPUs spent in a round, from a DCGM exporter: utilization, memory used, power and the
 energy counter (one `telemetry_rounds` row per round), with joules per output token.
 
-The DCGM dialect lives here and nowhere else: dcgm-exporter's metric names (etc/default-counters.csv)
-and its `UUID` label; a Prometheus `/federate` URL that selects these series reads the same. The
+The DCGM dialect (tasks/evidence/dcgm.py: dcgm-exporter's metric names and its `UUID` label) is read
+here and nowhere else; a Prometheus `/federate` URL that selects these series reads the same. The
 exporter is read just before a round's first send, every `interval_s` on a thread of its own, and just
 after its last completion; the engine's GPUs are combined as it uses them (utilization averaged,
 memory and power summed). Energy is published only over a window of at least MIN_REFRESHES of the
@@ -22,22 +22,12 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from tasks.evidence.dcgm import (FB_USED, GPU_UTIL, INDEX_LABEL, NAMES, POWER_USAGE, SIMULATOR_PATH, TOTAL_ENERGY,
+                                 UUID_LABEL)
 from tasks.evidence.window import gaps
 
-# dcgm-exporter's default counters (NVIDIA/dcgm-exporter etc/default-counters.csv), with their units.
-GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # gauge, percent
-FB_USED = "DCGM_FI_DEV_FB_USED"  # gauge, MiB
-POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"  # gauge, W
-TOTAL_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # counter, mJ since boot
-NAMES = (GPU_UTIL, FB_USED, POWER_USAGE, TOTAL_ENERGY)
-UUID_LABEL = "UUID"
-INDEX_LABEL = "gpu"
-# Where the simulator serves its exporter (a real exporter is its own endpoint, usually :9400/metrics).
-SIMULATOR_PATH = "/dcgm/metrics"
 SAMPLE_INTERVAL_S = 0.5
-# dcgm-exporter's default collect-interval (NVIDIA/dcgm-exporter pkg/cmd/app.go: Value 30000, "Unit is
-# milliseconds"); the simulator's exporter refreshes this often unless its profile says otherwise.
-DCGM_EXPORTER_DEFAULT_REFRESH_S = 30.0
+
 # Each end of a window reads a value up to one refresh old, so the span the energy delta covers is off
 # by less than one refresh in all: at least 10 refreshes keep that under a tenth of the window.
 MIN_REFRESHES = 10

@@ -13,7 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tasks.evidence.telemetry import DCGM_EXPORTER_DEFAULT_REFRESH_S
+from tasks.evidence.dcgm import DCGM_EXPORTER_DEFAULT_REFRESH_S
 
 
 class _Model(BaseModel):

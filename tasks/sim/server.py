@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tasks.evidence.telemetry import SIMULATOR_PATH as SIMULATOR_DCGM_PATH
+from tasks.evidence.dcgm import SIMULATOR_PATH as SIMULATOR_DCGM_PATH
 from tasks.sim.dialects import DIALECTS, Dialect, startup_values
 from tasks.sim.engine import Engine, Record
 from tasks.sim.exposition import dcgm_metrics_text, engine_metrics_text

@@ -12,7 +12,7 @@ from typing import Any
 from tasks.config import parse_run_config
 from tasks.engine_context import EngineContext, endpoint_for
 from tasks.scenarios.warmup import reset_shapes
-from tasks.sim import SimProcess, start_sim
+from tasks.sim.process import SimProcess, start_sim
 from tasks.run_storage import RunDir
 
 DIGEST = "sha256:" + "0" * 64

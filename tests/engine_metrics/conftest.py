@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tasks.evidence import engine_metrics
-from tasks.sim import SimProcess, start_sim
+from tasks.sim.process import SimProcess, start_sim
 
 
 @pytest.fixture(autouse=True)

@@ -12,7 +12,7 @@ import time
 import httpx
 
 from tasks.engines import adapter_for
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 
 
 def test_vllm_clear_is_retried_through_success_false_until_the_running_request_ends():

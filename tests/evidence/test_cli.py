@@ -8,7 +8,7 @@ import pandas as pd
 
 from tasks.checks import CHECK_NAMES
 from tasks.cli import main
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 
 
 def test_check_longctx_and_cache_commands_write_their_tables(tmp_path, capsys):

@@ -73,7 +73,7 @@ def test_a_step_without_a_restart_passes(sim_ctx):
 
 def test_longctx_cli_fails_on_a_restart_during_the_long_context_requests(tmp_path, capsys):
     from tasks.cli import main
-    from tasks.sim import start_sim
+    from tasks.sim.process import start_sim
 
     with start_sim("sglang", {"context_limit": 4096, "faults": {"restart_after_requests": 3}}) as sim:
         code = main(["longctx", "--endpoint", sim.url, "--dialect", "sglang", "--model", "dayone-sim-model",

@@ -41,7 +41,7 @@ def kube_conn(apiserver: FakeApiServer, tmp_path: Path, monkeypatch: pytest.Monk
 @pytest.fixture(scope="module")
 def engine_url() -> Iterator[str]:
     """The engine the Service fronts: DayOne's simulator speaking SGLang's dialect."""
-    from tasks.sim import start_sim
+    from tasks.sim.process import start_sim
 
     sim = start_sim("sglang", {"model": MODEL})
     yield sim.url

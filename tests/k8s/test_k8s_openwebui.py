@@ -44,7 +44,7 @@ def owui_objects(apiserver) -> dict[str, list[str]]:
 
 @pytest.fixture
 def reasoning_engine():
-    from tasks.sim import start_sim
+    from tasks.sim.process import start_sim
 
     sim = start_sim("sglang", {"model": MODEL, "reasoning": True})
     yield sim

@@ -11,7 +11,7 @@ import pytest
 
 from tasks.load.plan import poisson_arrivals
 from tasks.scenarios.perf import run_perf
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 from tasks.tables import REQUESTS, ROUNDS
 
 FAST = {"ttft_base_s": 0.005, "itl_s": 0.001, "slots": 16}

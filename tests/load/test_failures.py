@@ -4,7 +4,7 @@ rate is failed; usage that differs from the requested lengths is flagged (PROTOC
 from __future__ import annotations
 
 from tasks.scenarios.perf import run_perf
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 
 FAST = {"ttft_base_s": 0.005, "itl_s": 0.001, "slots": 8}
 

@@ -8,7 +8,7 @@ import pytest
 from tasks.load.plan import Shape
 from tasks.scenarios.perf import run_perf
 from tasks.scenarios.warmup import reset_shapes, run_shapes, run_warmup, seen_shapes
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 
 JIT_S = 0.4
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from tasks.scenarios.perf import run_perf
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"ttft_base_s": 0.005, "itl_s": 0.001, "slots": 16}

@@ -7,7 +7,7 @@ import pytest
 from tasks.load.stats import median
 from tasks.scenarios.perf import run_perf
 from tasks.scenarios.warmup import reset_shapes
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 from tasks.tables import REQUESTS, ROUNDS, to_frame
 
 # A client timestamp may never precede the server's, and the typical (median) error stays near a

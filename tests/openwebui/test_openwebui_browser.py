@@ -15,7 +15,7 @@ import pytest
 from tasks.openwebui.checks import assistant_messages, shown_reasoning
 from tasks.openwebui.server import running_openwebui, venv_path
 from tasks.openwebui.session import Person
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 
 REPO = Path(__file__).resolve().parents[2]
 PROMPT = "What is 17 + 25?"

@@ -63,7 +63,7 @@ def _step(config_file: Path, root: Path) -> subprocess.Popen:
 
 @pytest.fixture
 def sim():
-    from tasks.sim import start_sim
+    from tasks.sim.process import start_sim
 
     # ~0.2 s a request: a round of 160 at concurrency 4 lasts long enough to be killed mid-way
     s = start_sim("sglang", {"ttft_base_s": 0.02, "itl_s": 0.02})

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tasks.sim import SimProcess, start_sim
+from tasks.sim.process import SimProcess, start_sim
 
 
 @pytest.fixture

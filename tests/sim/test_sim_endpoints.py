@@ -11,7 +11,7 @@ import pytest
 from sim_helpers import chat, stream
 from test_sim_units import png
 
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 from tasks.sim.tokenizer import count_tokens
 
 FAST = {"itl_s": 0.001, "ttft_base_s": 0.002}

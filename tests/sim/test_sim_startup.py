@@ -67,7 +67,7 @@ def test_cli_merges_profile_file_json_and_overrides(tmp_path):
     import subprocess
     import sys
 
-    from tasks.sim import SimProcess
+    from tasks.sim.process import SimProcess
     from tasks.ports import free_port
 
     profile = tmp_path / "profile.yaml"

@@ -49,7 +49,7 @@ def _conf(url: str) -> dict:
 
 @pytest.fixture
 def sim():
-    from tasks.sim import start_sim
+    from tasks.sim.process import start_sim
 
     # ~0.2 s a request: a round of 200 at concurrency 4 lasts ~10 s, long enough to be killed mid-way
     s = start_sim("sglang", {"ttft_base_s": 0.02, "itl_s": 0.02})

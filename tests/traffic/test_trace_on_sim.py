@@ -12,7 +12,7 @@ from tasks.config import parse_run_config
 from tasks.engine_context import EngineContext, endpoint_for
 from tasks.run_storage import RunDir
 from tasks.scenarios.trace import round_salt, run_trace
-from tasks.sim import start_sim
+from tasks.sim.process import start_sim
 from tasks.traffic.trace_formats import read_trace
 from tasks.traffic.trace_prompts import prompt_token_ids
 from tasks.traffic.trace_synth import synthetic_lines

@@ -11,8 +11,9 @@ import pytest
 
 # Each worker builds its own session fixtures. A test file goes to one worker whole, so its module fixtures are
 # built once; so does a directory whose session fixture is a whole run (report: `sim_run`) or a whole
-# deployment (distributed: PostgreSQL, Redis, S3, Airflow's components and two Celery workers).
-ONE_UNIT_DIRS = ("report", "distributed")
+# deployment (distributed: PostgreSQL, Redis, S3, Airflow's components and two Celery workers; ui: `make ui`'s
+# stack, for the REST API's trigger form and the newcomer in the browser).
+ONE_UNIT_DIRS = ("report", "distributed", "ui")
 # Directories whose tests run a real Airflow scheduler (their conftests' ui_stack, distributed_stack): the
 # longest units, and the ones that wait most (scheduler loops, a process per task) rather than compute.
 STACK_DIRS = ("ui", "distributed")
@@ -24,7 +25,6 @@ BACKGROUND_UNITS = frozenset({
     "tests/independent/test_openwebui_plain.py",  # OpenWebUI's verdicts on plain servers, from its database
     "tests/storage/test_shared_nothing.py",  # where run state lives: each step in a fresh process
     "tests/independent/test_endpoint_access_plain.py",  # the key and the CA reach the engine; no figure judged
-    "tests/product/test_trigger_form_api.py",  # the trigger form's REST answers
     "tests/openwebui/test_openwebui_browser.py",  # what a browser shows of a stored chat
     "tests/k8s/test_k8s_openwebui.py",  # the objects created and removed around the openwebui step
     "tests/test_dag_integrity.py",

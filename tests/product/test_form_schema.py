@@ -1,6 +1,6 @@
 """The trigger form's JSON schemas as Airflow's API applies them (SerializedParamsDict.validate).
 
-The REST test (test_trigger_form_api.py) sees the DayOne check answer first; this one shows that the
+The REST test (tests/ui/test_trigger_form_api.py) sees the DayOne check answer first; this one shows that the
 schemas alone, as the API server deserializes them, reject the per-field mistakes too.
 """
 

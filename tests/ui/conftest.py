@@ -87,9 +87,10 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=30)
 
 
-# Module scope, not session: the stack and Playwright's sync API (whose event loop runs in this thread until
-# it stops) must end with the UI tests, or every later asyncio.run() in this worker fails.
-@pytest.fixture(scope="module")
+# One stack for the directory's test files (one unit of work on one worker: tests/xdist_units.py), stopped at
+# the worker's end. Playwright's sync API, whose event loop runs in this thread until it stops, keeps its module
+# scope (headless_chromium.py): it must end with the UI tests, or every later asyncio.run() in this worker fails.
+@pytest.fixture(scope="session")
 def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     """`python -m dayone_airflow.ui` (what `make ui` runs) on a free port, once the API answers for
     the admin and both DayOne DAGs are parsed."""

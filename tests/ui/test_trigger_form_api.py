@@ -1,4 +1,5 @@
-"""The trigger form through the REST API of a running `airflow standalone`.
+"""The trigger form through the REST API of a running `airflow standalone`: `make ui`'s stack, the one the
+newcomer's test uses after (tests/ui/conftest.py), started once for both.
 
 Bad confs get HTTP 400 naming the field before any run exists; a good conf creates a run. The
 DAG stays paused, so the good run is only queued and nothing deploys.
@@ -6,22 +7,13 @@ DAG stays paused, so the good run is only queued and nothing deploys.
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tasks.ports import free_port
-
 REPO = Path(__file__).resolve().parents[2]
-STARTUP_TIMEOUT_S = 240
+pytestmark = [pytest.mark.slow]
 
 BAD_CONFS = [
     ({"engines": [{"name": "sim-a", "dialect": "sglang", "image": "Not An Image!"}]}, "engines[0].image"),
@@ -41,84 +33,21 @@ GOOD_CONF = {
 
 
 @pytest.fixture(scope="module")
-def standalone():
-    home = Path(tempfile.mkdtemp(prefix="dayone-standalone-"))
-    port = free_port()
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__PARALLELISM": "2",
-        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(port),
-        "AIRFLOW__API__WORKERS": "1",
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{port}",
-        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-        # A shared, loaded machine parses slowly; the defaults (30 s, 50 s) kill the parse.
-        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "150",
-        "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
-        "PYTHONPATH": os.pathsep.join([str(REPO / "plugins"), str(REPO)]),
-        # standalone starts its components as `airflow ...` from PATH: this virtualenv's
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-    }
-    env.pop("AIRFLOW__CORE__UNIT_TEST_MODE", None)
-    log = open(home / "standalone.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen([sys.executable, "-m", "airflow", "standalone"], env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        token = _wait_for_token(proc, home, base)
-        client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30)
-        for dag_id in ("dayone_eval", "dayone_nightly"):
-            _wait_for_dag(proc, client, dag_id, home)
-        yield client
-        client.close()
-    finally:
-        proc.send_signal(signal.SIGINT)  # standalone's only clean shutdown
-        try:
-            proc.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        log.close()
-
-
-def _tail(home: Path) -> str:
-    return (home / "standalone.log").read_text(errors="replace")[-3000:]
-
-
-def _wait_for_token(proc: subprocess.Popen, home: Path, base: str) -> str:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    password_file = home / "simple_auth_manager_passwords.json.generated"
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"airflow standalone exited: {_tail(home)}"
-        if password_file.exists():
-            try:
-                password = json.loads(password_file.read_text())["admin"]
-                r = httpx.post(f"{base}/auth/token", json={"username": "admin", "password": password}, timeout=10)
-                if r.status_code in (200, 201):
-                    return r.json()["access_token"]
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-        time.sleep(1)
-    raise AssertionError(f"no API token within {STARTUP_TIMEOUT_S} s: {_tail(home)}")
-
-
-def _wait_for_dag(proc: subprocess.Popen, client: httpx.Client, dag_id: str, home: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, f"airflow standalone exited: {_tail(home)}"
-        r = client.get(f"/api/v2/dags/{dag_id}")
-        if r.status_code == 200:
-            return
-        time.sleep(2)
-    raise AssertionError(f"{dag_id} was not parsed within {STARTUP_TIMEOUT_S} s: {_tail(home)}")
+def standalone(ui_stack):
+    """An API client of `make ui`'s stack (tests/ui/conftest.py), signed in as its admin. dayone_eval stays
+    paused (as a fresh stack has it) until the newcomer triggers it, so the runs made here only queue; they
+    are deleted after, so the newcomer's run is the stack's only one."""
+    client = httpx.Client(base_url=ui_stack.base_url, headers={"Authorization": f"Bearer {ui_stack.token}"},
+                          timeout=90)
+    dag = client.get("/api/v2/dags/dayone_eval")
+    assert dag.status_code == 200 and dag.json()["is_paused"], dag.text
+    before = {d["dag_run_id"] for d in _runs(client)}
+    yield client
+    made = [d["dag_run_id"] for d in _runs(client) if d["dag_run_id"] not in before]
+    for run_id in made:
+        r = client.delete(f"/api/v2/dags/dayone_eval/dagRuns/{run_id}")
+        assert r.status_code == 204, (run_id, r.status_code, r.text)
+    client.close()
 
 
 def _runs(client: httpx.Client) -> list[dict]:

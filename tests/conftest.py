@@ -6,7 +6,9 @@ imports airflow.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,12 +128,21 @@ def garbage_collected() -> None:
 
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
-    """`airflow db migrate` once per session, on SQLite in a temporary AIRFLOW_HOME."""
+    """A migrated SQLite metadata DB in this worker's AIRFLOW_HOME. `airflow db migrate` runs once for all the
+    workers of a `make test`: the first to need it migrates a template beside their homes, and each copies it."""
     home = Path(os.environ["AIRFLOW_HOME"])
     marker = home / ".migrated"
     if not marker.exists():
-        subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
-                       env=os.environ.copy(), timeout=300)
+        template = home.parent / "migrated-template" if os.environ.get("PYTEST_XDIST_WORKER") else home
+        template.mkdir(parents=True, exist_ok=True)
+        with (template / ".lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the other workers wait for the one migrating
+            if not (template / ".migrated").exists():
+                subprocess.run([sys.executable, "-m", "airflow", "db", "migrate"], check=True, capture_output=True,
+                               env={**os.environ, "AIRFLOW_HOME": str(template)}, timeout=300)
+                (template / ".migrated").touch()
+        if template != home:
+            shutil.copyfile(template / "airflow.db", home / "airflow.db")
         marker.touch()
     _dag_test_without_idle_pauses()
     return home

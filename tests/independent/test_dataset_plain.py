@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from plain_server import MODEL
 from recording_server import RecordingServer
+from schedule_fit import lateness
 
 from tasks.config import ConfigError, parse_run_config
 from tasks.engine_context import EngineContext, endpoint_for
@@ -85,7 +86,7 @@ def test_a_rate_rounds_arrivals_follow_its_seeded_schedule(tmp_path: Path):
     due = poisson_arrivals(12, 40.0, arrival_seed(d, shapes(d)[0], 1))
     other = poisson_arrivals(12, 40.0, arrival_seed(d, shapes(d)[0], 2))  # the next round's schedule
     arrived = sorted(r["arrived"] for r in server.received)
-    late, late_to_other = _lateness(arrived, due), _lateness(arrived, other)
+    late, late_to_other = lateness(arrived, due), lateness(arrived, other)
     # the schedule's gaps span ~0.3 s; a loaded 2-core machine stalls a sender now and then by tens of ms,
     # so: the typical arrival within 5 ms, at most two beyond 25 ms, and a fit the other seed cannot match
     assert statistics.median(late) < 0.005, late
@@ -93,12 +94,6 @@ def test_a_rate_rounds_arrivals_follow_its_seeded_schedule(tmp_path: Path):
     assert statistics.median(late_to_other) > 3 * max(statistics.median(late), 0.002), (late, late_to_other)
     assert arrived[-1] - arrived[0] > 0.5 * due[-1]  # not sent at once
 
-
-def _lateness(arrived: list[float], due: list[float]) -> list[float]:
-    """Each arrival's distance from its due offset, the round's start fitted robustly (a stalled first
-    request does not shift the rest)."""
-    start = statistics.median(a - x for a, x in zip(arrived, due))
-    return [abs(a - start - x) for a, x in zip(arrived, due)]
 
 
 def test_the_dataset_in_the_runs_s3_store_is_read_like_the_file(s3_server, tmp_path: Path):

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
+from schedule_fit import lateness
 
 from tasks.load.plan import poisson_arrivals
 from tasks.scenarios.perf import run_perf
@@ -71,8 +73,9 @@ def test_rate_scenario_sends_open_loop_arrivals(make_ctx):
         summary = run_perf(ctx, "rate")
     rows = sorted(ctx.run_dir.read_rows("requests", "sim"), key=lambda r: r["send_ts"])
     assert len(rows) == 12 and all(r["rate_rps"] == 20.0 and r["status"] == "ok" for r in rows)
-    sends = [r["send_ts"] - rows[0]["send_ts"] for r in rows]
     planned = poisson_arrivals(12, 20.0, seed="5/in16-out4-rate20/r1")
-    # open loop: each request leaves on its schedule, whatever is still in flight
-    assert max(abs(s - p) for s, p in zip(sends, planned)) < 0.05
+    # open loop: each request leaves on its schedule, whatever is still in flight (a request takes 0.2 s, the
+    # schedule's gaps 50 ms on average); a loaded machine may stall one send
+    late = lateness([r["send_ts"] for r in rows], planned)
+    assert statistics.median(late) < 0.005 and sum(x > 0.05 for x in late) <= 1, late
     assert summary["levels"][0]["rate_rps"] == 20.0

@@ -87,9 +87,13 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=30)
 
 
-# One stack for the directory's test files (one unit of work on one worker: tests/xdist_units.py), stopped at
-# the worker's end. Playwright's sync API, whose event loop runs in this thread until it stops, keeps its module
-# scope (headless_chromium.py): it must end with the UI tests, or every later asyncio.run() in this worker fails.
+# One stack for the directory's test files (one unit of work on one worker: tests/xdist_units.py), stopped after
+# the directory's last test (pytest_runtest_teardown below). Playwright's sync API, whose event loop runs in this
+# thread until it stops, keeps its module scope (headless_chromium.py): it must end with the UI tests, or every
+# later asyncio.run() in this worker fails.
+_RUNNING: list[subprocess.Popen] = []
+
+
 @pytest.fixture(scope="session")
 def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
     """`python -m dayone_airflow.ui` (what `make ui` runs) on a free port, once the API answers for
@@ -107,6 +111,7 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
             proc = subprocess.Popen([sys.executable, "-m", "dayone_airflow.ui", "--state", str(state), "--port", str(port)],
                                     cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         stack = UiStack(base_url=f"http://127.0.0.1:{port}", state=state, log=log, proc=proc)
+        _RUNNING.append(proc)
         try:
             passwords = state / "airflow" / PASSWORDS_FILE
             stack.password = _wait("the generated admin password", lambda: json.loads(passwords.read_text())["admin"],
@@ -125,6 +130,14 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
             yield stack
         finally:
             _stop(proc)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The stack stops once the directory's last test is done, not at the worker's end: the worker goes on to
+    other units (tests/xdist_units.py), and an idle stack would only take their CPU."""
+    if nextitem is None or nextitem.path.parent != item.path.parent:
+        while _RUNNING:
+            _stop(_RUNNING.pop())
 
 
 

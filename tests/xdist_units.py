@@ -20,19 +20,20 @@ STACK_DIRS = ("ui", "distributed")
 # Units whose tests judge what was done, never how fast (no timed figure, no verdict on one, no bound on a
 # wall time), and whose waits are generous: each may run below the test workers' CPU priority, on a stack's
 # worker once its stack is done, in the CPU the test workers leave idle while they wait on their engines.
-# They come last in the order, so that the stacks' workers find them there.
-BACKGROUND_UNITS = frozenset({
-    "tests/independent/test_openwebui_plain.py",  # OpenWebUI's verdicts on plain servers, from its database
-    "tests/storage/test_shared_nothing.py",  # where run state lives: each step in a fresh process
-    "tests/independent/test_endpoint_access_plain.py",  # the key and the CA reach the engine; no figure judged
-    "tests/openwebui/test_openwebui_browser.py",  # what a browser shows of a stored chat
-    "tests/k8s/test_k8s_openwebui.py",  # the objects created and removed around the openwebui step
-    "tests/test_dag_integrity.py",
-    "tests/reliability/test_fuzz_config.py",
-    "tests/test_import_cycles.py",
-    "tests/registry/test_pinning.py",
-    "tests/test_preload.py",
-})
+# They come last in the order, so that the stacks' workers find them there; among them the longest first
+# (seconds on a fresh clone), so that the last unit to start is a short one and the workers end together.
+BACKGROUND_UNITS = (
+    "tests/storage/test_shared_nothing.py",  # 128 s: where run state lives, each step in a fresh process
+    "tests/independent/test_endpoint_access_plain.py",  # 66 s: the key and the CA reach the engine; no figure judged
+    "tests/openwebui/test_openwebui_browser.py",  # 42 s: what a browser shows of a stored chat
+    "tests/independent/test_openwebui_plain.py",  # 39 s: OpenWebUI's verdicts on plain servers, from its database
+    "tests/test_import_cycles.py",  # 36 s
+    "tests/k8s/test_k8s_openwebui.py",  # 32 s: the objects created and removed around the openwebui step
+    "tests/test_dag_integrity.py",  # 27 s
+    "tests/test_preload.py",  # 20 s
+    "tests/reliability/test_fuzz_config.py",  # 14 s
+    "tests/registry/test_pinning.py",  # 7 s
+)
 
 
 def _unit(nodeid: str) -> str:
@@ -103,9 +104,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the longest: a real scheduler (`make ui`'s stack, the distributed Celery stack), one on each worker
     heavy = {_unit(item.nodeid) for item in items if "airflow_db" in item.fixturenames}
 
-    def order(item: pytest.Item) -> tuple[bool, bool, bool]:
-        unit = _unit(item.nodeid)  # the background units last, for the stacks' workers
-        return not _is_stack_unit(unit), unit in BACKGROUND_UNITS, unit not in heavy
+    def order(item: pytest.Item) -> tuple[bool, int, bool]:
+        unit = _unit(item.nodeid)  # the background units last, for the stacks' workers, the longest first
+        background = BACKGROUND_UNITS.index(unit) + 1 if unit in BACKGROUND_UNITS else 0
+        return not _is_stack_unit(unit), background, unit not in heavy
 
     items.sort(key=order)  # stable: collection order within each part
 

@@ -14,6 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tasks.polling import TimedOut, poll
 from tasks.ports import free_port
 from tasks.processes import start_group, stop_group
@@ -46,8 +48,6 @@ class SimProcess:
 
     def wait_ready(self, timeout_s: float = 30.0) -> dict[str, Any]:
         """Wait until /sim/state says ready; raises SimError if the process exits or time runs out."""
-        import httpx
-
         last = "no answer yet"
 
         def ready_state() -> dict[str, Any] | None:
@@ -69,8 +69,6 @@ class SimProcess:
             raise SimError(f"simulator not ready after {timeout_s} s ({last}):\n{self.log()[-2000:]}") from None
 
     def wait_listening(self, timeout_s: float = 30.0) -> None:
-        import httpx
-
         def answers() -> bool | None:
             self._raise_if_exited()
             try:
@@ -98,7 +96,6 @@ class SimProcess:
 
     # ---- ground truth -------------------------------------------------------------------------
     def state(self, timeout_s: float = 10.0) -> dict[str, Any]:
-        import httpx  # here, not at import: the server process does not need it
         r = httpx.get(self.url + "/sim/state", timeout=timeout_s)
         r.raise_for_status()
         return r.json()
@@ -108,7 +105,6 @@ class SimProcess:
 
     def requests(self, request_id: str | None = None, prefix: str | None = None) -> list[dict[str, Any]]:
         """Ground truth rows (GET /sim/requests), all or those of one request id or id prefix."""
-        import httpx
         params = {k: v for k, v in (("request_id", request_id), ("prefix", prefix)) if v}
         r = httpx.get(self.url + "/sim/requests", params=params, timeout=30)
         r.raise_for_status()
@@ -116,7 +112,6 @@ class SimProcess:
 
     def clear_requests(self) -> int:
         """Forget the ground truth so far; returns how many rows were dropped."""
-        import httpx
         r = httpx.delete(self.url + "/sim/requests", timeout=10)
         r.raise_for_status()
         return int(r.json()["dropped"])

@@ -49,6 +49,7 @@ class InlineThink(PlainServer):
     """Leaves its reasoning inline in the content, as an engine without a reasoning parser does."""
 
     model = "plain-inline-think"
+
     def completion_events(self, kind, prompt_tokens, max_tokens):
         events = super().completion_events(kind, prompt_tokens, ANSWER_WORDS)
         thinking = [(0.002, self.chat_chunk({"content": text})) for text in ("<think>", "First ", "add.", "</think>")]
@@ -59,6 +60,7 @@ class SilentFirstChunk(PlainServer):
     """The first streamed chunk has no visible content: no role, content and reasoning null."""
 
     model = "plain-silent-first-chunk"
+
     def completion_events(self, kind, prompt_tokens, max_tokens):
         events = super().completion_events(kind, prompt_tokens, ANSWER_WORDS)
         silent = self.chat_chunk({"content": None, "reasoning_content": None})

@@ -132,12 +132,17 @@ def ui_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiStack]:
             _stop(proc)
 
 
-def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
-    """The stack stops once the directory's last test is done, not at the worker's end: the worker goes on to
-    other units (tests/xdist_units.py), and an idle stack would only take their CPU."""
-    if nextitem is None or nextitem.path.parent != item.path.parent:
-        while _RUNNING:
-            _stop(_RUNNING.pop())
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """The stack stops once the directory's last test and its module fixtures are torn down (they may still
+    call the API), not at the worker's end: the worker goes on to other units (tests/xdist_units.py), and an
+    idle stack would only take their CPU."""
+    try:
+        return (yield)
+    finally:
+        if nextitem is None or nextitem.path.parent != item.path.parent:
+            while _RUNNING:
+                _stop(_RUNNING.pop())
 
 
 

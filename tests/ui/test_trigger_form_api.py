@@ -33,7 +33,7 @@ GOOD_CONF = {
 
 
 @pytest.fixture(scope="module")
-def standalone(ui_stack):
+def api_client(ui_stack):
     """An API client of `make ui`'s stack (tests/ui/conftest.py), signed in as its admin. dayone_eval stays
     paused (as a fresh stack has it) until the newcomer triggers it, so the runs made here only queue; they
     are deleted after, so the newcomer's run is the stack's only one."""
@@ -56,8 +56,8 @@ def _runs(client: httpx.Client) -> list[dict]:
     return r.json()["dag_runs"]
 
 
-def test_bad_confs_get_400_naming_the_field_and_a_good_one_is_accepted(standalone):
-    client = standalone
+def test_bad_confs_get_400_naming_the_field_and_a_good_one_is_accepted(api_client):
+    client = api_client
     before = len(_runs(client))
     for conf, field in BAD_CONFS:
         r = client.post("/api/v2/dags/dayone_eval/dagRuns", json={"logical_date": None, "conf": conf})
@@ -83,8 +83,8 @@ def test_bad_confs_get_400_naming_the_field_and_a_good_one_is_accepted(standalon
     assert r.status_code == 400 and BAD_CONFS[0][1] in r.json()["detail"], r.text
 
 
-def test_the_form_schema_is_served_with_sections_titles_and_descriptions(standalone):
-    r = standalone.get("/api/v2/dags/dayone_eval/details")
+def test_the_form_schema_is_served_with_sections_titles_and_descriptions(api_client):
+    r = api_client.get("/api/v2/dags/dayone_eval/details")
     assert r.status_code == 200, r.text
     params = r.json()["params"]
     for name in ("model", "engines", "scenarios", "slo", "target", "dry_run"):
@@ -106,12 +106,12 @@ def _parsed(params: dict, conf: dict):
     return parse_run_config(config_from_params({**{k: p["value"] for k, p in params.items()}, **conf}, conf))
 
 
-def test_a_preset_alone_triggers_the_simulator_demo_and_an_unknown_one_is_refused(standalone):
+def test_a_preset_alone_triggers_the_simulator_demo_and_an_unknown_one_is_refused(api_client):
     import yaml
 
     from tasks.config import parse_run_config
 
-    client = standalone
+    client = api_client
     params = client.get("/api/v2/dags/dayone_eval/details").json()["params"]
     sim = parse_run_config(yaml.safe_load((REPO / "tasks" / "presets" / "sim.yaml").read_text(encoding="utf-8")))
     form = {k: p["value"] for k, p in params.items()}

@@ -39,16 +39,36 @@ from tasks.load.stats import percentile
 TOKENS = 16
 STREAMS, REQUESTS = 64, 128  # two waves: the second is sent as the first completes
 _runs: dict[str, list] = {}
+ATTEMPTS, LOADED = 3, 0.15  # runs at most, and the share of a run waiting for a core that calls for another
 
 
 def _run(ref, start: str):
     """One closed-loop run per start mode, shared by the tests below: (result, server record)s.
-    Ramped: the streams start evenly over one request's duration."""
+    Ramped: the streams start evenly over one request's duration.
+
+    On a loaded machine the kernel's delivery of loopback packets (its softirq, then run by a thread that
+    waits for a core like any other) lags the write by milliseconds, and the server's receive stamps with
+    it (a median 1.6 ms once, in a run whose client waited for a core 21% of the time; alone with its server
+    on two cores the client waits 5-10%): a run in which the client waited for a core more than LOADED of the time is run again, up to
+    ATTEMPTS in all, and the least loaded one is judged. A stamp taken at the wrong moment is wrong in every
+    attempt, the quiet ones too."""
     if start in _runs:
         return _runs[start]
+    attempts = []
+    for attempt in range(ATTEMPTS):
+        pairs, waited = _one_run(ref, f"{start}{attempt}", start)
+        print(f"{start} attempt {attempt + 1}: client waited for a core {100 * waited:.0f}% of the run")
+        attempts.append((waited, attempt, pairs))
+        if waited < LOADED:
+            break
+    _runs[start] = min(attempts)[2]
+    return _runs[start]
+
+
+def _one_run(ref, prefix: str, start: str) -> tuple[list, float]:
     ramp_s = 0.0 if start == "burst" else ref.ttft_s + (TOKENS - 1) * ref.itl_s
     specs = [
-        RequestSpec(f"{start}-{i}", "/v1/completions",
+        RequestSpec(f"{prefix}-{i}", "/v1/completions",
                     json.dumps({"model": "m", "prompt": "x" * 400, "max_tokens": TOKENS, "stream": True}).encode(),
                     expected_completion_tokens=TOKENS)
         for i in range(REQUESTS)
@@ -60,12 +80,10 @@ def _run(ref, start: str):
 
     waited0, t0 = _runqueue_wait_s(), time.monotonic()
     results = run_async(go())
-    if waited0 is not None:
-        print(f"client waited for a core {100 * (_runqueue_wait_s() - waited0) / (time.monotonic() - t0):.0f}% of the run")
+    waited = 0.0 if waited0 is None else (_runqueue_wait_s() - waited0) / (time.monotonic() - t0)
     log = ref.log()
     assert len(results) == REQUESTS and all(r.status == "ok" for r in results), [r.error for r in results][:3]
-    _runs[start] = [(r, log[r.request_id]) for r in results]
-    return _runs[start]
+    return [(r, log[r.request_id]) for r in results], waited
 
 
 def _runqueue_wait_s() -> float | None:

@@ -76,7 +76,7 @@ def test_the_graph_follows_the_step_registry():
             task = following[0]
             chain.append(step_of[task.task_id])
         assert tuple(chain) == (*SCENARIO_STEPS, "teardown"), dag_id
-        for tid, step in (("pin", "pin"), (task_id("deploy"), "deploy"), (task_id("short"), "short"),
+        for tid, step in (("plan", "plan"), ("pin", "pin"), (task_id("deploy"), "deploy"), (task_id("short"), "short"),
                           (task_id("teardown"), "teardown"), ("archive", "archive"), ("report", "report")):
             assert dag.get_task(tid).retries == STEPS[step].retries, (dag_id, tid)
     # a measurement is retried only after a killed try: one that failed keeps its rows (tests/test_step_retry.py)

@@ -88,8 +88,9 @@ def run_context(params: dict[str, Any], airflow_run_id: str, logical_date: dt.da
 def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str | None = None,
              **context: Any) -> dict[str, Any]:
     """Run one step for an Airflow task; its StepResult becomes the task's XCom."""
-    from airflow.sdk.exceptions import AirflowSkipException
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+    from tasks.config import ConfigError
     from tasks.run import NotAttempted
     from tasks.steps.execution import execute_with
 
@@ -98,6 +99,8 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
                               step, engine)
     except NotAttempted as exc:
         raise AirflowSkipException(str(exc)) from None
+    except ConfigError as exc:  # the same config is rejected on every try: no retry
+        raise AirflowFailException(str(exc)) from exc
     return result.model_dump(mode="json")
 
 

@@ -146,7 +146,7 @@ def _evaluation_tasks(nightly: bool) -> None:
 
     # all_done: on the nightly the plan follows the cleanup whatever became of it (a failed cleanup fails
     # the run's verdict, not its measurements)
-    @task(task_id="plan", trigger_rule="all_done")
+    @task(task_id="plan", trigger_rule="all_done", **retries("plan"))
     def plan(params=None, run_id=None):
         return run_step("plan", params, run_id)
 

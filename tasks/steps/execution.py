@@ -175,7 +175,10 @@ def verdict(run_dir: RunDir, required: tuple[str, ...]) -> list[str]:
             problems.append(f"run/{name}: not attempted ({outcome.detail})")
     if "archive" in required and (run_level.get("archive") is None or run_level["archive"].status != "ok"):
         problems.append("nothing of this run was archived")
-    validation = run_dir.read_json(VALIDATION, {}) or {}
-    if not validation.get("success"):
+    validation = run_dir.read_json(VALIDATION)
+    if validation is None:  # validate never ran (said above), or ran and kept nothing
+        if "validate" in run_level and run_level["validate"].status == "ok":
+            problems.append("run/validate: no validation result was recorded")
+    elif not validation.get("success"):
         problems.append("result tables failed validation (run archived under quarantine/)")
     return problems

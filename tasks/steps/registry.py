@@ -118,7 +118,9 @@ _ORDER = [
     # engines that killed runs left on the cluster hold GPUs: removed before this run's deploys
     Step("cleanup", False, run_steps.cleanup, enabled=lambda cfg: cfg.target == "kubernetes" and not cfg.dry_run,
          retries=2, nightly_only=True),
-    Step("plan", False, plan, required=True),
+    # a retry for a try lost before it began (its worker died, or the Airflow API never answered its start);
+    # a rejected config fails at once (plugins/dayone_airflow/glue.py)
+    Step("plan", False, plan, retries=1, required=True),
     Step("pin", False, run_steps.pin, retries=2, required=True),  # a registry hiccup; pinning writes whole documents
     Step("deploy", True, engine_steps.deploy, retries=1),  # a retry first removes what the failed try made
     Step("wait_ready", True, engine_steps.wait_ready),

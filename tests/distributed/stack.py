@@ -655,6 +655,10 @@ class DistributedAirflow:
                 lines.append(f"== {ti['task_id']}[{ti['map_index']}] {ti['state']} on {ti.get('hostname')}")
                 if ti["state"] == "failed":
                     lines.append(self.task_log(dag_id, run_id, ti["task_id"], ti["try_number"], ti["map_index"]))
+        # a try whose start the API never confirmed leaves no task log: the scheduler's event names it
+        for event in self.get("/api/v2/eventLogs", dag_id=dag_id, run_id=run_id, event="state mismatch").json().get(
+                "event_logs", []):
+            lines.append(f"== scheduler: {event.get('task_id')}: {event.get('extra')}")
         for component in self.components:
             lines.append(f"--- {component.name} log tail\n{_tail(component.log, 15)}")
         return "\n".join(lines)

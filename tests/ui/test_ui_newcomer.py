@@ -85,7 +85,10 @@ def _wait_for_run(stack, run_id: str) -> dict:
         time.sleep(5)
     if run["state"] == "failed":
         tis = stack.api(f"{path}/taskInstances", state="failed").json().get("task_instances", [])
-        pytest.fail(f"run {run_id} failed; failed tasks: {[ti['task_id'] for ti in tis]}")
+        # a try whose start the API never confirmed leaves no task log: the scheduler's event names it
+        mismatches = stack.api("/api/v2/eventLogs", dag_id=DAG_ID, run_id=run_id, event="state mismatch").json()
+        pytest.fail(f"run {run_id} failed; failed tasks: {[ti['task_id'] for ti in tis]}; scheduler: "
+                    f"{[(e.get('task_id'), e.get('extra')) for e in mismatches.get('event_logs', [])]}")
     return run
 
 

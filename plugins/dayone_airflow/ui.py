@@ -47,6 +47,10 @@ def airflow_env(state: Path, port: int = 8080) -> dict[str, str]:
         # A task process parses the DAG before it runs; on a laptop busy with engines that took 18-30 s, past
         # Airflow's 30 s default, and a task that cannot parse its DAG fails before its step records anything.
         "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+        # the DAG processor's own parse of it: past its 50 s default on two loaded cores, the DAG never appears
+        "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
+        # a task's start through a busy API server: past the 5 s default (five tries), the try fails unstarted
+        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
         # the workers reach the API server here (Airflow assumes localhost:8080 unless told)

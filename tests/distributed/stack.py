@@ -352,6 +352,10 @@ class DistributedAirflow:
             "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",  # a task's parse of the DAG on two loaded cores
+            # the DAG processor's parse of it (a CI run's took 50.1 s, the default's limit, and the DAG never
+            # appeared), and a task's start through a busy API server (the 5 s default timed out five times)
+            "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",  # as docs/helm/celery.yaml: workers preload DayOne
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",

@@ -35,6 +35,18 @@ def executor_slots(cores: int | None = None) -> int:
     return max(4, 2 * cores)
 
 
+# Airflow's limits for a stack on a small, busy machine (a laptop running engines; two loaded cores in CI).
+BUSY_MACHINE_TIMEOUTS = {
+    # A task process parses the DAG before it runs; on a laptop busy with engines that took 18-30 s, past
+    # Airflow's 30 s default, and a task that cannot parse its DAG fails before its step records anything.
+    "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
+    # the DAG processor's own parse of it: a CI run's took 50.1 s, its default's limit, and the DAG never appeared
+    "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
+    # a task's start through a busy API server: the 5 s default timed out five times, and the try failed unstarted
+    "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+}
+
+
 def airflow_env(state: Path, port: int = 8080) -> dict[str, str]:
     """Where standalone keeps its state and finds DayOne; its components run `airflow` from PATH."""
     plugins = str(REPO / "plugins")
@@ -44,13 +56,7 @@ def airflow_env(state: Path, port: int = 8080) -> dict[str, str]:
         "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        # A task process parses the DAG before it runs; on a laptop busy with engines that took 18-30 s, past
-        # Airflow's 30 s default, and a task that cannot parse its DAG fails before its step records anything.
-        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",
-        # the DAG processor's own parse of it: past its 50 s default on two loaded cores, the DAG never appears
-        "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
-        # a task's start through a busy API server: past the 5 s default (five tries), the try fails unstarted
-        "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+        **BUSY_MACHINE_TIMEOUTS,
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),
         # the workers reach the API server here (Airflow assumes localhost:8080 unless told)

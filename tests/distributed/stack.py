@@ -44,6 +44,7 @@ import httpx
 from nodes import Node, NodeNetwork
 from stack_priority import lower_priority_of, stack_env
 
+from dayone_airflow.ui import BUSY_MACHINE_TIMEOUTS
 from tasks.devstack import SeaweedS3
 from tasks.ports import free_ports
 from tasks.polling import TimedOut, poll
@@ -351,11 +352,7 @@ class DistributedAirflow:
             "AIRFLOW__CORE__DAGS_FOLDER": str(own_root / "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "120",  # a task's parse of the DAG on two loaded cores
-            # the DAG processor's parse of it (a CI run's took 50.1 s, the default's limit, and the DAG never
-            # appeared), and a task's start through a busy API server (the 5 s default timed out five times)
-            "AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT": "180",
-            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "30",
+            **BUSY_MACHINE_TIMEOUTS,  # as `make ui`'s stack: two loaded cores
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
             "AIRFLOW__CORE__LAZY_LOAD_PLUGINS": "False",  # as docs/helm/celery.yaml: workers preload DayOne
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",

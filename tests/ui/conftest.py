@@ -22,13 +22,13 @@ import httpx
 import pytest
 
 from stack_priority import BackgroundPriority, stack_env
+from ui_limits import API_TIMEOUT_S, STACK_READY_TIMEOUT_S
 from tasks.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "dayone_eval"
 NIGHTLY_ID = "dayone_nightly"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"  # airflow's SimpleAuthManager writes it
-STACK_READY_TIMEOUT_S = 300  # migrating the DB, then parsing a DayOne DAG on a busy machine
 LOG_TAIL_LINES = 80
 
 
@@ -47,8 +47,7 @@ class UiStack:
         return self.state / "runs"  # DAYONE_WORKDIR as dayone_airflow.ui sets it
 
     def api(self, path: str, **params: object) -> httpx.Response:
-        # a loaded machine's API server has been seen to answer after 30 s (its scheduler retried too)
-        return httpx.get(f"{self.base_url}{path}", params=params, timeout=90,
+        return httpx.get(f"{self.base_url}{path}", params=params, timeout=API_TIMEOUT_S,
                          headers={"Authorization": f"Bearer {self.token}"})
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from ui_limits import API_TIMEOUT_S
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.slow]
@@ -38,7 +39,7 @@ def api_client(ui_stack):
     paused (as a fresh stack has it) until the newcomer triggers it, so the runs made here only queue; they
     are deleted after, so the newcomer's run is the stack's only one."""
     client = httpx.Client(base_url=ui_stack.base_url, headers={"Authorization": f"Bearer {ui_stack.token}"},
-                          timeout=90)
+                          timeout=API_TIMEOUT_S)
     dag = client.get("/api/v2/dags/dayone_eval")
     assert dag.status_code == 200 and dag.json()["is_paused"], dag.text
     before = {d["dag_run_id"] for d in _runs(client)}

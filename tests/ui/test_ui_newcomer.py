@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, unquote, urljoin, urlsplit
 import httpx
 import pytest
 from tasks.evidence.effects import ratio_digits
+from ui_limits import API_TIMEOUT_S, UI_TIMEOUT_MS
 
 REPO = Path(__file__).resolve().parents[2]
 # Stack start (about 1.5 min), the simulator run (4-5 min on 2 cores), the browser steps.
@@ -33,7 +34,6 @@ DAG_ID = "dayone_eval"
 NIGHTLY_ID = "dayone_nightly"
 PRESET = "local-sim"
 RUN_TIMEOUT_S = 1080  # the local-sim preset through a real scheduler: every task a process, on two cores
-UI_TIMEOUT_MS = 60_000
 VIEWPORT = {"width": 1400, "height": 1000}
 REPORT_FRAME = "iframe[title='DayOne report']"
 OUTSIDE_MARKER = "OUTSIDE-THE-RUNS-DIRECTORY"
@@ -253,7 +253,7 @@ def test_a_dot_dot_run_id_never_serves_a_page_from_outside_the_runs_directory(ui
     prefix = f"/dayone/reports/{DAG_ID}"
     for path in (f"{prefix}/%2E%2E", f"{prefix}/%2e%2e/summary.json", f"{prefix}/%2E%2E%2F",
                  f"{prefix}/..%2F..%2F{outside.name}", f"{prefix}/%2E%2E%2Fruns%2F%2E%2E"):
-        answer = httpx.get(f"{base}{path}", cookies=session, headers=browser_like, timeout=30)
+        answer = httpx.get(f"{base}{path}", cookies=session, headers=browser_like, timeout=API_TIMEOUT_S)
         assert answer.request.url.raw_path.decode() == path  # sent as written, not resolved by the client
         assert answer.status_code == 404, (path, answer.status_code, answer.text[:300])
         assert OUTSIDE_MARKER not in answer.text, path

@@ -44,3 +44,28 @@ def test_an_empty_table_of_the_schema_passes_unevaluated_and_one_missing_a_colum
     assert found["requests"] == {"success": True, "rows": 0, "failed": [], "evaluated": 0}
     assert not found["rounds"]["success"] and found["rounds"]["evaluated"] > 0, found["rounds"]
     assert list(found) == ["requests", "rounds"]
+
+
+def test_one_gx_session_per_process_judges_each_frame_afresh_and_follows_a_changed_suite(tmp_path):
+    """Validations share GX's context, batch definitions and built suites (tasks/validate.py _GxSession):
+    a good frame after a bad one passes, a bad one after a good one fails with its own counts, and a suite
+    file that changed is built again (the same table, a stricter suite: the same rows now fail)."""
+    from tasks.validate import _gx_session
+
+    good = to_frame("requests", [_request(), _request(request_id="q2")])
+    bad = to_frame("requests", [_request(status="weird"), _request(request_id="q2")])
+    verdicts = [validate_frames({"requests": bad})["requests"]]
+    session = _gx_session()
+    batch_definition = session.batches["requests"]
+    verdicts += [validate_frames({"requests": f})["requests"] for f in (good, bad, good)]
+    assert [v["success"] for v in verdicts] == [False, True, False, True]
+    assert verdicts[0]["failed"] == verdicts[2]["failed"] and verdicts[2]["failed"][0]["unexpected_count"] == 1
+    assert _gx_session() is session and session.batches["requests"] is batch_definition
+
+    suite = json.loads((SUITES_DIR / "requests.json").read_text())
+    (tmp_path / "requests.json").write_text(json.dumps(suite))
+    assert validate_frames({"requests": good}, tmp_path)["requests"]["success"]
+    suite["expectations"].append({"type": "expect_table_row_count_to_equal", "kwargs": {"value": 3}})
+    (tmp_path / "requests.json").write_text(json.dumps(suite))
+    stricter = validate_frames({"requests": good}, tmp_path)["requests"]
+    assert not stricter["success"] and [f["expectation"] for f in stricter["failed"]] == ["expect_table_row_count_to_equal"]

@@ -282,6 +282,21 @@ def test_the_stack_listens_on_loopback_only_with_executor_slots_sized_to_the_mac
     assert 0 < len(workers) <= executor_slots(), (len(workers), executor_slots())
 
 
+def test_the_stack_re_reads_its_dags_every_two_minutes(ui_stack):
+    """The DAG processor of the stack re-parses each DAG file every PARSE_INTERVAL_S, not Airflow's 30 s (an
+    idle stack's largest cost), and the standalone it runs under says so to all it starts."""
+    import psutil
+
+    from dayone_airflow.ui import PARSE_INTERVAL_S
+
+    assert PARSE_INTERVAL_S == 120
+    processors = [p for p in psutil.process_iter(["pid", "cmdline"]) if _in_session(p.pid, ui_stack.proc.pid)
+                  and "dag-processor" in " ".join(p.info["cmdline"] or [])]
+    assert processors, "no DAG processor in the stack"
+    for process in processors:
+        assert _environ(process).get("AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL") == "120", process
+
+
 def test_every_process_of_the_stack_yields_the_cpu_to_the_tests_beside_it(ui_stack):
     """The stack waits more than it computes: standalone and all it starts (scheduler, API server, task
     processes, engines in sessions of their own) run at a lower priority, their sessions' autogroups too

@@ -21,11 +21,11 @@ worker's disk; every test asserts there was none, and a planted read (planted_da
 fails a test that has one. A run is triggered through the REST API on the simulator, as a user's client
 would, and judged through the API, the audit and the archive in S3:
 
-- it succeeds with steps of the same engine run by both workers, the engine reached at its worker's
-  address, its archive complete and validated;
-- a kill -9 of the worker running a benchmark step (everything it runs, as when its host dies) is retried on
-  the other worker, and the run still succeeds with that step's partition holding the retry's rows only;
-- a task that opens a file another worker's task wrote fails the audit, naming both workers and the path.
+- a task that opens a file another worker's task wrote fails the audit, naming both workers and the path;
+- one run of the simulator, which two tests judge: it succeeds with steps of the same engine run by both
+  workers, the engine reached at its worker's address, its archive complete and validated; and a kill -9
+  of the worker running its benchmark step (everything it runs, as when its host dies) is retried on the
+  other worker, the run succeeding with that step's partition holding the retry's rows only.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from stack import STAGING, TASK_HEARTBEAT_TIMEOUT_S, CrossNodeRead, DistributedA
 
 from tasks.partitions import TRY_POINTER
 
-# Stack start (about 30 s), two runs of a few minutes each on two busy cores.
+# Stack start (about 30 s), one run of a few minutes on two busy cores.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 DAG_ID = "dayone_eval"
@@ -106,14 +106,56 @@ def _table(stack: DistributedAirflow, key: str) -> pd.DataFrame:
     return pd.read_parquet(io.BytesIO(body))
 
 
-def test_a_simulator_run_succeeds_with_steps_of_one_engine_on_both_workers(distributed_stack):
-    """worker-b is drained until worker-a has deployed the engine, then worker-a until worker-b has run one
-    of the engine's steps: whichever worker is free takes the next task otherwise, and may take them all."""
+def test_a_planted_read_of_a_file_another_worker_wrote_fails_the_audit(distributed_stack):
+    """planted_dag.py: `write` on one worker, `read` of its file by path on the other. The read itself works
+    here (every worker's disk is visible to the others, as on a shared disk), so only the audit can fail it."""
+    stack = distributed_stack
+    writer, reader = (w.name for w in stack.workers)  # both alive: this runs before the kill
+    mark = stack.audit_mark()
+    stack.consume(writer, "planted-write")
+    stack.consume(reader, "planted-read")
+    run_id = stack.trigger(PLANTED, {})
+    state = stack.wait_for_run(PLANTED, run_id, 120)
+    ran = {ti["task_id"]: ti["hostname"] for ti in stack.task_instances(PLANTED, run_id)}
+    assert state == "success" and ran == {"write": writer, "read": reader}, (state, ran)
+
+    with pytest.raises(CrossNodeRead) as failed:
+        stack.assert_no_cross_node_reads(since=mark)
+    print(f"planted read, as the audit fails it:\n{failed.value}")
+    assert f"{reader} opened a file {writer} wrote: " in str(failed.value), failed.value
+    assert "planted.txt" in str(failed.value), failed.value
+
+
+def _partition(stack: DistributedAirflow, run_id: str) -> tuple[str | None, list[str]]:
+    """The benchmark's requests partition in the run's staging prefix (tasks/partitions.py): the try its
+    pointer names, and every chunk key under it."""
+    from dayone_airflow.glue import dayone_run_id
+
+    bucket, prefix = STAGING.removeprefix("s3://").split("/", 1)
+    base = f"{prefix}/{dayone_run_id(run_id)}/tables/requests/{ENGINE}/{KILLED_STEP}/"
+    s3 = stack.s3.client()
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base)
+    keys = [o["Key"][len(base):] for page in pages for o in page.get("Contents", ())]
+    if TRY_POINTER not in keys:
+        return None, keys
+    pointer = json.loads(s3.get_object(Bucket=bucket, Key=base + TRY_POINTER)["Body"].read())
+    return pointer["try"], [k for k in keys if k != TRY_POINTER]
+
+
+@pytest.fixture(scope="module")
+def handed_over_and_killed(distributed_stack) -> dict[str, Any]:
+    """One run for the two tests after it (a run costs minutes of two loaded cores): worker-b is drained until
+    worker-a has deployed the engine, then worker-a until worker-b has run one of the engine's steps
+    (whichever worker is free takes the next task otherwise, and may take them all); then, with both taking
+    tasks, once the benchmark step has stored rows in the staging prefix, the worker running it is killed
+    (kill -9 of everything it runs, as when its host dies). Runs after the planted read, which needs both."""
     stack = distributed_stack
     first, second = (w.name for w in stack.workers)
     mark = stack.audit_mark()
     stack.set_consuming([first])
     phase = ["deploying"]
+    victim: dict[str, Any] = {}
+    run_id = ""
 
     def hand_over() -> None:
         steps = {_step_name(ti): ti for ti in _engine_steps(stack, run_id) if ti["state"] == "success"}
@@ -124,12 +166,39 @@ def test_a_simulator_run_succeeds_with_steps_of_one_engine_on_both_workers(distr
             stack.set_consuming([first, second])
             phase.append("both")
 
+    def kill_the_benchmark_s_worker() -> None:
+        """Once both take tasks and the benchmark step has stored rows, kill -9 the worker running it."""
+        if victim or phase[-1] != "both":
+            return
+        ti = next((t for t in _engine_steps(stack, run_id) if _step_name(t) == KILLED_STEP), None)
+        if not ti or ti["state"] != "running" or not ti.get("hostname"):
+            return
+        current, chunks = _partition(stack, run_id)
+        stored = [k for k in chunks if current and k.startswith(current + "/")]
+        if not stored:
+            return
+        victim.update(worker=ti["hostname"], task_id=ti["task_id"], map_index=ti["map_index"],
+                      try_number=ti["try_number"], partition_try=current, chunks=stored, killed_at=time.time())
+        stack.kill_worker(ti["hostname"])
+
+    def watch() -> None:
+        hand_over()
+        kill_the_benchmark_s_worker()
+
     try:
         run_id = stack.trigger(DAG_ID, RUN_CONF)
-        _finished(stack, run_id, while_waiting=hand_over)
+        _finished(stack, run_id, while_waiting=watch)
     finally:
-        stack.set_consuming([first, second])
+        stack.set_consuming([first, second])  # a killed worker is left out
+    return {"run_id": run_id, "mark": mark, "first": first, "second": second, "phases": phase, "victim": victim}
 
+
+def test_a_simulator_run_succeeds_with_steps_of_one_engine_on_both_workers(distributed_stack, handed_over_and_killed):
+    """The run of `handed_over_and_killed`: the engine deployed by worker-a, its steps run by both workers,
+    the engine reached at worker-a's address, its archive complete and validated."""
+    stack, run = distributed_stack, handed_over_and_killed
+    run_id, first, second, mark = run["run_id"], run["first"], run["second"], run["mark"]
+    assert run["phases"] == ["deploying", "drained", "both"], run["phases"]
     steps = _engine_steps(stack, run_id)
     ran = {_step_name(ti): ti["hostname"] for ti in steps if ti["state"] == "success"}
     assert {"deploy", KILLED_STEP, "teardown"} <= set(ran), ran
@@ -170,65 +239,10 @@ def _measured_requests() -> int:
     return sum(SHORT["rounds"] * SHORT["requests_per_round"] for _ in SHORT["concurrency"])
 
 
-def test_a_planted_read_of_a_file_another_worker_wrote_fails_the_audit(distributed_stack):
-    """planted_dag.py: `write` on one worker, `read` of its file by path on the other. The read itself works
-    here (every worker's disk is visible to the others, as on a shared disk), so only the audit can fail it."""
-    stack = distributed_stack
-    writer, reader = (w.name for w in stack.workers)  # both alive: this runs before the kill
-    mark = stack.audit_mark()
-    stack.consume(writer, "planted-write")
-    stack.consume(reader, "planted-read")
-    run_id = stack.trigger(PLANTED, {})
-    state = stack.wait_for_run(PLANTED, run_id, 120)
-    ran = {ti["task_id"]: ti["hostname"] for ti in stack.task_instances(PLANTED, run_id)}
-    assert state == "success" and ran == {"write": writer, "read": reader}, (state, ran)
-
-    with pytest.raises(CrossNodeRead) as failed:
-        stack.assert_no_cross_node_reads(since=mark)
-    print(f"planted read, as the audit fails it:\n{failed.value}")
-    assert f"{reader} opened a file {writer} wrote: " in str(failed.value), failed.value
-    assert "planted.txt" in str(failed.value), failed.value
-
-
-def _partition(stack: DistributedAirflow, run_id: str) -> tuple[str | None, list[str]]:
-    """The benchmark's requests partition in the run's staging prefix (tasks/partitions.py): the try its
-    pointer names, and every chunk key under it."""
-    from dayone_airflow.glue import dayone_run_id
-
-    bucket, prefix = STAGING.removeprefix("s3://").split("/", 1)
-    base = f"{prefix}/{dayone_run_id(run_id)}/tables/requests/{ENGINE}/{KILLED_STEP}/"
-    s3 = stack.s3.client()
-    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=base)
-    keys = [o["Key"][len(base):] for page in pages for o in page.get("Contents", ())]
-    if TRY_POINTER not in keys:
-        return None, keys
-    pointer = json.loads(s3.get_object(Bucket=bucket, Key=base + TRY_POINTER)["Body"].read())
-    return pointer["try"], [k for k in keys if k != TRY_POINTER]
-
-
 def test_a_killed_worker_s_benchmark_step_is_retried_on_the_other_worker_and_replaces_its_partition(
-        distributed_stack):
-    stack = distributed_stack
-    mark = stack.audit_mark()
-    run_id = stack.trigger(DAG_ID, RUN_CONF)
-    victim: dict[str, Any] = {}
-
-    def kill_the_benchmark_s_worker() -> None:
-        """Once the benchmark step has stored rows in the staging prefix, kill -9 the worker running it."""
-        if victim:
-            return
-        ti = next((t for t in _engine_steps(stack, run_id) if _step_name(t) == KILLED_STEP), None)
-        if not ti or ti["state"] != "running" or not ti.get("hostname"):
-            return
-        current, chunks = _partition(stack, run_id)
-        stored = [k for k in chunks if current and k.startswith(current + "/")]
-        if not stored:
-            return
-        victim.update(worker=ti["hostname"], task_id=ti["task_id"], map_index=ti["map_index"],
-                      try_number=ti["try_number"], partition_try=current, chunks=stored, killed_at=time.time())
-        stack.kill_worker(ti["hostname"])
-
-    _finished(stack, run_id, while_waiting=kill_the_benchmark_s_worker)
+        distributed_stack, handed_over_and_killed):
+    stack, run = distributed_stack, handed_over_and_killed
+    run_id, victim, mark = run["run_id"], run["victim"], run["mark"]
     assert victim, f"{KILLED_STEP} was never seen running with rows stored"
 
     tries = stack.tries(DAG_ID, run_id, victim["task_id"], victim["map_index"])

@@ -6,6 +6,7 @@ Times are seconds as floats. List columns (itl_s, tokens_per_event) are JSON tex
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
@@ -620,16 +621,28 @@ def to_frame(table: Table | str, rows: Iterable[dict[str, Any]]) -> pd.DataFrame
         if extra:
             raise KeyError(f"{t.name}: columns not in the schema: {sorted(extra)}")
     frame = pd.DataFrame(rows, columns=t.column_names)
+    dtypes = _pandas_dtypes()
+    # Each column converted apart and the frame built once: assigning them back one by one cost pandas a pass
+    # over the frame's blocks per column, a fifth of a nightly test's CPU (bench/RESULTS.md, 2026-12-04).
+    columns: dict[str, pd.Series] = {}
     for c in t.columns:
-        if c.dtype in _PANDAS:
-            frame[c.name] = frame[c.name].astype(_PANDAS[c.dtype])
+        if c.dtype in dtypes:
+            columns[c.name] = frame[c.name].astype(dtypes[c.dtype])
         elif c.dtype == "json":
-            frame[c.name] = frame[c.name].map(
+            columns[c.name] = frame[c.name].map(
                 lambda v: v if v is None or isinstance(v, str) else json.dumps(v, sort_keys=True)
-            ).astype("string")
+            ).astype(dtypes["str"])
         else:  # list: keep Python lists (Parquet list column); CSV writer serialises them
-            frame[c.name] = frame[c.name].map(lambda v: None if v is None else [float(x) for x in v])
-    return frame
+            columns[c.name] = frame[c.name].map(lambda v: None if v is None else [float(x) for x in v])
+    return pd.DataFrame(columns, index=frame.index, columns=t.column_names)
+
+
+@functools.cache
+def _pandas_dtypes() -> dict[str, Any]:
+    """_PANDAS's dtypes resolved once (pandas looks a dtype's name up in its registry at every astype)."""
+    from pandas.api.types import pandas_dtype
+
+    return {kind: pandas_dtype(name) for kind, name in _PANDAS.items()}
 
 
 def _scrubbed_text(value: str) -> str:

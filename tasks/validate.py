@@ -85,8 +85,12 @@ def write_suites(directory: Path = SUITES_DIR) -> list[Path]:
     return out
 
 
+def _suite_text(table: str, directory: Path) -> str:
+    return (directory / f"{table}.json").read_text(encoding="utf-8")
+
+
 def load_suite(table: str, directory: Path = SUITES_DIR) -> dict[str, Any]:
-    return json.loads((directory / f"{table}.json").read_text(encoding="utf-8"))
+    return json.loads(_suite_text(table, directory))
 
 
 def validate_frames(frames: dict[str, pd.DataFrame], directory: Path = SUITES_DIR) -> dict[str, Any]:
@@ -133,7 +137,7 @@ class _GxSession:
         from great_expectations.core import ExpectationSuite
         from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
-        text = (directory / f"{table}.json").read_text(encoding="utf-8")
+        text = _suite_text(table, directory)
         if (table, text) not in self.suites:
             doc = json.loads(text)
             self.suites[(table, text)] = ExpectationSuite(

@@ -47,6 +47,9 @@ BUSY_MACHINE_TIMEOUTS = {
 }
 
 
+# Airflow re-parses every DAG file each 30 s, about a CPU-second a parse of a DayOne DAG: an idle stack's largest
+# cost. DayOne's code needs a restart anyway (preload.py); what a parse picks up is a Variable the DAGs read (the
+# nightly's schedule and config, the form's preset), within this many seconds.
 PARSE_INTERVAL_S = 120
 
 
@@ -60,9 +63,6 @@ def airflow_env(state: Path, port: int = 8080) -> dict[str, str]:
         "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         **BUSY_MACHINE_TIMEOUTS,
-        # Airflow re-parses every DAG file each 30 s, about a CPU-second a parse of a DayOne DAG: an idle stack's
-        # largest cost. DayOne's code needs a restart anyway (preload.py); what a parse picks up is a Variable
-        # the DAGs read (the nightly's schedule and config, the form's preset), within PARSE_INTERVAL_S.
         "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": str(PARSE_INTERVAL_S),
         "AIRFLOW__API__HOST": "127.0.0.1",
         "AIRFLOW__API__PORT": str(port),

@@ -15,7 +15,7 @@ plugins, as a deployment's image carries them (plus planted_dag.py, the audit's 
 
     with DistributedAirflow(state_dir) as stack:
         run_id = stack.trigger("dayone_eval", conf)
-        stack.wait_for_run("dayone_eval", run_id, timeout_s=300)
+        stack.wait_for_run("dayone_eval", run_id)
 
 Debian's postgresql and redis-server provide the servers, iproute2 and util-linux the namespaces
 (`make system-packages` installs them; as root, so does `require_system_packages`). PostgreSQL refuses to run as root: when this runs as root,
@@ -42,6 +42,7 @@ from typing import Any
 import httpx
 
 from nodes import Node, NodeNetwork
+from run_progress import RunStalled, ended_tasks, wait_while_moving
 from stack_priority import lower_priority_of, stack_env
 
 from dayone_airflow.ui import BUSY_MACHINE_TIMEOUTS
@@ -565,20 +566,33 @@ class DistributedAirflow:
     def run_state(self, dag_id: str, run_id: str) -> str:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}").json()["state"]
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float,
-                     while_waiting: Callable[[], None] | None = None) -> str:
-        """The run's final state (success or failed); `while_waiting` is called at each poll."""
-        def finished() -> str | None:
+    def wait_for_run(self, dag_id: str, run_id: str, while_waiting: Callable[[], None] | None = None) -> str:
+        """The run's final state (success or failed); `while_waiting` is called at each poll. StackError when
+        a component dies or the run stops moving (run_progress.py)."""
+        def final_state() -> str | None:
             for component in self.components:
                 if component.name not in self.killed and component.proc.poll() is not None:
                     raise StackError(f"{component.name} exited with {component.proc.returncode} during run "
                                      f"{run_id}; its log ends:\n{_tail(component.log)}")
             if while_waiting:
                 while_waiting()
-            state = self.run_state(dag_id, run_id)
+            try:
+                state = self.run_state(dag_id, run_id)
+            except (httpx.HTTPError, ValueError, KeyError):
+                return None
             return state if state in ("success", "failed") else None
 
-        return _wait(f"run {run_id} finished", finished, timeout_s, interval_s=2)
+        def tasks_ended() -> int | None:
+            try:
+                return ended_tasks(self.task_instances(dag_id, run_id))
+            except (httpx.HTTPError, ValueError, KeyError):
+                return None
+
+        try:
+            return wait_while_moving(f"run {run_id}", final_state, tasks_ended, interval_s=2)
+        except RunStalled as exc:
+            tails = "\n".join(f"--- {c.name}\n{_tail(c.log, 20)}" for c in self.components)
+            raise StackError(f"{exc}\n{tails}") from None
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", limit=1000).json()["task_instances"]

@@ -38,12 +38,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from run_progress import CAP_S
 from stack import STAGING, TASK_HEARTBEAT_TIMEOUT_S, CrossNodeRead, DistributedAirflow
 
 from tasks.partitions import TRY_POINTER
 
 # Stack start (about 30 s), one run of a few minutes on two busy cores.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(CAP_S + 600)]  # the shared run's wait (run_progress.py), then the checks
 
 DAG_ID = "dayone_eval"
 PLANTED = "planted_cross_worker_read"  # planted_dag.py
@@ -51,7 +52,6 @@ BUCKET = "dayone-distributed"
 ENGINE = "sim-sglang"
 ENGINES = "engines"  # the mapped group of the run's engines: here its only engine
 KILLED_STEP = "short"  # a benchmark step: rounds of requests, one partition of the requests table
-RUN_TIMEOUT_S = 600
 SHORT = {"concurrency": [1, 4], "rounds": 2, "requests_per_round": 8, "output_tokens": 64}
 # The simulator preset (tasks/presets/sim.yaml) cut to one engine and the steps a Celery hop costs least on.
 # 10 ms a token: the benchmark step measures for about ten seconds, long enough to be killed mid-round.
@@ -74,7 +74,7 @@ RUN_CONF: dict[str, Any] = {
 
 
 def _finished(stack: DistributedAirflow, run_id: str, **wait: Any) -> None:
-    state = stack.wait_for_run(DAG_ID, run_id, RUN_TIMEOUT_S, **wait)
+    state = stack.wait_for_run(DAG_ID, run_id, **wait)
     assert state == "success", f"run {run_id} {state}:\n{stack.failure_report(DAG_ID, run_id)}"
 
 
@@ -115,7 +115,7 @@ def test_a_planted_read_of_a_file_another_worker_wrote_fails_the_audit(distribut
     stack.consume(writer, "planted-write")
     stack.consume(reader, "planted-read")
     run_id = stack.trigger(PLANTED, {})
-    state = stack.wait_for_run(PLANTED, run_id, 120)
+    state = stack.wait_for_run(PLANTED, run_id)
     ran = {ti["task_id"]: ti["hostname"] for ti in stack.task_instances(PLANTED, run_id)}
     assert state == "success" and ran == {"write": writer, "read": reader}, (state, ran)
 

@@ -61,12 +61,17 @@ def test_server_ttft_queue_and_kv_usage_match_the_simulator(sims, tmp_path, dial
 def test_speculative_decoding_acceptance_and_the_faster_tpot_it_buys(sims, tmp_path, dialect):
     plain = sims(dialect, BASE)
     plain_ctx = context(plain.url, dialect, tmp_path / "plain")
-    plain_tpot = one_round(plain_ctx, SHAPE, REQUESTS).row["tpot_mean_s"]
-    assert engine_row(plain_ctx)["spec_acceptance_rate"] is None  # no speculation: no figure, not 0
-
     spec = sims(dialect, {**BASE, "speculative": {"draft_tokens": 4, "acceptance_rate": 0.5}})
     ctx = context(spec.url, dialect, tmp_path / "spec")
-    tpot = one_round(ctx, SHAPE, REQUESTS).row["tpot_mean_s"]
+    # Each engine's TPOT is the least of three rounds, the two engines' rounds interleaved: a loaded
+    # machine only ever lengthens a simulator's 10 ms steps, and one slow round of the plain engine once
+    # made it look 50% slower than it is (15.2 ms against a speculating engine's 3.3 ms).
+    plain_tpots, tpots = [], []
+    for round_ in (1, 2, 3):
+        plain_tpots.append(one_round(plain_ctx, SHAPE, REQUESTS, round_).row["tpot_mean_s"])
+        tpots.append(one_round(ctx, SHAPE, REQUESTS, round_).row["tpot_mean_s"])
+    plain_tpot, tpot = min(plain_tpots), min(tpots)
+    assert engine_row(plain_ctx)["spec_acceptance_rate"] is None  # no speculation: no figure, not 0
     row = engine_row(ctx)
     assert row["spec_acceptance_rate"] == pytest.approx(0.5)
     assert row["spec_mean_accepted_length"] == pytest.approx(3.0)  # 1 + 0.5 x 4

@@ -24,16 +24,16 @@ from urllib.parse import parse_qs, unquote, urljoin, urlsplit
 import httpx
 import pytest
 from tasks.evidence.effects import ratio_digits
+from run_progress import CAP_S, ended_tasks, wait_while_moving
 from ui_limits import API_TIMEOUT_S, UI_TIMEOUT_MS
 
 REPO = Path(__file__).resolve().parents[2]
 # Stack start (about 1.5 min), the simulator run (4-5 min on 2 cores), the browser steps.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(CAP_S + 900)]  # the run's wait, then the pages
 
 DAG_ID = "dayone_eval"
 NIGHTLY_ID = "dayone_nightly"
 PRESET = "local-sim"
-RUN_TIMEOUT_S = 1080  # the local-sim preset through a real scheduler: every task a process, on two cores
 VIEWPORT = {"width": 1400, "height": 1000}
 REPORT_FRAME = "iframe[title='DayOne report']"
 OUTSIDE_MARKER = "OUTSIDE-THE-RUNS-DIRECTORY"
@@ -71,18 +71,25 @@ def _sign_in(page, stack) -> None:
 
 
 def _wait_for_run(stack, run_id: str) -> dict:
-    """The run once it has finished, through the scheduler; fails with the failed tasks' ids."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    """The run once it has finished, through the scheduler; fails with the failed tasks' ids, or when the run
+    stops moving (run_progress.py)."""
     path = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}"
-    while True:
+    run: dict = {}
+
+    def final_state() -> str | None:
         try:
-            run = stack.api(path).json()
-        except httpx.TimeoutException:  # a loaded API server answers late: ask again until the deadline
-            run = {"state": "unanswered"}
-        if run.get("state") in ("success", "failed"):
-            break
-        assert time.monotonic() < deadline, f"run {run_id} still {run.get('state')} after {RUN_TIMEOUT_S} s"
-        time.sleep(5)
+            run.update(stack.api(path).json())
+        except httpx.TimeoutException:  # a loaded API server answers late: ask again
+            return None
+        return run["state"] if run.get("state") in ("success", "failed") else None
+
+    def tasks_ended() -> int | None:
+        try:
+            return ended_tasks(stack.api(f"{path}/taskInstances", limit=1000).json()["task_instances"])
+        except httpx.TimeoutException:
+            return None
+
+    wait_while_moving(f"run {run_id}", final_state, tasks_ended, interval_s=5)
     if run["state"] == "failed":
         tis = stack.api(f"{path}/taskInstances", state="failed").json().get("task_instances", [])
         # a try whose start the API never confirmed leaves no task log: the scheduler's event names it

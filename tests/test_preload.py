@@ -18,11 +18,17 @@ import json, sys
 from airflow import plugins_manager
 plugins_manager.ensure_plugins_loaded()
 loaded = set(sys.modules)
+read = {}
+if "dayone_airflow.params" in sys.modules:  # what the preload read: the form's schema, each preset's file
+    from dayone_airflow.params import form_schema
+    from tasks.presets import PRESETS, _preset_config
+    read = {"schema": form_schema.cache_info().currsize, "presets": _preset_config.cache_info().currsize,
+            "preset_count": len(PRESETS)}
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 new = sorted(m for m in set(sys.modules) - loaded if m.split(".")[0] in {w.split(".")[0] for w in sys.argv[2:]})
 print(json.dumps({"dags": sorted(bag.dags), "errors": {k: str(v) for k, v in bag.import_errors.items()},
-                  "plugins": sorted(p.name for p in plugins_manager._get_plugins()[0]), "new": new}))
+                  "plugins": sorted(p.name for p in plugins_manager._get_plugins()[0]), "new": new, "read": read}))
 """
 
 
@@ -37,3 +43,5 @@ def test_parsing_the_dags_after_plugins_load_imports_nothing_heavy(tmp_path):
     assert "dayone_preload" in result["plugins"], result["plugins"]
     new = [m for m in result["new"] if m.startswith(WATCHED)]
     assert not new, f"a DAG parse still imports these (add them to preload.py): {new}"
+    read = result["read"]
+    assert read["schema"] == 1 and read["presets"] == read["preset_count"], read

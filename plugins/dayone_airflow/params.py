@@ -39,7 +39,8 @@ ORDER = tuple(SECTIONS)
 
 
 @lru_cache(maxsize=1)
-def _schema() -> dict[str, Any]:
+def form_schema() -> dict[str, Any]:
+    """RunConfig's JSON schema as the form shows it (nullable fields inlined), computed once a process."""
     schema = RunConfig.model_json_schema()
     return _nullable_inline(schema, schema.get("$defs", {}))
 
@@ -147,7 +148,7 @@ def _preset_params(shown: str, defaults: dict[str, Any]) -> dict[str, Param]:
 def eval_params(defaults: dict[str, Any] | None = None) -> dict[str, Param]:
     """The form's params: `defaults` (a run config, may name a preset; for the nightly its Variable's) over
     its preset's values, which the fields show."""
-    schema = _schema()
+    schema = form_schema()
     defs = schema.get("$defs", {})
     doc = dict(defaults or {})
     shown = doc.pop(PRESET_FIELD, None) or DEFAULT_PRESET

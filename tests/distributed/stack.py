@@ -578,14 +578,14 @@ class DistributedAirflow:
                 while_waiting()
             try:
                 state = self.run_state(dag_id, run_id)
-            except (httpx.HTTPError, ValueError, KeyError):
+            except (httpx.HTTPError, OSError, ValueError, KeyError):  # as _wait: an unanswered poll
                 return None
             return state if state in ("success", "failed") else None
 
         def tasks_ended() -> int | None:
             try:
                 return ended_tasks(self.task_instances(dag_id, run_id))
-            except (httpx.HTTPError, ValueError, KeyError):
+            except (httpx.HTTPError, OSError, ValueError, KeyError):  # as _wait: an unanswered poll
                 return None
 
         try:

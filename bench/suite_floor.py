@@ -6,7 +6,8 @@ and of a Celery deployment, OpenWebUI, llama.cpp's server, runner pods through t
 OCI registry) and runs here alone, one after another, so no unit pays for another's load. A unit's cost
 is the machine's busy CPU while it runs (/proc/stat: user, nice, system, irq, softirq), which also holds
 the servers it starts in sessions of their own; the idle machine's own rate, measured before, is taken
-off. Figures: wall and CPU-seconds per unit, their sum, and the sum as a share of the budget.
+off. Figures: wall and CPU-seconds per unit, their sum, and the sum as a share of the budget. About 15
+minutes on two cores; it needs what the tests need (`make venv-test system-packages openwebui-venv`).
 
     python bench/suite_floor.py [--minutes 12] [UNIT ...]   (units: test files or directories)
 """
@@ -14,6 +15,7 @@ off. Figures: wall and CPU-seconds per unit, their sum, and the sum as a share o
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -65,6 +67,9 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=12.0, help="the suite's target wall time")
     parser.add_argument("units", nargs="*", default=list(UNITS))
     args = parser.parse_args()
+    if importlib.util.find_spec("pytest") is None:
+        print("suite_floor runs the tests: run `make venv-test system-packages openwebui-venv` first", file=sys.stderr)
+        return 2
     cores = os.cpu_count() or 1
     budget = cores * args.minutes * 60
     background = idle_rate()

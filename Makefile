@@ -65,8 +65,8 @@ demo: venv
 	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/presets/$(DEMO).yaml
 
 # A worker per core (at most 6), and one more for each of the two real-scheduler stacks (tests/ui,
-# tests/distributed): those wait more than they compute, so each gets a worker of its own and runs at a lower CPU
-# priority (tests/stack_priority.py), taking the cores the others leave idle, then
+# tests/distributed): each gets a worker of its own and runs at a lower CPU priority (tests/stack_priority.py),
+# taking what the others leave so the timing tests keep their cores, then
 # takes the tests that time nothing (BACKGROUND_UNITS) at that priority. Each worker takes whole test files
 # (a directory sharing a costly session fixture as one), stacks and pipeline tests first (tests/xdist_units.py);
 # `make test PYTEST_WORKERS=0` runs serially. Plain extra workers on two cores starved the timing-precision

@@ -1,6 +1,7 @@
 """The real-scheduler stacks (tests/ui, tests/distributed) each keep nearly a core busy while their run lasts
 (bench/RESULTS.md): their processes run at a lower CPU priority, so they take what the other workers leave
-and never a core from a test that times requests beside them (`make test` gives each stack a worker of its own: tests/xdist_units.py).
+and never a core from a test that times requests beside them (`make test` gives each stack a worker of its
+own: tests/xdist_units.py).
 
 Linux shares the CPU between sessions (autogroups) before it shares it between processes: a process that
 starts a session of its own, as every stack component and engine does (for its process-group stop), weighs

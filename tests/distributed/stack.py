@@ -115,6 +115,11 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
         return f"(no log: {exc})"
 
 
+def _tails(components) -> str:
+    """The last lines of each component's log, for a wait that gave up."""
+    return "\n".join(f"--- {c.name}\n{_tail(c.log, 20)}" for c in components)
+
+
 def _wait(what: str, check: Callable[[], Any], timeout_s: float, watched: Iterable[Component] = (),
           interval_s: float = 0.5) -> Any:
     """check() until it returns a value; StackError when a watched component dies or time runs out."""
@@ -133,8 +138,7 @@ def _wait(what: str, check: Callable[[], Any], timeout_s: float, watched: Iterab
     try:
         return poll(step, timeout_s=timeout_s, interval_s=interval_s)
     except TimedOut:
-        tails = "\n".join(f"--- {c.name}\n{_tail(c.log, 20)}" for c in watched)
-        raise StackError(f"{what}: not after {timeout_s:.0f} s\n{tails}") from None
+        raise StackError(f"{what}: not after {timeout_s:.0f} s\n{_tails(watched)}") from None
 
 
 @dataclass
@@ -591,8 +595,7 @@ class DistributedAirflow:
         try:
             return wait_while_moving(f"run {run_id}", final_state, tasks_ended, interval_s=2)
         except RunStalled as exc:
-            tails = "\n".join(f"--- {c.name}\n{_tail(c.log, 20)}" for c in self.components)
-            raise StackError(f"{exc}\n{tails}") from None
+            raise StackError(f"{exc}\n{_tails(self.components)}") from None
 
     def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
         return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances", limit=1000).json()["task_instances"]

@@ -28,7 +28,7 @@ from run_progress import CAP_S, ended_tasks, wait_while_moving
 from ui_limits import API_TIMEOUT_S, UI_TIMEOUT_MS
 
 REPO = Path(__file__).resolve().parents[2]
-# Stack start (about 1.5 min), the simulator run (4-5 min on 2 cores), the browser steps.
+# Stack start (about 1.5 min), the simulator run (about 6 min alone on 2 cores), the browser steps.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(CAP_S + 900)]  # the run's wait, then the pages
 
 DAG_ID = "dayone_eval"

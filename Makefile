@@ -62,7 +62,7 @@ system-packages:
 	fi
 
 demo: venv
-	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/presets/$(DEMO).yaml
+	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/config/presets/$(DEMO).yaml
 
 # A worker per core (at most 6), and one more for each of the two real-scheduler stacks (tests/ui,
 # tests/distributed): each gets a worker of its own and runs at a lower CPU priority (tests/stack_priority.py),

@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 
 from tasks.config import parse_run_config
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 from tasks.targets.local import LocalTarget
 
 MODEL = "bench-llamacpp"

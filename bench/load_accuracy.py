@@ -49,7 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.load.stats import WAIT_FLAG_SHARE, percentile  # noqa: E402
+from tasks.stats.figures import WAIT_FLAG_SHARE, percentile  # noqa: E402
 
 TTFT_S, ITL_S, INPUT, OUTPUT = 0.100, 0.005, 128, 256
 MODEL = "ref-model"
@@ -161,7 +161,7 @@ def worker(url: str, streams: int, waves: int, out: str, ramp: bool, processes: 
     from tasks.load.client import new_session, run_async, run_closed_loop
     from tasks.load.plan import Shape, plan_requests
     from tasks.load.shards import UsageMeter, one_process, run_sharded, shards_for
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     adapter = adapter_for("sglang")
     shape = Shape(INPUT, OUTPUT, streams)

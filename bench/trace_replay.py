@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import load_accuracy  # noqa: E402
 from load_accuracy import noise_floor, start_server, start_spinners, taskset  # noqa: E402
 
-from tasks.load.stats import percentile  # noqa: E402
+from tasks.stats.figures import percentile  # noqa: E402
 
 TARGET_LATENESS_S = 0.001
 TARGET_MEMORY_MB = 200.0
@@ -54,8 +54,8 @@ TARGET_MEMORY_MB = 200.0
 def worker(url: str, trace: str, out: str, keep_rows: bool) -> None:
     """The trace scenario's replay of `trace` against `url` (one round); what it measured to `out`."""
     from tasks.config import parse_run_config
-    from tasks.engine_context import EngineContext, endpoint_for
-    from tasks.run_storage import RunDir
+    from tasks.engines.context import EngineContext, endpoint_for
+    from tasks.state.storage import RunDir
     from tasks.scenarios.trace import run_trace
 
     cfg = parse_run_config({"run_id": "bench-trace", "model": {"name": "ref-model", "context_limit_tokens": 65536},

@@ -3,7 +3,7 @@
 A passing `requests` table (320 rows, the local-sim preset's size for one engine) is validated against its
 suite with GX's default format (SUMMARY: every expectation also gathers its unexpected values) and with
 BOOLEAN_ONLY (pass or fail alone), in the same process, alternating, so the machine's noise falls on both.
-Figures: CPU seconds per validation (median of the repeats) and their ratio. tasks/validate.py asks for
+Figures: CPU seconds per validation (median of the repeats) and their ratio. tasks/publish/validate.py asks for
 BOOLEAN_ONLY and validates a failed table again with the default, for its failures' counts: the last line
 times validate_frames on the passing table and on one with a bad row (both passes).
 """
@@ -38,8 +38,8 @@ def main() -> None:
     from great_expectations.core import ExpectationSuite
     from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
 
-    from tasks.tables import to_frame
-    from tasks.validate import load_suite, validate_frames
+    from tasks.state.tables import to_frame
+    from tasks.publish.validate import load_suite, validate_frames
 
     good = to_frame("requests", _rows(ROWS))
     bad = to_frame("requests", _rows(ROWS - 1) + [{**_rows(1)[0], "request_id": "bad", "status": "weird"}])

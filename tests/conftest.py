@@ -161,7 +161,7 @@ def eval_dag(airflow_db):
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory):
     """A real S3-compatible server (SeaweedFS `weed mini`) on free loopback ports."""
-    from tasks.devstack import SeaweedS3
+    from tasks.state.local_s3 import SeaweedS3
 
     server = SeaweedS3(tmp_path_factory.mktemp("seaweed"))
     server.start()
@@ -186,9 +186,9 @@ def run_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 # ---- a EngineContext against DayOne's simulator (checks and evidence tests) -----------------------
 from tasks.config import parse_run_config  # noqa: E402
-from tasks.engine_context import EngineContext, endpoint_for  # noqa: E402
+from tasks.engines.context import EngineContext, endpoint_for  # noqa: E402
 from tasks.sim.process import SimProcess, start_sim  # noqa: E402
-from tasks.run_storage import RunDir  # noqa: E402
+from tasks.state.storage import RunDir  # noqa: E402
 # A small context limit keeps needle prompts short and fast.
 
 CONTEXT_LIMIT = 4096

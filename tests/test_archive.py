@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.archive import WriteOnceError, archive_run, engine_prefix, put_once
+from tasks.publish.archive import WriteOnceError, archive_run, engine_prefix, put_once
 from tasks.config import parse_run_config
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 
 def _run(run_root, run_id="r1", success=True):

@@ -1,6 +1,6 @@
 """One desensitizer for everything we publish."""
 
-from tasks.desensitize import REDACTED, desensitize
+from tasks.core.desensitize import REDACTED, desensitize
 
 
 def test_secrets_hosts_and_ips_are_removed_but_figures_stay():
@@ -40,7 +40,7 @@ def test_step_results_carry_no_key_a_masker_takes_for_a_secret():
 def test_env_values_are_kept_but_secret_named_ones_are_withheld():
     """One rule: a word of the name (TOKEN, KEY, SECRET, PASSWORD, CREDENTIAL, AUTH, LICENSE ...) makes
     a variable a credential; settings stay, so the start can be repeated."""
-    from tasks.desensitize import recorded_env, secret_name
+    from tasks.core.desensitize import recorded_env, secret_name
 
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY",
                  "DB_PASSWORD", "GOOGLE_APPLICATION_CREDENTIALS", "PROXY_AUTH", "ENGINE_LICENSE", "KEY", "token"):

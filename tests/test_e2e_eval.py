@@ -28,7 +28,7 @@ def _read_table(s3, bucket, key):
 
 def test_walking_skeleton_archives_every_table(eval_dag, s3_conn, run_root):
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     run = eval_dag.test(run_conf=SMALL_RUN)
     assert str(run.state).endswith("success"), run.state

@@ -28,7 +28,7 @@ OPENWEBUI_CHECKS = {"openwebui_model_list": "pass", "openwebui_chat": "pass", "o
 def test_openwebui_verdicts_reach_the_archive_summary_and_report(eval_dag, s3_conn, run_root):
     from dayone_airflow.glue import dayone_run_id
     from tasks.report.schema import read_summary
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     run = eval_dag.test(run_conf=OPENWEBUI_RUN)
     assert str(run.state).endswith("success"), run.state

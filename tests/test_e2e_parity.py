@@ -34,7 +34,7 @@ PARITY_RUN = {
 def test_the_engine_with_wrong_answers_and_the_one_with_an_nll_offset_are_named(eval_dag, s3_conn, run_root):
     from dayone_airflow.glue import dayone_run_id
     from tasks.report.schema import read_summary
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     run = eval_dag.test(run_conf=PARITY_RUN)
     assert str(run.state).endswith("success"), run.state

@@ -25,7 +25,7 @@ QUALITY_RUN = {
 def test_a_planted_wrong_family_is_named_in_the_summary_and_every_item_archived(eval_dag, s3_conn, run_root):
     from dayone_airflow.glue import dayone_run_id
     from tasks.report.schema import read_summary
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     run = eval_dag.test(run_conf=QUALITY_RUN)
     assert str(run.state).endswith("success"), run.state

@@ -31,7 +31,7 @@ def test_answers_changed_by_speculative_decoding_are_named_and_acceptance_has_an
                                                                                          run_root):
     from dayone_airflow.glue import dayone_run_id
     from tasks.report.schema import read_summary
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     run = eval_dag.test(run_conf=SPEC_RUN)
     assert str(run.state).endswith("success"), run.state

@@ -27,7 +27,7 @@ TRACE_RUN = {
 
 def test_a_trace_run_is_replayed_validated_and_archived(eval_dag, s3_conn, run_root):
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     run = eval_dag.test(run_conf=TRACE_RUN)
     assert str(run.state).endswith("success"), run.state

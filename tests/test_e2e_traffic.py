@@ -35,7 +35,7 @@ def _table(s3, key):
 
 def test_sessions_and_shared_prefix_are_measured_validated_and_archived(eval_dag, s3_conn, run_root):
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     run = eval_dag.test(run_conf=TRAFFIC_RUN)
     assert str(run.state).endswith("success"), run.state

@@ -14,7 +14,7 @@ CONFIG = {
 
 def test_a_missing_openwebui_environment_fails_the_plan_naming_field_and_fix(tmp_path, monkeypatch):
     from tasks.openwebui.server import OpenWebUIError
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
     from tasks.steps.execution import execute
 
     monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path))
@@ -38,7 +38,7 @@ def test_a_bad_openwebui_image_reference_is_refused_naming_the_field_and_fix():
 
 def test_on_kubernetes_the_plan_needs_no_local_openwebui_environment(tmp_path, monkeypatch):
     """There OpenWebUI runs from its image beside the engine (tests/k8s/test_k8s_openwebui.py)."""
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
     from tasks.steps.execution import execute
 
     monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path))

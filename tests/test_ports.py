@@ -7,7 +7,7 @@ import random
 import socket
 from pathlib import Path
 
-from tasks.ports import LOWEST, free_ports
+from tasks.core.ports import LOWEST, free_ports
 
 
 def test_ports_are_distinct_free_and_below_the_ephemeral_range():
@@ -31,8 +31,8 @@ def test_a_port_in_use_is_not_handed_out(monkeypatch):
             draws.append(busy if len(draws) < 2 else real_randrange(lo, hi))
             return draws[-1]
 
-        monkeypatch.setattr("tasks.ports._random.randrange", busy_twice_then_random)
-        monkeypatch.setattr("tasks.ports._ephemeral_low", lambda: 65535)
-        monkeypatch.setattr("tasks.ports.LOWEST", 1024)
+        monkeypatch.setattr("tasks.core.ports._random.randrange", busy_twice_then_random)
+        monkeypatch.setattr("tasks.core.ports._ephemeral_low", lambda: 65535)
+        monkeypatch.setattr("tasks.core.ports.LOWEST", 1024)
         (port,) = free_ports(1)
     assert draws[:2] == [busy, busy] and port != busy and port == draws[-1]

@@ -21,7 +21,7 @@ loaded = set(sys.modules)
 read = {}
 if "dayone_airflow.params" in sys.modules:  # what the preload read: the form's schema, each preset's file
     from dayone_airflow.params import form_schema
-    from tasks.presets import PRESETS, _preset_config
+    from tasks.config.presets import PRESETS, _preset_config
     read = {"schema": form_schema.cache_info().currsize, "presets": _preset_config.cache_info().currsize,
             "preset_count": len(PRESETS)}
 from airflow.dag_processing.dagbag import DagBag

@@ -1,4 +1,4 @@
-"""The one readiness poll (tasks/readiness.py): the platform first, the engine's probe only once the
+"""The one readiness poll (tasks/engines/readiness.py): the platform first, the engine's probe only once the
 platform runs it; a platform failure ends the wait at once; the deadline says what was seen last."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from tasks.engines import Readiness
-from tasks.readiness import UP, NotReadyInTime, Platform, poll_serving, wait_until_serving
-from tasks.targets.base import DeployError
+from tasks.engines.readiness import UP, NotReadyInTime, Platform, poll_serving, wait_until_serving
+from tasks.engines.readiness import DeployError
 
 
 class ScriptedAdapter:

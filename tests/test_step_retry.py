@@ -19,7 +19,7 @@ CONFIG = {
 
 @pytest.fixture()
 def ready_engine(tmp_path, monkeypatch):
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
     from tasks.steps.execution import execute
 
     monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path))
@@ -36,7 +36,7 @@ def _short_rows(ctx):
 
 @pytest.mark.parametrize("together", [False, True], ids=["one engine", "engines measured together"])
 def test_a_try_that_failed_is_not_measured_again(ready_engine, together):
-    from tasks.run_documents import StepOutcome, write_outcome
+    from tasks.state.documents import StepOutcome, write_outcome
     from tasks.steps.execution import FailedBefore, execute, execute_group
 
     ctx = ready_engine
@@ -82,7 +82,7 @@ def test_a_planned_step_that_left_no_outcome_fails_the_run(ready_engine):
 def test_an_engine_whose_deploy_or_teardown_left_no_outcome_fails_the_run(ready_engine):
     """A deploy task that never ran (a lost process, a stopped lane) leaves the engine's later steps saying only
     "not ready": the run must not pass as if it had measured the engine."""
-    from tasks.run_documents import outcome_doc
+    from tasks.state.documents import outcome_doc
     from tasks.steps.execution import verdict
 
     ctx = ready_engine

@@ -31,7 +31,7 @@ report = {"conn_env": os.environ.get("AIRFLOW_CONN_DAYONE_S3"), "airflow_home": 
           "sigint_ignored": signal.getsignal(signal.SIGINT) == signal.SIG_IGN}
 if report["conn_env"] and "dayone-local" in report["conn_env"]:
     from airflow.models.connection import Connection
-    from tasks.archive import make_client
+    from tasks.publish.archive import make_client
     conn = Connection.get_connection_from_secrets("dayone_s3")
     extra = conn.extra_dejson
     report["endpoint_url"] = extra["endpoint_url"]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from tasks.tables import TABLES, to_frame
-from tasks.validate import SUITES_DIR, build_suite, validate_frames
+from tasks.state.tables import TABLES, to_frame
+from tasks.publish.validate import SUITES_DIR, build_suite, validate_frames
 
 
 def test_suites_on_disk_match_the_schema():
     for name, table in TABLES.items():
         on_disk = json.loads((SUITES_DIR / f"{name}.json").read_text())
-        assert on_disk == build_suite(table), f"expectations/{name}.json is stale: python -m tasks.validate --write-suites"
+        assert on_disk == build_suite(table), f"expectations/{name}.json is stale: python -m tasks.publish.validate --write-suites"
 
 
 def _request(**over):
@@ -47,10 +47,10 @@ def test_an_empty_table_of_the_schema_passes_unevaluated_and_one_missing_a_colum
 
 
 def test_one_gx_session_per_process_judges_each_frame_afresh_and_follows_a_changed_suite(tmp_path):
-    """Validations share GX's context, batch definitions and built suites (tasks/validate.py _GxSession):
+    """Validations share GX's context, batch definitions and built suites (tasks/publish/validate.py _GxSession):
     a good frame after a bad one passes, a bad one after a good one fails with its own counts, and a suite
     file that changed is built again (the same table, a stricter suite: the same rows now fail)."""
-    from tasks.validate import _gx_session
+    from tasks.publish.validate import _gx_session
 
     good = to_frame("requests", [_request(), _request(request_id="q2")])
     bad = to_frame("requests", [_request(status="weird"), _request(request_id="q2")])

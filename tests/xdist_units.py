@@ -27,7 +27,7 @@ BACKGROUND_UNITS = (
     "tests/independent/test_endpoint_access_plain.py",  # 66 s: the key and the CA reach the engine; no figure judged
     "tests/openwebui/test_openwebui_browser.py",  # 42 s: what a browser shows of a stored chat
     "tests/independent/test_openwebui_plain.py",  # 39 s: OpenWebUI's verdicts on plain servers, from its database
-    "tests/test_import_cycles.py",  # 36 s
+    "tests/layout/test_layers.py",  # 36 s
     "tests/k8s/test_k8s_openwebui.py",  # 32 s: the objects created and removed around the openwebui step
     "tests/test_dag_integrity.py",  # 27 s
     "tests/test_preload.py",  # 20 s

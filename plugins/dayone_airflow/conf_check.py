@@ -27,7 +27,7 @@ DAYONE_TAG = "dayone"
 def check_conf(params: dict[str, Any], conf: dict[str, Any] | None) -> list[dict[str, str]]:
     """Problems of `conf` merged over the DAG's param values (top-level keys replace, as Airflow does)."""
     from dayone_airflow.glue import config_from_params
-    from tasks.lanes import check_lanes
+    from tasks.steps.lanes import check_lanes
     from tasks.config import ConfigError, parse_run_config
 
     merged = {**params, **(conf or {})}

@@ -47,7 +47,7 @@ def s3_client(config: dict[str, Any]) -> Any:
     """
     from airflow.sdk import BaseHook
 
-    from tasks.archive import make_client
+    from tasks.publish.archive import make_client
 
     conn = BaseHook.get_connection(require_archive_connection(config))
     extra = conn.extra_dejson or {}
@@ -60,7 +60,7 @@ def staging_store() -> Any:
     DAYONE_WORKDIR: one machine only, as in make demo)."""
     import os
 
-    from tasks.object_store import STAGING_ENV, S3Access, staging_from_env
+    from tasks.state.object_store import STAGING_ENV, S3Access, staging_from_env
 
     if not os.environ.get(STAGING_ENV, "").strip():
         return None
@@ -110,7 +110,7 @@ def connection_password(conn_id: str) -> str | None:
     from airflow.sdk import BaseHook
     from airflow.sdk.exceptions import AirflowNotFoundException
 
-    from tasks.endpoint_access import ApiKeyMissing
+    from tasks.engines.access import ApiKeyMissing
 
     try:
         return BaseHook.get_connection(conn_id).password or None

@@ -29,7 +29,7 @@ def _airflow_env() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(REPO / "tasks" / "presets" / "llamacpp-ab.yaml"), help="run config (YAML)")
+    parser.add_argument("--config", default=str(REPO / "tasks" / "config" / "presets" / "llamacpp-ab.yaml"), help="run config (YAML)")
     parser.add_argument("--keep-s3", action="store_true", help="leave the S3 server running to browse the run")
     args = parser.parse_args(argv)
     _airflow_env()
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     import yaml
 
     from tasks.config import parse_run_config
-    from tasks.devstack import SeaweedS3
+    from tasks.state.local_s3 import SeaweedS3
 
     conf = yaml.safe_load(Path(args.config).read_text(encoding="utf-8")) or {}
     parse_run_config(conf)  # bad input fails here, before anything starts
@@ -56,9 +56,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"DAG import errors: {bag.import_errors}")
         dag = bag.get_dag("dayone_eval")
         run = dag.test(run_conf=conf)
-        from tasks import run_documents
+        from tasks.state import documents as run_documents
         from tasks.report.schema import read_summary
-        from tasks.run_storage import RunDir
+        from tasks.state.storage import RunDir
 
         run_dir = RunDir(dayone_run_id(run.run_id))
         archived = run_dir.read_json(run_documents.ARCHIVED) or {}
@@ -90,8 +90,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _stop_local_engines(since: float) -> None:
     """Stop the local engines of the runs this demo started (a no-op after their teardown)."""
-    from tasks.run_storage import RunDir, default_root
-    from tasks.run_documents import DEPLOYMENTS_DIR
+    from tasks.state.storage import RunDir, default_root
+    from tasks.state.documents import DEPLOYMENTS_DIR
     from tasks.targets.local import LocalTarget
 
     root = default_root()

@@ -33,10 +33,10 @@ def config_from_params(params: dict[str, Any], trigger_conf: dict[str, Any] | No
     """The run config of an Airflow run's params, which hold every field (Airflow fills what the trigger
     left out with the DAG's default). `trigger_conf`: the conf the run was triggered with. When it is not
     the trigger form's (no `fields_preset`: the REST API, a client), each field it gave is kept over the
-    preset even at a default's value (tasks/presets/). The form's `experiment: {}` (its JSON editor shows a
+    preset even at a default's value (tasks/config/presets/). The form's `experiment: {}` (its JSON editor shows a
     null section as {}) is no experiment."""
     from tasks.config import RunConfig
-    from tasks.presets import PRESET_FIELD, SHOWN_FIELD, is_preset, with_preset
+    from tasks.config.presets import PRESET_FIELD, SHOWN_FIELD, is_preset, with_preset
 
     config = {k: v for k, v in dict(params).items() if k not in CONFIG_KEYS_EXCLUDED}
     if trigger_conf and SHOWN_FIELD not in trigger_conf and is_preset(config.get(PRESET_FIELD)):
@@ -59,8 +59,8 @@ def trigger_conf() -> dict[str, Any] | None:
 
 
 def run_dir(airflow_run_id: str) -> Any:
-    """The run's state (tasks/run_storage.py RunDir) in its storage, as every task of the run sees it."""
-    from tasks.run_storage import RunDir
+    """The run's state (tasks/state/storage.py RunDir) in its storage, as every task of the run sees it."""
+    from tasks.state.storage import RunDir
 
     from dayone_airflow.connections import staging_store
 
@@ -71,7 +71,7 @@ def run_context(params: dict[str, Any], airflow_run_id: str, logical_date: dt.da
                 backfill: bool = False, accepted_run_ids: tuple[str, ...] = ()) -> Any:
     """The step's RunContext, with Airflow connections for the cluster, the registry, the archive and
     the run's storage."""
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
 
     from dayone_airflow.connections import cluster_access, connection_password, s3_client, staging_store
 
@@ -91,7 +91,7 @@ def run_step(step: str, params: dict[str, Any], airflow_run_id: str, engine: str
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
     from tasks.config import ConfigError
-    from tasks.run import NotAttempted
+    from tasks.steps.context import NotAttempted
     from tasks.steps.execution import execute_with
 
     try:

@@ -3,7 +3,7 @@
 `EngineReadinessOperator` defers to `EngineReadyTrigger`, which waits in the triggerer (no worker slot
 held through a cold start) for the Deployment to be available and the engine to serve, failing fast on
 image pull errors, crash loops and unschedulable pods with the pod's events (PROTOCOL.md section 8,
-"Readiness"). The loop is DayOne's one readiness wait (tasks/readiness.py); the trigger only reads the
+"Readiness"). The loop is DayOne's one readiness wait (tasks/engines/readiness.py); the trigger only reads the
 API objects the one platform check judges (tasks/k8s/rollout.py `rollout_platform`). The wait's end is
 recorded through the step protocol (tasks/steps/execution.py); cluster and registry access come from
 Airflow connections (connections.py). Only Airflow's base classes load at import: DAG files stay cheap.
@@ -20,7 +20,7 @@ from airflow.sdk import BaseOperator
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 if TYPE_CHECKING:
-    from tasks.readiness import Platform
+    from tasks.engines.readiness import Platform
 
 READY, FAILED, TIMEOUT = "ready", "failed", "timeout"
 
@@ -101,8 +101,8 @@ class EngineReadyTrigger(BaseTrigger):
         from kubernetes_asyncio import client as aclient
 
         from tasks.engines import adapter_for
-        from tasks.readiness import NotReadyInTime, wait_until_serving
-        from tasks.targets.base import DeployError
+        from tasks.engines.readiness import NotReadyInTime, wait_until_serving
+        from tasks.engines.readiness import DeployError
 
         hook = AsyncKubernetesHook(conn_id=self.kubernetes_conn_id)
 
@@ -153,7 +153,7 @@ class EngineReadyTrigger(BaseTrigger):
         import asyncio
         import base64
 
-        from tasks.endpoint_access import EndpointAccess
+        from tasks.engines.access import EndpointAccess
 
         from dayone_airflow.connections import connection_password
 
@@ -186,7 +186,7 @@ class EngineReadinessOperator(BaseOperator):
         self.poll_interval_s = poll_interval_s
 
     def execute(self, context: Any) -> Any:
-        from tasks.run_documents import set_readiness
+        from tasks.state.documents import set_readiness
         from tasks.steps.engine_steps import ready_timeout_s
         from tasks.targets.base import Deployment
 
@@ -224,7 +224,7 @@ class EngineReadinessOperator(BaseOperator):
 
         from tasks.steps.engine_steps import readiness_reached
         from tasks.steps.execution import record
-        from tasks.targets.base import DeployError
+        from tasks.engines.readiness import DeployError
 
         from dayone_airflow.glue import run_context
 

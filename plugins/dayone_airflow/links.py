@@ -18,7 +18,7 @@ from urllib.parse import quote, urlparse
 
 from airflow.sdk import BaseOperatorLink
 
-from tasks.run_documents import REPORT, SUMMARY
+from tasks.state.documents import REPORT, SUMMARY
 
 log = logging.getLogger("dayone.airflow.links")
 
@@ -133,7 +133,7 @@ def _get(s3: Any, bucket: str, key: str) -> bytes | None:
 
 def local_object(run_id: str, name: str) -> bytes | None:
     """`name` from the run directory, or None when it is missing or resolves outside the runs root."""
-    from tasks.run_storage import default_root
+    from tasks.state.storage import default_root
 
     try:
         root = Path(os.environ.get("DAYONE_WORKDIR") or default_root()).resolve()
@@ -147,8 +147,8 @@ def local_object(run_id: str, name: str) -> bytes | None:
 
 def staged_object(run_id: str, name: str) -> bytes | None:
     """`name` from the run's state under DAYONE_STAGING, or None when run state is not in S3 or lacks it."""
-    from tasks.run_storage import RunDir
-    from tasks.object_store import STAGING_ENV, S3Access, staging_from_env
+    from tasks.state.storage import RunDir
+    from tasks.state.object_store import STAGING_ENV, S3Access, staging_from_env
 
     from dayone_airflow.connections import STAGING_CONN_ID
 
@@ -220,7 +220,7 @@ def _dag_tags(dag_id: str) -> list[str]:
 def _s3_client(conn_id: str) -> Any:
     from airflow.models.connection import Connection
 
-    from tasks.archive import make_client
+    from tasks.publish.archive import make_client
 
     conn = Connection.get_connection_from_secrets(conn_id)
     extra = conn.extra_dejson or {}

@@ -5,7 +5,7 @@ other entry point uses; the plan step adds the cross-field rules a JSON schema c
 param's schema is self-contained (no `$ref`), so the UI picks its widget from `type` alone. The first
 param, `preset`, names a starting point laid under the other fields; the hidden `fields_preset` says
 which preset the fields show (the DAG's default: for dayone_eval the Variable `dayone_eval_preset`).
-How a preset merges, and why: tasks/presets/.
+How a preset merges, and why: tasks/config/presets/.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 from airflow.sdk import Param
 
 from tasks.config import RunConfig
-from tasks.presets import DEFAULT_PRESET, PRESET_FIELD, PRESETS, SHOWN_FIELD, overlay, preset_values
+from tasks.config.presets import DEFAULT_PRESET, PRESET_FIELD, PRESETS, SHOWN_FIELD, overlay, preset_values
 
 log = logging.getLogger("dayone.airflow.params")
 
@@ -134,7 +134,7 @@ def _preset_params(shown: str, defaults: dict[str, Any]) -> dict[str, Param]:
             shown, title="Preset", section=SECTIONS[PRESET_FIELD], type="string", enum=list(PRESETS),
             values_display={name: f"{name}: {p.title}" for name, p in PRESETS.items()}, description=None,
             description_md=(
-                f"A named starting point (tasks/presets/*.yaml). **The fields below show `{shown}`'s values.** "
+                f"A named starting point (tasks/config/presets/*.yaml). **The fields below show `{shown}`'s values.** "
                 f"Pick another preset and every field left as shown takes that preset's value (below); a field "
                 f"you change keeps yours.\n\n| preset | engines | where | context (tokens) | short concurrency "
                 f"| request timeout (s) |\n|---|---|---|---|---|---|\n{table}")),

@@ -3,7 +3,7 @@
 The graph follows the step registry (tasks/steps/registry.py) alone: its order, its retries, which
 steps the nightly alone runs; the order is stated in docs/ARCHITECTURE.md, "The step order". Each task
 runs one step through glue.run_step, which records its outcome. The run's engines are one mapped task
-group, `engines`, an instance per engine named by it, in the order of their turns (tasks/lanes.py): each
+group, `engines`, an instance per engine named by it, in the order of their turns (tasks/steps/lanes.py): each
 waits for the engine before it on its node, and the first engine of a position measures the position's
 engines together (turns.py). The measuring steps are StepPodOperator tasks (step_pods.py): runner pods
 under kubernetes.measure_from: cluster, this worker otherwise.
@@ -19,8 +19,8 @@ from airflow.sdk import chain, task, task_group
 
 from dayone_airflow.assets import ARCHIVED_RUN, archive_event_extra
 from dayone_airflow.glue import conclude, dayone_run_id, run_step
-from tasks.k8s.runner_pods import RUNNER_STEPS
-from tasks.scenarios import PERF_SCENARIOS
+from tasks.steps.runner_pods import RUNNER_STEPS
+from tasks.core.names import PERF_SCENARIOS
 from tasks.steps.registry import AFTER_ENGINES, BEFORE_ENGINES, ENGINE_STEPS, SCENARIO_STEPS, STEPS, required_run_steps
 
 log = logging.getLogger("dayone.airflow")
@@ -167,7 +167,7 @@ def _evaluation_tasks(nightly: bool) -> None:
     def compare(params=None, run_id=None):
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tasks.compare import RegressionFound
+        from tasks.compare.nightly import RegressionFound
 
         try:
             return run_step("compare", params, run_id, accepted_run_ids=nightly_accepted())
@@ -249,7 +249,7 @@ def nightly_accepted() -> tuple[str, ...]:
     """Run ids a person accepted as the nightly's new level: the Airflow Variable `dayone_nightly_accept`
     (one run id, or several separated by commas or spaces), read when compare runs. An accepted run becomes
     a good run and the reference of later comparisons; the run that reads it records the acceptance in its
-    run index, so clearing the Variable later undoes nothing (tasks/compare.py)."""
+    run index, so clearing the Variable later undoes nothing (tasks/compare/nightly.py)."""
     from airflow.sdk import Variable
 
     text = Variable.get(NIGHTLY_ACCEPT_VARIABLE, default=None) or ""

@@ -18,7 +18,7 @@ import dayone_airflow.params  # noqa: F401
 import dayone_airflow.pipeline  # noqa: F401
 import dayone_airflow.step_pods  # noqa: F401
 import dayone_airflow.turns  # noqa: F401
-from tasks.presets import PRESETS, preset_config
+from tasks.config.presets import PRESETS, preset_config
 
 dayone_airflow.params.form_schema()
 for _name in PRESETS:

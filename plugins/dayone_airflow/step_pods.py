@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-from tasks.k8s.runner_pods import CONTAINER, SKIP_EXIT_CODES
+from tasks.steps.runner_pods import CONTAINER, SKIP_EXIT_CODES
 
 
 class StepPodOperator(KubernetesPodOperator):
@@ -48,7 +48,7 @@ class StepPodOperator(KubernetesPodOperator):
         from tasks.steps.registry import STEPS
 
         from dayone_airflow.glue import config_from_params, trigger_conf
-        from tasks.run import load_config
+        from tasks.steps.context import load_config
 
         try:
             cfg = load_config(config_from_params(context["params"], trigger_conf()), "runner")
@@ -59,7 +59,7 @@ class StepPodOperator(KubernetesPodOperator):
         if not STEPS[self.step].enabled(cfg):
             return None  # switched off: recorded here, no pod
         if engines is not None:
-            from tasks.run_documents import readiness
+            from tasks.state.documents import readiness
 
             from dayone_airflow.glue import run_dir
 
@@ -69,11 +69,11 @@ class StepPodOperator(KubernetesPodOperator):
         return cfg
 
     def _configure(self, context: Any, cfg: Any, engines: list[str]) -> None:
-        """The runner pod of this step (tasks/k8s/runner_pods.py) and how to reach and watch it."""
+        """The runner pod of this step (tasks/steps/runner_pods.py) and how to reach and watch it."""
         import os
 
-        from tasks.k8s.runner_pods import pods_for_step, runner_step_pod
-        from tasks.object_store import STAGING_ENV
+        from tasks.steps.runner_pods import pods_for_step, runner_step_pod
+        from tasks.state.object_store import STAGING_ENV
 
         from dayone_airflow.connections import staging_store
         from dayone_airflow.glue import dayone_run_id
@@ -141,7 +141,7 @@ class StepPodOperator(KubernetesPodOperator):
     # ---- peer pods: a step's big rounds measured by several runner pods (tasks/load/pod_shards.py) --
     def _peer_selector(self, context: Any, engines: list[str]) -> str:
         from tasks.k8s.manifests import LABEL_RUN, label_value
-        from tasks.k8s.runner_pods import LABEL_SHARD_OF
+        from tasks.steps.runner_pods import LABEL_SHARD_OF
         from tasks.load.pod_shards import pod_group
 
         from dayone_airflow.glue import dayone_run_id
@@ -172,7 +172,7 @@ class StepPodOperator(KubernetesPodOperator):
 
     def _recorded(self, context: Any) -> dict[str, Any]:
         """What the pod's `dayone step` recorded: the step's outcome per engine, from the run's storage."""
-        from tasks.run_documents import outcome_doc
+        from tasks.state.documents import outcome_doc
 
         from dayone_airflow.glue import run_dir
 

@@ -1,4 +1,4 @@
-"""Turns between the mapped engines of a run (tasks/lanes.py `turns`, from the plan): an engine deploys
+"""Turns between the mapped engines of a run (tasks/steps/lanes.py `turns`, from the plan): an engine deploys
 after the engine before it in its lane is torn down, and the first engine of a position measures the
 position's engines together while the others wait for its outcome.
 
@@ -102,7 +102,7 @@ def measured_with_first(context: Any, step: str, engine: str) -> dict[str, Any]:
     """The outcome the position's first engine recorded for `engine`, as this engine's task's own."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from tasks.run_documents import outcome_doc
+    from tasks.state.documents import outcome_doc
 
     from dayone_airflow.glue import run_dir
 

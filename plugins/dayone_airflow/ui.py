@@ -119,7 +119,7 @@ def local_archive(state: Path) -> Iterator[object | None]:
     if archive_connection_defined():
         yield None
         return
-    from tasks.devstack import SeaweedS3
+    from tasks.state.local_s3 import SeaweedS3
 
     s3 = SeaweedS3(state / "s3")
     try:

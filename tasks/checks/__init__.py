@@ -22,8 +22,8 @@ from tasks.checks import (
     tool_call_streaming,
 )
 from tasks.checks.base import FAIL, NOT_APPLICABLE, CheckResult, Probe
-from tasks.checks.names import CHECK_NAMES
-from tasks.engine_context import EngineContext
+from tasks.core.names import CHECK_NAMES
+from tasks.engines.context import EngineContext
 
 SCENARIO = "functional"
 CHECKS = (
@@ -41,7 +41,7 @@ CHECKS = (
     openai_sdk,
 )
 if tuple(c.NAME for c in CHECKS) != CHECK_NAMES:  # the names the run config accepts in functional.skip
-    raise ImportError(f"tasks/checks/names.py lists {CHECK_NAMES}, the checks run {tuple(c.NAME for c in CHECKS)}")
+    raise ImportError(f"tasks/core/names.py lists {CHECK_NAMES}, the checks run {tuple(c.NAME for c in CHECKS)}")
 
 
 def run_check(module, probe: Probe) -> CheckResult:  # noqa: ANN001 (a check module)

@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
-from tasks.engine_context import EngineEndpoint
-from tasks.evidence.stream import JsonResult, StreamResult, excerpt, post_json, stream_post
+from tasks.engines.context import EngineEndpoint
+from tasks.engines.stream import JsonResult, StreamResult, excerpt, post_json, stream_post
 
 PASS, FAIL, NOT_APPLICABLE = "pass", "fail", "not_applicable"
 CHAT_PATH = "/v1/chat/completions"

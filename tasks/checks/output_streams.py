@@ -3,7 +3,7 @@
 Judged on both APIs the run times: chat streams, and completions streams of exactly the shape the
 benchmarks send (a token-ID prompt, the output length forced), since a server may stream one and
 not the other. A role-only or empty first event is normal (OpenAI's own API sends one). A stream
-fails by the one rule of tasks/evidence/reliability.py: no text in any event, all of a multi-token
+fails by the one rule of tasks/stats/reliability.py: no text in any event, all of a multi-token
 output in one event, or more than half of it in the last event. The quirk may hit only some
 streams (the GLM-5.3-Flash Day 1 Hands-on report saw "some requests" without a visible first
 chunk), so several streams are sent on each API and every one must pass.
@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.checks.base import CHAT_PATH, COMPLETIONS_PATH, FAIL, PASS, CheckResult, Probe, evidence, request_failed
-from tasks.evidence.reliability import judge_stream
-from tasks.evidence.stream import StreamResult
+from tasks.stats.reliability import judge_stream
+from tasks.engines.stream import StreamResult
 from tasks.load.plan import completion_body, random_token_ids
 
 NAME = "output_streams"

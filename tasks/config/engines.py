@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import ConfigModel, Fix, PositiveInt
 from tasks.config.llamacpp import LlamaCppSettings
-from tasks.sim.profile import Profile
+from tasks.config.sim_profile import Profile
 
 DIALECTS = ("sglang", "vllm", "llamacpp", "openai")
 Dialect = Literal["sglang", "vllm", "llamacpp", "openai"]
@@ -59,10 +59,10 @@ class EngineSpec(ConfigModel):
                                         "http://127.0.0.1:30000")] = Field(
         None, description="Base URL of an already running server (launcher=external).")
     # A free object in the form (the simulator's Profile is large); checked against it when parsed.
-    sim_profile: Annotated[dict[str, Any], Fix("give a value the simulator's Profile accepts (tasks/sim/profile.py)",
+    sim_profile: Annotated[dict[str, Any], Fix("give a value the simulator's Profile accepts (tasks/config/sim_profile.py)",
                                                inside=True)] = Field(
         default_factory=dict, description="Simulator profile overrides (launcher=sim), fields of the simulator's "
-        "Profile (tasks/sim/profile.py), e.g. {\"startup_delay_s\": 1, \"slots\": 8}.")
+        "Profile (tasks/config/sim_profile.py), e.g. {\"startup_delay_s\": 1, \"slots\": 8}.")
     llamacpp: LlamaCppSettings | None = Field(
         None, title="llama.cpp settings",
         description="llama.cpp server settings (launcher=llamacpp; on kubernetes, dialect=llamacpp).")

@@ -1,6 +1,6 @@
 """The run config's experiment section: a base engine and the factors it varies.
 
-Its expansion into variants and the check of their differences are tasks/experiment.py's
+Its expansion into variants and the check of their differences are tasks/config/variants.py's
 (which imports nothing of the config, so the config's RunConfig can call it).
 """
 
@@ -35,7 +35,7 @@ class Factor(ConfigModel):
 
 
 class Experiment(ConfigModel):
-    """A base engine and the settings it varies (tasks/experiment.py); every other difference is refused."""
+    """A base engine and the settings it varies (tasks/config/variants.py); every other difference is refused."""
 
     base: Annotated[str, Fix("name one of the run's engines")] = Field(
         ..., description="Name of the base engine in engines: the reference of every effect.")

@@ -8,7 +8,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from tasks.config.base import ConfigModel, Fix
 from tasks.config.model import ModelSpec
-from tasks.models import KNOWN_MODELS
+from tasks.config.models import KNOWN_MODELS
 
 ReasoningFormat = Literal["none", "auto", "deepseek", "deepseek-legacy"]
 FlashAttn = Literal["auto", "on", "off"]
@@ -22,7 +22,7 @@ class LlamaCppSettings(ConfigModel):
     model_config = ConfigDict(strict=True)
 
     model: Annotated[str | None, Fix(f"use one of {', '.join(KNOWN_MODELS)} or a GGUF file path")] = Field(
-        None, description=f"GGUF model: {', '.join(KNOWN_MODELS)} (tasks/models.py) or a file path; "
+        None, description=f"GGUF model: {', '.join(KNOWN_MODELS)} (tasks/config/models.py) or a file path; "
                           "default: model.path, else smollm2.")
     ctx_size: Annotated[int, Fix("give the KV cache size in tokens, e.g. 4096")] = Field(
         4096, ge=256, description="KV cache size in tokens; with kv_unified every slot may use all.")

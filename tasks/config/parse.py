@@ -15,8 +15,8 @@ from pydantic import BaseModel, ValidationError
 from tasks.config.base import ConfigError, Fix, field_path
 from tasks.config.llamacpp import LlamaCppSettings
 from tasks.config.run import RunConfig
-from tasks.presets import PRESET_FIELD, PRESETS, is_preset, with_preset
-from tasks.sim.profile import Profile
+from tasks.config.presets import PRESET_FIELD, PRESETS, is_preset, with_preset
+from tasks.config.sim_profile import Profile
 
 _NO_FIX = "see this field's description in the trigger form (or its Field in tasks/config/)"
 

@@ -22,8 +22,8 @@ from tasks.config.model import ModelSpec
 from tasks.config.scenarios import Scenarios
 from tasks.config.telemetry import TelemetrySettings
 from tasks.config.thresholds import SLO, RegressionThresholds
-from tasks.experiment import covers, effective, expand, factor_level, undeclared
-from tasks.models import KNOWN_MODELS
+from tasks.config.variants import covers, effective, expand, factor_level, undeclared
+from tasks.config.models import KNOWN_MODELS
 
 
 class RunConfig(ConfigModel):
@@ -79,7 +79,7 @@ class RunConfig(ConfigModel):
         "in (answers and failed requests always first).")
     experiment: Experiment | None = Field(
         None, title="Experiment (optional)", description="A single-variable A/B or factor sweep over a base engine "
-        "(tasks/experiment.py): base, factors with their levels. Empty ({}): no experiment.")
+        "(tasks/config/variants.py): base, factors with their levels. Empty ({}): no experiment.")
 
     @field_validator("run_id")
     @classmethod

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from tasks.config.base import ConfigModel, Fix, PositiveInt
 from tasks.config.engines import IMAGE_PATTERN
 from tasks.config.engines import _IMAGE_RE as IMAGE_RE
-from tasks.openwebui.version import DEFAULT_IMAGE as OPENWEBUI_IMAGE
+from tasks.config.openwebui import DEFAULT_IMAGE as OPENWEBUI_IMAGE
 from tasks.config.sessions import SessionsScenario
 from tasks.config.dataset import DatasetScenario
 from tasks.config.shared_prefix import SharedPrefixScenario
@@ -168,7 +168,7 @@ class FunctionalScenario(ConfigModel):
     def _known_checks(cls, v: list[str]) -> list[str]:
         if not v:
             return v
-        from tasks.checks.names import CHECK_NAMES  # here: loading tasks.checks loads the run config first
+        from tasks.core.names import CHECK_NAMES  # here: loading tasks.checks loads the run config first
 
         unknown = [name for name in v if name not in CHECK_NAMES]
         if unknown:

@@ -18,7 +18,7 @@ class EngineTelemetry(ConfigModel):
 
 
 class TelemetrySettings(ConfigModel):
-    """GPU telemetry per round from a DCGM exporter (tasks/evidence/telemetry.py): utilization, memory,
+    """GPU telemetry per round from a DCGM exporter (tasks/telemetry/gpu.py): utilization, memory,
     power and the energy counter, for joules per output token."""
 
     enabled: bool = Field(False, description="Read each engine's GPUs during every measured round.")

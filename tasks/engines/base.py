@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from tasks.polling import TimedOut, poll
+from tasks.core.polling import TimedOut, poll
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class CacheCounters:
 
 @dataclass(frozen=True)
 class RoundMetrics:
-    """Prometheus names of what an engine spent in a round (tasks/evidence/engine_metrics.py).
+    """Prometheus names of what an engine spent in a round (tasks/telemetry/engine_metrics.py).
 
     Counters are read as deltas over the round; gauges are sampled while it runs; histograms
     (base names, without _sum/_count/_bucket) give the server's own mean and quantiles over the
@@ -233,7 +233,7 @@ class EngineAdapter:
         """Hit rate over a window from counter deltas (never from a last-value gauge).
 
         `before`/`after` map metric names (as in the Prometheus exposition, summed over labels)
-        to values, as `tasks.evidence.metrics.scrape` returns them.
+        to values, as `tasks.telemetry.metrics.scrape` returns them.
         """
         if self.cache_counters is None:
             return HitRate(None, None)

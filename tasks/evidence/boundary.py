@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 
-from tasks.engine_context import EngineContext
+from tasks.engines.context import EngineContext
 from tasks.engines import Readiness
 from tasks.evidence.needles import NeedleTrial, needle_request, refuse_over_limit, template_tokens_for
-from tasks.evidence.prompts import tokenize_counter
-from tasks.readiness import poll_serving
+from tasks.load.prompts import tokenize_counter
+from tasks.engines.readiness import poll_serving
 
 SCENARIO = "boundary"
 CHECK = "boundary_restarts"
@@ -39,7 +39,7 @@ def _read(restart_count: Callable[[], int | None]) -> int | None:
 
 def wait_ready(ctx: EngineContext, timeout_s: float = READY_WAIT_S) -> tuple[bool, str]:
     """Poll the adapter's readiness (health, model list, 1-token generation) until ready: the
-    readiness wait's own poll (tasks/readiness.py), without a platform to ask; not ready at the
+    readiness wait's own poll (tasks/engines/readiness.py), without a platform to ask; not ready at the
     deadline, the last probe says at which stage."""
     ep = ctx.endpoint
 

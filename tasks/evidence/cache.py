@@ -4,7 +4,7 @@ One prompt of about 4,400 tokens: clear the cache, one cold request, then N exac
 sequential. /metrics is scraped just before and just after every request; the hit rate is the
 ratio of counter deltas over the whole trial (before the cold request to after the last repeat),
 as the GLM-5.3-Flash Day 1 Hands-on report computed it, never a last-value gauge. Every delta
-obeys the window rule (tasks/evidence/window.py): a counter that fell or a restart seen anywhere in the trial leaves
+obeys the window rule (tasks/telemetry/window.py): a counter that fell or a restart seen anywhere in the trial leaves
 every delta of the trial, and the hit rate, unpublished, with the counter and its fall named.
 """
 
@@ -17,15 +17,15 @@ from typing import Any
 
 import httpx
 
-from tasks.engine_context import EngineContext
-from tasks.evidence import metrics
+from tasks.engines.context import EngineContext
+from tasks.telemetry import metrics
 from tasks.evidence.needles import template_tokens_for
-from tasks.evidence.prompts import CalibrationError, FillerPool, calibrate, plain_text, tokenize_counter
-from tasks.evidence.reliability import WITHHELD, judge_stream
-from tasks.evidence.stream import excerpt, stream_post
-from tasks.evidence.window import Window, by_name, hit_rate_over
-from tasks.partitions import RowWriter
-from tasks.run_documents import cache_verdict_doc
+from tasks.load.prompts import CalibrationError, FillerPool, calibrate, plain_text, tokenize_counter
+from tasks.stats.reliability import WITHHELD, judge_stream
+from tasks.engines.stream import excerpt, stream_post
+from tasks.telemetry.window import Window, by_name, hit_rate_over
+from tasks.state.partitions import RowWriter
+from tasks.state.documents import cache_verdict_doc
 
 SCENARIO = "prefix_cache"
 MIN_TTFT_DECREASE = 0.30

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from tasks.engine_context import EngineContext
-from tasks.evidence.prompts import (
+from tasks.engines.context import EngineContext
+from tasks.load.prompts import (
     CalibrationError,
     FillerPool,
     calibrate,
@@ -27,8 +27,8 @@ from tasks.evidence.prompts import (
     needle_text,
     tokenize_counter,
 )
-from tasks.evidence.reliability import judge_stream
-from tasks.evidence.stream import StreamResult, excerpt, stream_post
+from tasks.stats.reliability import judge_stream
+from tasks.engines.stream import StreamResult, excerpt, stream_post
 
 SCENARIO = "long_context"
 ANSWER_CHARS = 500

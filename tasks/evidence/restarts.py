@@ -4,7 +4,7 @@ A crash can come in any step (the near-1M long-context requests, a benchmark's b
 engine under a supervisor answers again moments later, so a step's own results cannot show it.
 Around every step DayOne reads the target's restart count (where the target knows one) and
 scrapes /metrics, also every few seconds during the step, applying the window rule of
-tasks/evidence/window.py; a restart is a failed `engine_restarts` check whose scenario is the
+tasks/telemetry/window.py; a restart is a failed `engine_restarts` check whose scenario is the
 step, and the step's result carries `engine_restarted`.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 
-from tasks.engine_context import EngineEndpoint, EngineContext
-from tasks.evidence import metrics
-from tasks.evidence.window import breach
+from tasks.engines.context import EngineEndpoint, EngineContext
+from tasks.telemetry import metrics
+from tasks.telemetry.window import breach
 
 CHECK = "engine_restarts"
 # Between two scrapes a restarted engine's counters could climb back past their old values; a few

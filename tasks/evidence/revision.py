@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tasks.run_documents import served_revision_doc
+from tasks.state.documents import served_revision_doc
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SNAPSHOT = re.compile(r"snapshots/([0-9a-f]{40})(?:/|$)")

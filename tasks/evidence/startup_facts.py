@@ -1,14 +1,14 @@
 """What an engine states about itself once it is up, recorded by the startup step beside its findings:
 its memory and KV capacity (tasks/evidence/kv_capacity.py), read from the startup log by its adapter,
-and where it runs (tasks/evidence/hardware.py): the platform's facts with what its container printed."""
+and where it runs (tasks/telemetry/hardware.py): the platform's facts with what its container printed."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tasks.evidence.hardware import merge_pod_report, unknown
+from tasks.telemetry.hardware import merge_pod_report, unknown
 from tasks.evidence.kv_capacity import kv_capacity_row
-from tasks.run_documents import hardware_doc
+from tasks.state.documents import hardware_doc
 
 
 def record_startup_facts(ctx: Any, engine: str, startup_log: str) -> dict[str, Any]:

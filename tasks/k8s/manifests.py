@@ -24,7 +24,7 @@ from typing import Any
 from tasks.config import RunConfig
 from tasks.config.engines import EngineSpec
 from tasks.engines import adapter_for
-from tasks.evidence.hardware import GPU_REPORT_SCRIPT
+from tasks.telemetry.hardware import GPU_REPORT_SCRIPT
 
 MANAGED_BY = "dayone"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"

@@ -12,11 +12,10 @@ import base64
 from typing import Any
 
 from tasks.config import RunConfig
+from tasks.config.openwebui import ADMIN, offline_settings, serve_argv
 from tasks.engines import adapter_for
 from tasks.k8s.manifests import (LABEL_MANAGED_BY, LABEL_RUN, MANAGED_BY, PORT_NAME, _env, _pod_spec, _probe,
                                  _security, label_value, object_name, service_url)
-from tasks.openwebui.server import offline_settings, serve_argv
-from tasks.openwebui.session import ADMIN
 
 LABEL_FOR = "dayone/openwebui-for"  # the engine OpenWebUI stands in front of
 CONTAINER = "openwebui"

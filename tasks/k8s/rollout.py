@@ -1,7 +1,7 @@
 """Reading a rollout: is the engine's Deployment available, still coming, or never going to be?
 
 Pure functions over API objects as plain dicts (the JSON form, camelCase). `rollout_platform` is the
-Kubernetes platform's one answer to the readiness wait (tasks/readiness.py); its two API readers, the
+Kubernetes platform's one answer to the readiness wait (tasks/engines/readiness.py); its two API readers, the
 target (sync client) and the Airflow trigger (async client), only fetch what it reads and call it.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.k8s.manifests import ANNOTATION_CREATED, CONTAINER
-from tasks.readiness import UP, Platform
+from tasks.engines.readiness import UP, Platform
 
 # Waiting reasons that never heal by waiting: the kubelet retries them forever.
 FATAL_WAITING = {

@@ -21,10 +21,10 @@ from typing import Any
 
 import msgspec
 
-from tasks.endpoint_access import EndpointAccess
+from tasks.engines.access import EndpointAccess
 from tasks.engines.base import EngineAdapter
 from tasks.load.http import Connection, StreamSession
-from tasks.load.stats import tpot
+from tasks.stats.figures import tpot
 
 
 # msgspec decodes an event in a fifth of json.loads's time, on the loop that stamps the reads.

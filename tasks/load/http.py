@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httptools
 
 if TYPE_CHECKING:
-    from tasks.endpoint_access import EndpointAccess
+    from tasks.engines.access import EndpointAccess
 
 MAX_ERROR_BODY = 500  # bytes of a non-200 body kept in the error text
 

@@ -4,7 +4,7 @@ Prompts of exact length are random token IDs sent as a token-ID prompt to /v1/co
 tokenizer is needed; each engine's adapter adds the fields that force the output length. Every
 prompt is seeded from its request's place in the run, so a rerun sends the same bytes. (Text
 prompts of exact length, calibrated through the engine's tokenize endpoint, are in
-tasks/evidence/prompts.py.)
+tasks/load/prompts.py.)
 """
 
 from __future__ import annotations

@@ -21,12 +21,12 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import IO, Any, Protocol
 
-from tasks.endpoint_access import EndpointAccess
+from tasks.engines.access import EndpointAccess
 from tasks.engines.base import EngineAdapter
 from tasks.load import client as load_client
 from tasks.load.client import OnResult, RequestResult, RequestSpec
 from tasks.load.shards import ShardReport, _Job, _run_job, _send, one_process, ping, run_sharded, split
-from tasks.pipes import FLUSH_EVERY_S, PickleFeed, read_frames
+from tasks.core.pipes import FLUSH_EVERY_S, PickleFeed, read_frames
 
 POD_IP_ENV = "DAYONE_POD_IP"  # the downward API's status.podIP: where peers reach shard 0
 # From the hand-over to the common start: a pod's share may first start its own client processes
@@ -36,7 +36,7 @@ JOIN_POLL_S = 0.2
 
 
 class Staging(Protocol):
-    """Where the pods meet: the run's storage (tasks/run_storage.py RunDir), passed in."""
+    """Where the pods meet: the run's storage (tasks/state/storage.py RunDir), passed in."""
 
     def read_json(self, name: str, default: Any = None) -> Any: ...
 

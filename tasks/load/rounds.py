@@ -2,8 +2,8 @@
 
 Shared by the performance scenarios, the capacity search and the warmup, so a warmup round is timed
 and kept exactly like a measured one. Around the sends it reads what the round cost: the engine's
-/metrics (tasks/evidence/engine_metrics.py: `engine_rounds`, `server_metrics`), the GPUs with
-telemetry on (tasks/evidence/telemetry.py: `telemetry_rounds`) and the client's own processes
+/metrics (tasks/telemetry/engine_metrics.py: `engine_rounds`, `server_metrics`), the GPUs with
+telemetry on (tasks/telemetry/gpu.py: `telemetry_rounds`) and the client's own processes
 (`client_shards`). Request rows are only queued on the timing loop and written by a writer process
 (RowWriter.off_loop): PROTOCOL.md section 8, "The timing loop stamps and queues, nothing else".
 """
@@ -16,20 +16,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tasks import run_documents
-from tasks.engine_context import EngineContext
-from tasks.desensitize import desensitize
-from tasks.evidence import metrics as server_metrics
-from tasks.evidence.engine_metrics import RoundWatch
-from tasks.evidence import telemetry
-from tasks.evidence.telemetry import TelemetryWatch
+from tasks.state import documents as run_documents
+from tasks.engines.context import EngineContext
+from tasks.core.desensitize import desensitize
+from tasks.telemetry import metrics as server_metrics
+from tasks.telemetry.engine_metrics import RoundWatch
+from tasks.telemetry import gpu as telemetry
+from tasks.telemetry.gpu import TelemetryWatch
 from tasks.load import client as load_client
 from tasks.load.plan import Shape, plan_requests, poisson_arrivals, run_tag
 from tasks.load import pod_shards
 from tasks.load.progress import Progress
 from tasks.load.shards import ShardReport, UsageMeter, client_rows, one_process, run_sharded
-from tasks.load.stats import WAIT_FLAG_SHARE, round_figures
-from tasks.partitions import RowWriter
+from tasks.stats.figures import WAIT_FLAG_SHARE, round_figures
+from tasks.state.partitions import RowWriter
 
 log = logging.getLogger("dayone.load")
 

@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING, Any
 
-from tasks.endpoint_access import EndpointAccess
+from tasks.engines.access import EndpointAccess
 from tasks.engines.base import EngineAdapter
 from tasks.load import client as load_client
 from tasks.load.client import OnResult, RequestResult, RequestSpec
-from tasks.pipes import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
+from tasks.core.pipes import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
 
 if TYPE_CHECKING:
     from tasks.config.load import LoadSettings

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.checks.base import FAIL, NOT_APPLICABLE, PASS, CheckResult, evidence
-from tasks.engine_context import EngineContext, EngineEndpoint
+from tasks.engines.context import EngineContext, EngineEndpoint
 from tasks.openwebui.server import running_openwebui, venv_path
 from tasks.openwebui.session import Person, Turn
-from tasks.run_documents import openwebui_chat_doc
+from tasks.state.documents import openwebui_chat_doc
 
 SCENARIO = "openwebui"
 MODEL_LIST, CHAT, REASONING, USAGE = "openwebui_model_list", "openwebui_chat", "openwebui_reasoning", "openwebui_usage"

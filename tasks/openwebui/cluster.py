@@ -10,16 +10,24 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
-from tasks.desensitize import register_secret
-from tasks.polling import TimedOut, poll
-from tasks.run_documents import OPENWEBUI_PINNED, openwebui_objects_doc
+from tasks.core.desensitize import register_secret
+from tasks.core.polling import TimedOut, poll
+from tasks.state.documents import OPENWEBUI_PINNED, openwebui_objects_doc
 
-if TYPE_CHECKING:
-    from tasks.run import RunContext
+
+class RunContext(Protocol):
+    """What OpenWebUI's deployment needs of a run (tasks/steps/context.py's RunContext has it)."""
+
+    config: Any
+    run_id: str
+    run_dir: Any
+    target: Any
+
+    def endpoint_access(self, engine: str) -> Any: ...
 
 FIELD = "scenarios.openwebui.image"
 
@@ -53,7 +61,7 @@ def openwebui_beside_engine(ctx: RunContext, engine: str, timeout_s: float | Non
     from tasks.k8s import api
     from tasks.k8s.openwebui import (PORT, STARTUP_TIMEOUT_S, openwebui_name, openwebui_selector, render_openwebui,
                                      render_secret)
-    from tasks.targets.base import DeployError
+    from tasks.engines.readiness import DeployError
     from tasks.targets.kubernetes import _without_env_values
 
     pinned = ctx.run_dir.read_json(OPENWEBUI_PINNED)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import httpx
 
-from tasks.polling import TimedOut, poll
-from tasks.openwebui.version import OPENWEBUI_VERSION
-from tasks.ports import free_port
-from tasks.processes import start_group, stop_group
+from tasks.core.polling import TimedOut, poll
+from tasks.config.openwebui import OPENWEBUI_VERSION, offline_settings, serve_argv
+from tasks.core.ports import free_port
+from tasks.core.processes import start_group, stop_group
 
 # Built once by `make openwebui-venv` at a machine path keyed by the version, shared by every clone.
 DEFAULT_VENV = (Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dayone"
@@ -40,26 +40,6 @@ def venv_path(configured: str | None = None) -> Path:
 
 
 
-def offline_settings(engine_v1_url: str) -> dict[str, str]:
-    """OpenWebUI's settings (open_webui/env.py, config.py) for a machine that reaches only the engine: the
-    part a local process and a pod share (their paths, keys and file layout are their own)."""
-    return {
-        "OFFLINE_MODE": "true",
-        "HF_HUB_OFFLINE": "1",
-        "RAG_EMBEDDING_ENGINE": "openai",  # not the local sentence-transformers model, never loaded
-        "BYPASS_EMBEDDING_AND_RETRIEVAL": "true",
-        "ENABLE_WEB_SEARCH": "false",
-        "ENABLE_TITLE_GENERATION": "false",
-        "ENABLE_TAGS_GENERATION": "false",
-        "ENABLE_FOLLOW_UP_GENERATION": "false",
-        "ENABLE_AUTOCOMPLETE_GENERATION": "false",
-        "ENABLE_OLLAMA_API": "false",
-        "ENABLE_VERSION_UPDATE_CHECK": "false",
-        "ANONYMIZED_TELEMETRY": "false",
-        "OPENAI_API_BASE_URLS": engine_v1_url,
-    }
-
-
 def offline_env(data_dir: Path, engine_v1_url: str, api_key: str | None, secret_key: str) -> dict[str, str]:
     """The local process's environment: the shared settings, its data directory and keys."""
     return {
@@ -69,11 +49,6 @@ def offline_env(data_dir: Path, engine_v1_url: str, api_key: str | None, secret_
         "WEBUI_SECRET_KEY": secret_key,
         "OPENAI_API_KEYS": api_key or "none",
     }
-
-
-def serve_argv(python: str, host: str, port: int) -> list[str]:
-    """OpenWebUI's server, as `open-webui serve` and the image's start.sh run it."""
-    return [python, "-m", "uvicorn", "open_webui.main:app", "--host", host, "--port", str(port)]
 
 
 @dataclass

@@ -12,9 +12,9 @@ from typing import Any
 
 import httpx
 
+from tasks.config.openwebui import ADMIN
 from tasks.openwebui.socketio import SocketIO
 
-ADMIN = {"name": "DayOne", "email": "admin@dayone.invalid"}  # the first account is the admin
 # OpenWebUI's socket events for one assistant message (open_webui/utils/middleware.py)
 TEXT_DELTA, REASONING_DELTA = "response.output_text.delta", "response.reasoning_text.delta"
 

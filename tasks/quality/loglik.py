@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from statistics import median
 from typing import Any
 
-from tasks.evidence.stream import post_json
+from tasks.engines.stream import post_json
 from tasks.config import RunConfig
-from tasks.engine_context import EngineContext
+from tasks.engines.context import EngineContext
 
 SCENARIO = "quality"
 DEFAULT_LENGTHS_TOKENS = (256, 1024, 4096, 16384)

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from itertools import combinations
 from typing import Any
 
-from tasks.scenarios.capacity import wilson
+from tasks.stats.intervals import wilson
 
 DIFFER = "answers differ"
 ALIKE = "no detectable difference"

@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 from tasks.checks.base import CHAT_PATH, Probe, first_message
-from tasks.engine_context import EngineContext
-from tasks.run_documents import EVAL_SET
+from tasks.engines.context import EngineContext
+from tasks.state.documents import EVAL_SET
 from tasks.quality.items import Item, generate
 from tasks.quality.score import is_correct
 

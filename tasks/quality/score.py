@@ -53,7 +53,7 @@ def accuracy_by_family(rows: Iterable[dict[str, Any]],
                        confidence: float = 0.95) -> dict[str, dict[str, dict[str, Any]]]:
     """engine -> family -> items, correct, accuracy and its Wilson interval, from `quality` rows.
     An item whose request failed counts as wrong: the user got no right answer."""
-    from tasks.scenarios.capacity import wilson
+    from tasks.stats.intervals import wilson
 
     counts: dict[str, dict[str, list[int]]] = {}
     for r in rows:

@@ -4,18 +4,17 @@ greedy answer (it must not), and its acceptance per load level with a t-interval
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from itertools import combinations
-from statistics import mean, stdev
+from statistics import mean
 from typing import Any
 
-from scipy import stats
 
 from tasks.config import RunConfig
 from tasks.engines import adapter_for
-from tasks.experiment import differences
+from tasks.config.variants import differences
 from tasks.quality.agreement import first_divergence
+from tasks.stats.intervals import mean_t_interval
 
 
 def speculative_setting(cfg: RunConfig, engine: str) -> str | None:
@@ -58,11 +57,9 @@ def changed_answers(rows: Iterable[dict[str, Any]], off: str, on: str) -> dict[s
             "changed": {item: at for item, at in parted.items() if at is not None}}
 
 
-def _t_interval(values: list[float], confidence: float) -> tuple[float | None, float | None]:
-    if len(values) < 2:
-        return None, None
-    half = stats.t.ppf(1 - (1 - confidence) / 2, len(values) - 1) * stdev(values) / math.sqrt(len(values))
-    return mean(values) - half, mean(values) + half
+def _mean_interval(values: list[float], confidence: float) -> tuple[float | None, float | None]:
+    found = mean_t_interval(values, confidence)
+    return (None, None) if found is None else (found[1], found[2])
 
 
 def acceptance_by_level(rows: Iterable[dict[str, Any]], confidence: float) -> list[dict[str, Any]]:
@@ -79,8 +76,8 @@ def acceptance_by_level(rows: Iterable[dict[str, Any]], confidence: float) -> li
         rates = [float(r["spec_acceptance_rate"]) for r in group]
         lengths = [float(r["spec_mean_accepted_length"]) for r in group
                    if r.get("spec_mean_accepted_length") is not None]
-        rate_low, rate_high = _t_interval(rates, confidence)
-        length_low, length_high = _t_interval(lengths, confidence)
+        rate_low, rate_high = _mean_interval(rates, confidence)
+        length_low, length_high = _mean_interval(lengths, confidence)
         out.append({"scenario": scenario, "level": level, "rounds": len(group), "acceptance_rate": mean(rates),
                     "acceptance_rate_low": None if rate_low is None else max(0.0, rate_low),
                     "acceptance_rate_high": None if rate_high is None else min(1.0, rate_high),

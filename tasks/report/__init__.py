@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from tasks import run_documents
-from tasks.archive import json_bytes, put_once
+from tasks.state import documents as run_documents
+from tasks.publish.archive import json_bytes, put_once
 from tasks.config import RunConfig
 from tasks.report.html import render_html
 from tasks.report.schema import RunSummary, read_summary
 from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 log = logging.getLogger("dayone.report")
 

@@ -15,13 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tasks.load.stats import median
+from tasks.stats.figures import median
 from tasks.report.decision import LEAD_WORDS
 from tasks.report.schema import RunSummary
 from tasks.report.schema.comparison import Comparison
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.perf import PerfLevel
-from tasks.evidence.reliability import WITHHELD
+from tasks.stats.reliability import WITHHELD
 from tasks.report.frontier import frontier_chart
 from tasks.report.plotting import (bar_with_rounds, empty_axes, engine_colors, legend, new_figure, png_bytes,
                                    round_dot_legend, round_values, spread_mark, style_axes)

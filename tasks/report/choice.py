@@ -19,7 +19,8 @@ from tasks.report.decision import answer_gaps, capacity_order
 from tasks.report.schema import RunSummary
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.run import ChoiceReason, PurposeChoice
-from tasks.scenarios.capacity import newcombe, order
+from tasks.scenarios.capacity import order
+from tasks.stats.intervals import newcombe
 
 # (worse engine, better engine, the evidence)
 Gap = tuple[str, str, str]

@@ -20,7 +20,7 @@ from tasks.report.schema.comparison import Comparison, Regression
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import StartupFinding
 from tasks.report.schema.run import DecisionLine
-from tasks.evidence.effects import ratio_interval
+from tasks.stats.effects import ratio_interval
 from tasks.scenarios.capacity import decisive_bracket, order
 
 # The figures engines are compared on: (scenario, figure, higher is better, words)

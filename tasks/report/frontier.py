@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tasks.evidence.effects import level_interval
+from tasks.stats.effects import level_interval
 from tasks.report.plotting import empty_axes, engine_colors, legend, new_figure, png_bytes, style_axes
 from tasks.report.schema import RunSummary
 from tasks.report.schema.engine import EngineSummary

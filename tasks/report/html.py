@@ -25,8 +25,8 @@ from tasks.report.schema import RunSummary
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.functional import Needle
 from tasks.report.schema.perf import Figure
-from tasks.evidence.reliability import WITHHELD
-from tasks.evidence.effects import ratio_interval
+from tasks.stats.reliability import WITHHELD
+from tasks.stats.effects import ratio_interval
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 

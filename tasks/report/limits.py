@@ -15,7 +15,7 @@ from tasks.config import RunConfig
 from tasks.engines import adapter_for
 from tasks.evidence.revision import moving_text
 from tasks.report.schema import RunSummary
-from tasks.scenarios import SCENARIO_SWITCHES
+from tasks.core.names import SCENARIO_SWITCHES
 
 
 def not_proved(config: RunConfig, summary: RunSummary) -> list[str]:

@@ -8,7 +8,7 @@ from tasks.quality.agreement import greedy_agreement
 from tasks.quality.loglik import nll_findings
 from tasks.quality.parity import answer_parity
 from tasks.report.schema.parity import FamilyParity, GreedyAgreement, NllFinding, NllPoint, Parity
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 
 def build_parity(run_dir: RunDir, cfg: RunConfig, confidence: float) -> Parity | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tasks.config import RunConfig
 from tasks.quality.speculative import acceptance_by_level, changed_answers, off_on_pairs, speculative_setting
 from tasks.report.schema.speculative import Acceptance, OffOnPair, Speculative
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 
 def build_speculative(run_dir: RunDir, cfg: RunConfig, confidence: float) -> Speculative | None:

@@ -5,7 +5,7 @@ from this document alone, so what a reader sees and what is archived never disag
 measures. Each figure is the median over rounds with every round's value, a spread flag and the
 first-encounter tail, with TTFT (and TPOT, ITL) withheld where unreliable (PROTOCOL.md section 5).
 Engines are compared with the base engine on the decision's figures (decision.LEAD_FIGURES) as effects
-with an interval (tasks/evidence/effects.py), only where a figure is published.
+with an interval (tasks/stats/effects.py), only where a figure is published.
 """
 
 from __future__ import annotations
@@ -14,16 +14,16 @@ import json
 import math
 from typing import Any
 
-from tasks import run_documents
+from tasks.state import documents as run_documents
 from tasks.config import RunConfig
-from tasks.desensitize import desensitize
+from tasks.core.desensitize import desensitize
 from tasks.evidence.cache import published_verdict
-from tasks.evidence.effects import COVERS_ROUNDS, effect
-from tasks.evidence.reliability import engine_ttft_verdict, withhold_stream_timed
+from tasks.stats.effects import COVERS_ROUNDS, effect
+from tasks.stats.reliability import engine_ttft_verdict, withhold_stream_timed
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import COLD_START_FINDING
 from tasks.evidence.restarts import restart_summary
-from tasks.load.stats import client_load, level_figures, withhold_slo_judged
+from tasks.stats.figures import client_load, level_figures, withhold_slo_judged
 from tasks.report.choice import choose
 from tasks.report.decision import LEAD_FIGURES, decide
 from tasks.report.limits import not_proved
@@ -42,10 +42,10 @@ from tasks.report.schema.quality import FamilyAccuracy, Quality, WrongAnswer
 from tasks.report.schema.run import ExperimentSummary, NotTested, ScenarioSettings, Slo, Validation, Variant
 from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, KvCapacity, KvPeak, TelemetryRound,
                                            TelemetryWindow)
-from tasks.scenarios import PERF_SCENARIOS, SCENARIO_SWITCHES, TRAFFIC_SCENARIOS
+from tasks.core.names import PERF_SCENARIOS, SCENARIO_SWITCHES, TRAFFIC_SCENARIOS
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.report.traffic import traffic_summary
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 CONFIDENCE = 0.95  # of every comparison's interval
 SMALL_CHANGE = 0.05  # the change whose rounds needed each comparison states (rounds_needed_for_5pct)
@@ -371,7 +371,7 @@ def _telemetry_rounds(rows: list[dict[str, Any]]) -> list[TelemetryRound]:
 
 def _telemetry_windows(rows: list[dict[str, Any]]) -> list[TelemetryWindow]:
     """Energy per scenario and load level, under the one energy rule (telemetry.energy_windows)."""
-    from tasks.evidence.telemetry import energy_windows
+    from tasks.telemetry.gpu import energy_windows
 
     return [TelemetryWindow(level=f"{w['rate_rps']:g} req/s" if w["rate_rps"] is not None else f"c={w['concurrency']}",
                             **{k: w[k] for k in TelemetryWindow.model_fields if k != "level"})
@@ -410,7 +410,7 @@ def _hardware(run_dir: RunDir, engine: str) -> Hardware | None:
 
 
 def _slice_findings(engines: dict[str, EngineSummary]) -> list[str]:
-    from tasks.evidence.hardware import slice_findings
+    from tasks.telemetry.hardware import slice_findings
 
     return slice_findings({name: e.hardware.model_dump() for name, e in engines.items() if e.hardware})
 

@@ -10,7 +10,7 @@ from tasks.config import RunConfig
 from tasks.report.schema.perf import FirstEncounter
 from tasks.report.schema.traffic import (Dataset, DatasetLevel, ReuseFigure, Sessions, SessionsLevel, SharedPrefix,
                                          SharedPrefixLevel, Traffic)
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 
 def traffic_summary(run_dir: RunDir, cfg: RunConfig, engine: str, ttft_published: bool,
@@ -76,8 +76,8 @@ def _shared_prefix(run_dir: RunDir, engine: str, withheld: str | None) -> Shared
 
 def _dataset(run_dir: RunDir, engine: str) -> Dataset | None:
     """Per level: lengths from usage and the cached share, medians over the rounds that did not fail."""
-    from tasks.scenarios.capacity import round_t
-    from tasks.load.stats import median
+    from tasks.stats.intervals import share_t_interval
+    from tasks.stats.figures import median
 
     rows = run_dir.read_rows("dataset_rounds", engine)
     if not rows:
@@ -95,7 +95,7 @@ def _dataset(run_dir: RunDir, engine: str) -> Dataset | None:
         out.append(DatasetLevel(
             concurrency=key[0], rate_rps=key[1], rows=int(mine[0]["rows_sent"]),
             prompt_tokens_p50=over("prompt_tokens_p50"), completion_tokens_p50=over("completion_tokens_p50"),
-            usage_hit_rate=ReuseFigure(median=median(shares), interval=round_t(shares, 0.95) if shares else None,
+            usage_hit_rate=ReuseFigure(median=median(shares), interval=share_t_interval(shares, 0.95) if shares else None,
                                        rounds=len(shares)),
             rounds_cache_cleared=sum(1 for r in mine if r.get("cache_cleared")), rounds=len(mine),
             failed_rounds=len(mine) - len(kept)))

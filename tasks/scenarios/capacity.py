@@ -16,18 +16,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from scipy import stats
 
 from tasks.config.scenarios import CapacityScenario
-from tasks.engine_context import EngineContext
+from tasks.engines.context import EngineContext
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
-from tasks.load.stats import meets_slo, slo_judged_withheld
-from tasks.scenarios import CAPACITY_SCENARIO as SCENARIO
+from tasks.stats.figures import meets_slo, slo_judged_withheld
+from tasks.core.names import CAPACITY_SCENARIO as SCENARIO
 from tasks.scenarios.warmup import is_first_encounter, mark_seen, warmup_requests
+from tasks.stats.intervals import share_t_interval, wilson
 
 log = logging.getLogger("dayone.load")
 
@@ -61,39 +61,6 @@ class Judgement:
         return "pass" if self.share is not None and self.share >= self.target else "fail"
 
 
-def wilson(good: int, n: int, confidence: float) -> tuple[float, float]:
-    """The Wilson score interval of a binomial share (sensible at 0 and 1, unlike the normal one)."""
-    if n <= 0:
-        return 0.0, 1.0
-    z = stats.norm.ppf(1 - (1 - confidence) / 2)
-    p = good / n
-    denom = 1 + z * z / n
-    center = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, center - half), min(1.0, center + half)
-
-
-def newcombe(x_now: int, n_now: int, x_then: int, n_then: int, confidence: float) -> tuple[float, float]:
-    """Newcombe's hybrid score interval of the difference of two proportions, now - then (each side's
-    Wilson interval combined; sensible at 0 and 1, where the Wald interval collapses)."""
-    p1, p2 = x_now / n_now, x_then / n_then
-    l1, u1 = wilson(x_now, n_now, confidence)
-    l2, u2 = wilson(x_then, n_then, confidence)
-    d = p1 - p2
-    return d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2)
-
-
-def round_t(shares: Sequence[float], confidence: float) -> tuple[float, float] | None:
-    """A t-interval on the round shares (None with fewer than two rounds)."""
-    k = len(shares)
-    if k < 2:
-        return None
-    mean = sum(shares) / k
-    sd = math.sqrt(sum((s - mean) ** 2 for s in shares) / (k - 1))
-    half = stats.t.ppf(1 - (1 - confidence) / 2, k - 1) * sd / math.sqrt(k)
-    return max(0.0, mean - half), min(1.0, mean + half)
-
-
 def judge(rounds: Sequence[tuple[int, int]], target: float, confidence: float) -> Judgement:
     """The verdict of a probe from its rounds' (good, sent) request counts.
 
@@ -107,7 +74,7 @@ def judge(rounds: Sequence[tuple[int, int]], target: float, confidence: float) -
     if sent == 0:
         return Judgement(None, None, None, target)
     low, high = wilson(good, sent, confidence)
-    t = round_t([g / n for g, n in rounds if n], confidence)
+    t = share_t_interval([g / n for g, n in rounds if n], confidence)
     if t is not None:
         low, high = min(low, t[0]), max(high, t[1])
     return Judgement(good / sent, low, high, target)
@@ -188,7 +155,7 @@ def _get(thing: Any, key: str) -> Any:
 def published(result: dict[str, Any], ttft_reliable: bool, slo: Any) -> dict[str, Any]:
     """The result as every path publishes it (summary, report, regression check): a capacity judged
     on TTFT or TPOT is withheld where the engine's stream timing is unreliable (the rule of every
-    SLO-judged figure, goodput too: tasks/load/stats.py slo_judged_withheld); the probes stay."""
+    SLO-judged figure, goodput too: tasks/stats/figures.py slo_judged_withheld); the probes stay."""
     withheld = slo_judged_withheld(ttft_reliable, slo)
     if withheld is None:
         return result
@@ -332,7 +299,7 @@ def _probe(s: CapacityScenario, index: int, load: float, shape: Shape, counts: l
 
 
 def probe_row(ctx: EngineContext, s: CapacityScenario, probe: dict[str, Any]) -> dict[str, Any]:
-    """The capacity-table row of one probe (tasks/tables.py CAPACITY)."""
+    """The capacity-table row of one probe (tasks/state/tables.py CAPACITY)."""
     keep = ("probe", "phase", "concurrency", "rate_rps", "rounds", "requests", "requests_good", "round_shares",
             "goodput_share", "ci_low", "ci_high", "verdict", "close", "decided_by")
     return {**ctx.endpoint.row_keys(SCENARIO), "mode": s.mode, "input_tokens": s.input_tokens,
@@ -341,4 +308,4 @@ def probe_row(ctx: EngineContext, s: CapacityScenario, probe: dict[str, Any]) ->
 
 
 __all__ = ["EngineGone", "Judgement", "bracket", "decisive_bracket", "describe", "judge", "next_load", "order", "outcome_of", "published",
-           "run_capacity", "wilson"]
+           "run_capacity"]

@@ -9,13 +9,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tasks.config.dataset import DatasetScenario
-from tasks.engine_context import EngineContext
+from tasks.engines.context import EngineContext
 from tasks.load.client import RequestResult, RequestSpec, new_session, run_async
 from tasks.load.plan import COMPLETIONS_PATH, Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
-from tasks.load.stats import median
+from tasks.stats.figures import median
 from tasks.scenarios.shared_prefix import usage_reuse
 from tasks.traffic.dataset_rows import DatasetRow, check_dataset, dataset_rows
 

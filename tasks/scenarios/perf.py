@@ -2,7 +2,7 @@
 
 `run_perf(ctx, scenario)` runs every level (concurrency, or arrival rate for "rate") for the
 configured rounds, streams request rows and writes one round row per round, and returns the
-summary with each level's figures (tasks/load/stats.py level_figures) for `dayone bench`.
+summary with each level's figures (tasks/stats/figures.py level_figures) for `dayone bench`.
 `run_perf_interleaved` does the same for engines that are up together, alternating their rounds
 (ABBA) so their round values pair; it returns how it measured, and the report computes the figures
 once, from the rounds table.
@@ -15,14 +15,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tasks.engine_context import EngineContext
-from tasks.experiment import round_order
+from tasks.engines.context import EngineContext
+from tasks.config.variants import round_order
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
-from tasks.load.stats import level_figures
+from tasks.stats.figures import level_figures
 from tasks.scenarios.warmup import PERF_SCENARIOS, is_first_encounter, mark_seen, scenario_shapes
 
 log = logging.getLogger("dayone.load")
@@ -48,7 +48,7 @@ def run_perf(ctx: EngineContext, scenario: str) -> dict[str, Any]:
 def run_perf_interleaved(ctxs: list[EngineContext], scenario: str, launches: int = 1, relaunch: Relaunch | None = None,
                          watch: Watch | None = None) -> dict[str, dict[str, Any]]:
     """The scenario on engines that are up together, round by round in turn: for each level, repetition n
-    measures every engine once, forward on odd n and backward on even n (ABBA, tasks/experiment.py), so
+    measures every engine once, forward on odd n and backward on even n (ABBA, tasks/config/variants.py), so
     slow drift and a noisy neighbour hit every engine alike and round n of each engine forms a pair.
     Returns how each engine was measured (design, restarts), not its figures: the report computes those
     from the rounds table; with one engine this is the plain sequential scenario.
@@ -155,7 +155,7 @@ def _usage_missing(results: list[Any]) -> int:
 
 def level_summary(shape: Shape, rounds: list[dict[str, Any]], usage_missing: int = 0,
                   warmup_rounds: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """One level's summary: its shape, its rounds, and its figures (tasks/load/stats.py level_figures)."""
+    """One level's summary: its shape, its rounds, and its figures (tasks/stats/figures.py level_figures)."""
     out: dict[str, Any] = {
         "concurrency": shape.concurrency,
         "rate_rps": shape.rate_rps,

@@ -12,16 +12,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from scipy import stats
 
 from tasks.config.sessions import SessionsScenario
-from tasks.engine_context import EngineContext
-from tasks.evidence.prompts import FillerPool, calibrate, plain_text, tokenize_counter
+from tasks.engines.context import EngineContext
+from tasks.load.prompts import FillerPool, calibrate, plain_text, tokenize_counter
 from tasks.load.client import RequestResult, RequestSpec, new_session, run_async, send_request, timing_window
 from tasks.load.plan import poisson_arrivals, run_tag
 from tasks.load.progress import Progress
-from tasks.load.stats import median, round_figures
-from tasks.scenarios.capacity import round_t
+from tasks.stats.figures import median, round_figures
+from tasks.stats.intervals import median_interval, share_t_interval
 from tasks.scenarios.traffic_shapes import sessions_turn_shape
 from tasks.scenarios.warmup import mark_seen, seen_shapes
 
@@ -233,19 +232,6 @@ def round_row(keys: dict[str, Any], level: Level, sent: Sequence[dict[str, Any]]
 
 
 
-def median_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """A distribution-free interval of the median: the order statistics the binomial(n, 1/2) brackets
-    (None with fewer than 6 values, where no pair of them reaches 95%)."""
-    xs = sorted(values)
-    n = len(xs)
-    if n < 6:
-        return None
-    lo = int(stats.binom.ppf((1 - confidence) / 2, n, 0.5))
-    hi = n - lo + 1
-    lo = max(lo, 1)
-    return xs[lo - 1], xs[min(hi, n) - 1]
-
-
 def level_turn_figures(rows: Sequence[dict[str, Any]], turns: int, confidence: float = CONFIDENCE) -> dict[str, Any]:
     """Per turn index: the median TTFT over every session and round with its median interval, and the cached
     share of the prompt (the engine's cached tokens over prompt tokens, where it reports them): pooled, and
@@ -266,7 +252,7 @@ def level_turn_figures(rows: Sequence[dict[str, Any]], turns: int, confidence: f
             "ttft_median_s": median(ttfts), "ttft_median_interval_s": median_interval(ttfts, confidence),
             "e2e_median_s": median(r["e2e_s"] for r in ok),
             "prompt_tokens_median": median(r["prompt_tokens"] for r in ok),
-            "cached_share": pooled, "cached_share_interval": round_t(shares, confidence) if shares else None,
+            "cached_share": pooled, "cached_share_interval": share_t_interval(shares, confidence) if shares else None,
             "cached_reported": len(told),
         })
     broken = {(r["round"], r["session"]) for r in rows if r["status"] != "ok"}

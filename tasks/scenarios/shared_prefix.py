@@ -9,16 +9,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from tasks.config.shared_prefix import SharedPrefixScenario
-from tasks.engine_context import EngineContext
-from tasks.evidence import metrics
-from tasks.evidence.window import Window, hit_rate_over
+from tasks.engines.context import EngineContext
+from tasks.telemetry import metrics
+from tasks.telemetry.window import Window, hit_rate_over
 from tasks.load.client import RequestResult, RequestSpec, new_session, run_async
 from tasks.load.plan import COMPLETIONS_PATH, Shape, completion_body, random_token_ids
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
-from tasks.load.stats import level_figures, median
-from tasks.scenarios.capacity import round_t
+from tasks.stats.figures import level_figures, median
+from tasks.stats.intervals import share_t_interval
 from tasks.scenarios.traffic_shapes import shared_prefix_shapes
 from tasks.scenarios.warmup import is_first_encounter, mark_seen
 
@@ -136,7 +136,7 @@ def level_reuse(shape: Shape, rows: Sequence[dict[str, Any]], round_rows: Sequen
 
     def measured(name: str) -> dict[str, Any]:
         values = [r[name] for r in kept if r.get(name) is not None]
-        return {"median": median(values), "interval": round_t(values, confidence), "rounds": len(values)}
+        return {"median": median(values), "interval": share_t_interval(values, confidence), "rounds": len(values)}
 
     return {"concurrency": shape.concurrency, "input_tokens": shape.input_tokens,
             "output_tokens": shape.output_tokens,

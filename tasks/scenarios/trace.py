@@ -13,13 +13,13 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from tasks.engine_context import EngineContext
-from tasks.evidence.engine_metrics import RoundWatch
-from tasks.evidence.window import Window, hit_rate_over
+from tasks.engines.context import EngineContext
+from tasks.telemetry.engine_metrics import RoundWatch
+from tasks.telemetry.window import Window, hit_rate_over
 from tasks.load.client import RequestSpec, new_session, run_async
 from tasks.load.plan import COMPLETIONS_PATH, run_tag
 from tasks.load.progress import Progress
-from tasks.scenarios import TRACE_SCENARIO
+from tasks.core.names import TRACE_SCENARIO
 from tasks.traffic.replay import Due, replay
 from tasks.traffic.trace_figures import ReplayFigures
 from tasks.traffic.trace_formats import TraceRow

@@ -11,20 +11,20 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.config import RunConfig
-from tasks.engine_context import EngineContext
+from tasks.engines.context import EngineContext
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.progress import Progress
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import shard_plan
-from tasks.scenarios import PERF_SCENARIOS
-from tasks.run_storage import RunDir
+from tasks.core.names import PERF_SCENARIOS
+from tasks.state.storage import RunDir
 
 WARMUP_SCENARIO = "warmup"
 
 
 def _state(engine: str) -> str:
-    from tasks.run_documents import warmed_shapes_doc
+    from tasks.state.documents import warmed_shapes_doc
 
     return warmed_shapes_doc(engine)
 

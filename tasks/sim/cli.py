@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from tasks.sim.profile import ProfileError, load_profile, parse_override
+from tasks.config.sim_profile import ProfileError, load_profile, parse_override
 
 _NAMED = {  # option -> profile field
     "model": "model",
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dialect", choices=("sglang", "vllm", "openai"), default="sglang")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--profile", help="YAML file of profile fields (tasks/sim/profile.py)")
+    parser.add_argument("--profile", help="YAML file of profile fields (tasks/config/sim_profile.py)")
     parser.add_argument("--profile-json", help="JSON object of profile fields, merged over --profile")
     parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
                         help="override one profile field, e.g. --set faults.stall.seconds=2 (repeatable)")

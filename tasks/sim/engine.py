@@ -16,7 +16,7 @@ from typing import Any
 from tasks.sim.cache import PrefixCache
 from tasks.sim.dialects import Dialect
 from tasks.sim.gpus import SimGpus
-from tasks.sim.profile import Profile
+from tasks.config.sim_profile import Profile
 from tasks.sim.timer import PreciseTimer
 
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)

@@ -4,7 +4,7 @@ labels its series. What the numbers are lives in engine.py and gpus.py; this is 
 
 from __future__ import annotations
 
-from tasks.evidence.dcgm import FB_USED, GPU_UTIL, POWER_USAGE, TOTAL_ENERGY
+from tasks.core.dcgm import FB_USED, GPU_UTIL, POWER_USAGE, TOTAL_ENERGY
 from tasks.sim.engine import Engine
 from tasks.sim.gpus import SimGpus
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tasks.sim.profile import Profile
+from tasks.config.sim_profile import Profile
 
 NEVER = -1  # an output-event index no stream reaches
 

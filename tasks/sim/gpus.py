@@ -11,7 +11,7 @@ import math
 import time
 import uuid
 
-from tasks.sim.profile import Profile
+from tasks.config.sim_profile import Profile
 
 mono = time.monotonic
 

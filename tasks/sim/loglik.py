@@ -7,7 +7,7 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-from tasks.sim.profile import QualityPlant
+from tasks.config.sim_profile import QualityPlant
 from tasks.sim.tokenizer import encode
 
 

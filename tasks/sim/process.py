@@ -16,9 +16,9 @@ from typing import Any
 
 import httpx
 
-from tasks.polling import TimedOut, poll
-from tasks.ports import free_port
-from tasks.processes import start_group, stop_group
+from tasks.core.polling import TimedOut, poll
+from tasks.core.ports import free_port
+from tasks.core.processes import start_group, stop_group
 
 _ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from tasks.sim import content as answers
 from tasks.sim.dialects import Dialect
-from tasks.sim.profile import Profile
+from tasks.config.sim_profile import Profile
 from tasks.sim.solver import solve
 from tasks.sim.tokenizer import decode, pieces
 

@@ -18,12 +18,12 @@ from typing import Any
 
 from aiohttp import web
 
-from tasks.evidence.dcgm import SIMULATOR_PATH as SIMULATOR_DCGM_PATH
+from tasks.core.dcgm import SIMULATOR_PATH as SIMULATOR_DCGM_PATH
 from tasks.sim.dialects import DIALECTS, Dialect, startup_values
 from tasks.sim.engine import Engine, Record
 from tasks.sim.exposition import dcgm_metrics_text, engine_metrics_text
 from tasks.sim.faults import StreamPlan, error_burst_status, plan_stream
-from tasks.sim.profile import Profile
+from tasks.config.sim_profile import Profile
 from tasks.sim.requests import (
     Answer,
     Prompt,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.sim.content import wrong_code
-from tasks.sim.profile import QualityPlant
+from tasks.config.sim_profile import QualityPlant
 
 
 @dataclass(frozen=True)

@@ -10,16 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.config import RunConfig
-from tasks.engine_context import EngineContext
-from tasks.run import NotAttempted, RunContext
-from tasks.run_documents import perf_summary_doc, pinned, readiness, set_readiness
+from tasks.engines.context import EngineContext
+from tasks.steps.context import NotAttempted, RunContext
+from tasks.state.documents import perf_summary_doc, pinned, readiness, set_readiness
 from tasks.steps.protocol import StepFn
 
 log = logging.getLogger("dayone.steps")
 
 
 def deploy(ctx: RunContext, engine: str, launch: int = 0) -> dict[str, Any]:
-    from tasks.targets.base import DeployError
+    from tasks.engines.readiness import DeployError
 
     found = pinned(ctx.run_dir)
     if engine not in found:
@@ -43,9 +43,9 @@ def ready_timeout_s(cfg: RunConfig, engine: str) -> float:
 
 
 def wait_ready(ctx: RunContext, engine: str) -> dict[str, Any]:
-    """Poll until the engine serves (tasks/readiness.py). The DAG waits for a Kubernetes engine with
+    """Poll until the engine serves (tasks/engines/readiness.py). The DAG waits for a Kubernetes engine with
     the deferrable trigger instead, which ends in `readiness_reached` just as this does."""
-    from tasks.targets.base import DeployError
+    from tasks.engines.readiness import DeployError
 
     dep = ctx.deployment(engine)
     if dep.handle.get("dry_run"):
@@ -60,7 +60,7 @@ def wait_ready(ctx: RunContext, engine: str) -> dict[str, Any]:
 
 def readiness_reached(ctx: RunContext, engine: str, ready: bool, detail: str, waited_s: float) -> dict[str, Any]:
     """Record the end of a readiness wait; a failed wait raises (the step fails, naming why)."""
-    from tasks.targets.base import DeployError
+    from tasks.engines.readiness import DeployError
 
     set_readiness(ctx.run_dir, engine, ready, detail, round(waited_s, 3))
     if not ready:
@@ -170,7 +170,7 @@ class RequestsFailed(RuntimeError):
 def fail_on_failed_requests(ctx: RunContext, engine: str, scenario: str) -> None:
     """A measuring step whose rounds failed more than `step_failed_share_max` of their requests fails, with
     the reason (its requests' errors, desensitized where the outcome is recorded)."""
-    from tasks.load.stats import failed_requests
+    from tasks.stats.figures import failed_requests
 
     rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("scenario") == scenario]
     reason = failed_requests(rounds, ctx.config.step_failed_share_max,

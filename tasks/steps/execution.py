@@ -11,12 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.config import ConfigError
-from tasks.engine_context import EngineContext
-from tasks.desensitize import desensitize
-from tasks.run import NotAttempted, RunContext
-from tasks.scenarios import PERF_SCENARIOS
-from tasks.run_storage import RunDir
-from tasks.run_documents import VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, write_outcome
+from tasks.engines.context import EngineContext
+from tasks.core.desensitize import desensitize
+from tasks.steps.context import NotAttempted, RunContext
+from tasks.core.names import PERF_SCENARIOS
+from tasks.state.storage import RunDir
+from tasks.state.documents import VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, write_outcome
 from tasks.steps.engine_steps import keep_perf_summary, measure_together
 from tasks.steps.protocol import Step, StepResult
 from tasks.steps.registry import STEPS

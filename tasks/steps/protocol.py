@@ -1,5 +1,5 @@
-"""What a step is and what it returns: a transaction over the run's state (tasks/run_documents.py) that takes
-the run context (tasks/run.py) and, for a per-engine step, the engine's name."""
+"""What a step is and what it returns: a transaction over the run's state (tasks/state/documents.py) that takes
+the run context (tasks/steps/context.py) and, for a per-engine step, the engine's name."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from tasks.config import RunConfig
-from tasks.run import RunContext
+from tasks.steps.context import RunContext
 
 
 class StepResult(BaseModel):

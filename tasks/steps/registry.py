@@ -9,9 +9,9 @@ from importlib.metadata import version
 from typing import Any
 
 from tasks.config import RunConfig
-from tasks.run import RunContext
-from tasks.scenarios import EVIDENCE_SCENARIOS, PERF_SCENARIOS
-from tasks.run_documents import EVAL_SET, MANIFEST
+from tasks.steps.context import RunContext
+from tasks.core.names import EVIDENCE_SCENARIOS, PERF_SCENARIOS
+from tasks.state.documents import EVAL_SET, MANIFEST
 from tasks.steps import engine_steps, run_steps, traffic_steps
 from tasks.steps.protocol import Step
 
@@ -19,7 +19,7 @@ from tasks.steps.protocol import Step
 def plan(ctx: RunContext, _: None = None) -> dict[str, Any]:
     """Check what the run needs and record its plan in the manifest. Fails before any deploy: a
     placement the DAG cannot run, or an archive that cannot be reached (nothing measured could be kept)."""
-    from tasks.lanes import design, positions, turns
+    from tasks.steps.lanes import design, positions, turns
 
     cfg = ctx.config
     placed = positions(cfg)
@@ -79,13 +79,13 @@ def _experiment_record(cfg: RunConfig) -> dict[str, Any] | None:
     """The experiment as run: each variant's settings that differ from the base (secret env values withheld)."""
     if cfg.experiment is None:
         return None
-    from tasks.experiment import differences
+    from tasks.config.variants import differences
 
     exp = cfg.experiment
     base = cfg.engine(exp.base)
 
     def shown(path: str, value: Any) -> Any:
-        from tasks.desensitize import REDACTED, secret_name
+        from tasks.core.desensitize import REDACTED, secret_name
 
         return REDACTED if path.startswith("env.") and value is not None and secret_name(path[4:]) else value
 
@@ -98,8 +98,8 @@ def _experiment_record(cfg: RunConfig) -> dict[str, Any] | None:
 
 def _without_env_values(config: dict[str, Any]) -> dict[str, Any]:
     """The config for the manifest: engine environment values kept so the start can be repeated, those
-    of secret-named variables withheld (tasks/desensitize.py `secret_name`)."""
-    from tasks.desensitize import recorded_env
+    of secret-named variables withheld (tasks/core/desensitize.py `secret_name`)."""
+    from tasks.core.desensitize import recorded_env
 
     for engine in config.get("engines", []):
         engine["env"] = recorded_env(engine.get("env") or {})

@@ -3,11 +3,17 @@ of killed runs' engines, the nightly's comparison, the tables' validation, the a
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from tasks.config import ConfigError, RunConfig
-from tasks.run import RunContext
-from tasks.run_documents import MANIFEST, PINNED, manifest
+from tasks.config import ConfigError, RunConfig, parse_run_config
+from tasks.publish.catalog import CatalogError, date_label, entry_key, list_dates, read_entry, record, with_digests
+from tasks.steps.context import RunContext
+from tasks.state.documents import MANIFEST, OPENWEBUI_PINNED, PINNED, manifest, pinned
+
+log = logging.getLogger("dayone.catalog")
 
 
 def pin_now(ctx: RunContext) -> dict[str, str]:
@@ -46,29 +52,67 @@ def pin(ctx: RunContext, _: None = None) -> dict[str, Any]:
     """Pin now; a dated run (nightly, backfill) pins from the digest catalog's entry for its date."""
     if ctx.logical_date is None:
         return {"source": "pinned now", "digests": pin_now(ctx)}
-    from tasks.catalog import pin_for_date
-
     return pin_for_date(ctx, pin_now)
 
 
+def pin_for_date(ctx: RunContext, pin_now: Callable[[RunContext], dict[str, str]]) -> dict[str, Any]:
+    """Pin a dated run (`ctx.logical_date`): reuse the date's catalog entry, or pin now and record it.
+
+    - explicit engines[].digest in the conf: those are used (nothing is resolved for them);
+    - the date has an entry: its digests are used; an engine whose identity cannot be pinned to
+      an older digest (a local process) must still match it, or the run fails saying so;
+    - no entry and a backfill: fail, naming the date and the fix (a backfill never pins today's images
+      under an old date);
+    - no entry and a scheduled run: pin the current digests (`pin_now`) and record them.
+    """
+    cfg, logical_date, s3 = ctx.config, ctx.logical_date, ctx.s3()
+    entry = read_entry(s3, cfg, logical_date)
+    explicit = all(e.digest for e in cfg.engines)
+    if entry is None and ctx.backfill and not explicit:
+        raise CatalogError(
+            f"no digests recorded in s3://{cfg.archive.bucket}/{entry_key(cfg, logical_date)} for "
+            f"{date_label(logical_date)}. Fix: give engines[].digest in the run conf, or backfill dates the "
+            f"catalog has ({', '.join(list_dates(s3, cfg)[-5:]) or 'none yet'})"
+        )
+    if entry is not None:
+        dated = parse_run_config(with_digests(cfg.model_dump(mode="json", exclude_unset=True), entry))
+        ctx = replace(ctx, config=dated)
+    digests = pin_now(ctx)
+    if entry is not None:
+        wrong = {name: (entry["engines"][name]["image_digest"], got) for name, got in digests.items()
+                 if name in entry["engines"] and not cfg.engine(name).digest  # the conf's own digest wins
+                 and entry["engines"][name]["image_digest"] != got}
+        if wrong:
+            raise CatalogError("; ".join(
+                f"engine {name}: the catalog has {want} for {date_label(logical_date)} but it pins to {got} "
+                f"(a local engine cannot be run at an older identity). Fix: run it on target=kubernetes with "
+                f"an image, or give engines[].digest" for name, (want, got) in sorted(wrong.items())))
+        source = "catalog"
+    else:
+        entry = record(s3, cfg, logical_date, pinned(ctx.run_dir), ctx.run_id, ctx.run_dir.read_json(OPENWEBUI_PINNED))
+        source = "pinned now" if not explicit else "run conf"
+    log.info("run %s pinned from %s for %s: %s", ctx.run_id, source, date_label(logical_date), digests)
+    return {"source": source, "logical_date": date_label(logical_date), "digests": digests}
+
+
 def compare(ctx: RunContext, _: None = None) -> dict[str, Any]:
-    """The nightly's regression check against the last good run and the reference (tasks/compare.py)."""
+    """The nightly's regression check against the last good run and the reference (tasks/compare/nightly.py)."""
     ctx.planned()
-    from tasks.compare import compare_run
+    from tasks.compare.nightly import compare_run
 
     return compare_run(ctx.run_dir, ctx.config, ctx.s3(), ctx.accepted_run_ids)
 
 
 def validate(ctx: RunContext, _: None = None) -> dict[str, Any]:
     ctx.planned()
-    from tasks.validate import validate_run
+    from tasks.publish.validate import validate_run
 
     return validate_run(ctx.run_dir)
 
 
 def archive(ctx: RunContext, _: None = None) -> dict[str, Any]:
     ctx.planned()
-    from tasks.archive import archive_run
+    from tasks.publish.archive import archive_run
 
     ctx.read_api_keys()  # each is then scrubbed from every archived byte, whatever its shape
     return archive_run(ctx.run_dir, ctx.config, ctx.s3())

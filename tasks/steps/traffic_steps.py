@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.evidence.restarts import watch_step
-from tasks.run import RunContext
+from tasks.steps.context import RunContext
 from tasks.steps.engine_steps import RequestsFailed, fail_on_failed_requests
 
 

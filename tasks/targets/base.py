@@ -13,14 +13,10 @@ from typing import Any, Protocol
 
 from tasks.config import RunConfig
 from tasks.config.engines import EngineSpec
-from tasks.endpoint_access import EndpointAccess
+from tasks.engines.access import EndpointAccess
 from tasks.engines import Readiness
-from tasks.run_storage import RunDir
-from tasks.run_documents import deployment_doc
-
-
-class DeployError(RuntimeError):
-    """An engine could not be deployed or will never become ready; the message says why."""
+from tasks.state.storage import RunDir
+from tasks.state.documents import deployment_doc
 
 
 @dataclass
@@ -89,7 +85,7 @@ class Target(Protocol):
         ...
 
     def hardware(self, config: RunConfig, deployment: Deployment) -> dict[str, Any]:
-        """Where the engine runs, as the platform knows it (tasks/evidence/hardware.py record)."""
+        """Where the engine runs, as the platform knows it (tasks/telemetry/hardware.py record)."""
 
     def teardown(self, config: RunConfig, engine: str, run_dir: RunDir) -> None:
         """Remove what deploy made; idempotent, and safe when deploy never ran."""

@@ -7,7 +7,7 @@ engine's name, the id of this start and its command. Every CHECK_EVERY_S it read
 left (`keeper_orders_doc`), copies the log's tail into the run state when it grew or a fresh copy is
 asked for (`engine_log_doc`, `engine_log_copied_doc`, `fresh_log`), stops the engine on an order naming
 this start, and once the engine ended records how (`engine_exit_doc`, after the log's last copy) and
-ends its process group, itself included; a SIGTERM to the group (tasks/processes.py stop_group) too.
+ends its process group, itself included; a SIGTERM to the group (tasks/core/processes.py stop_group) too.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tasks.polling import TimedOut, poll
-from tasks.processes import start_group
-from tasks.run_storage import RunDir
-from tasks.run_documents import engine_exit_doc, engine_log_copied_doc, engine_log_doc, keeper_orders_doc
-from tasks.object_store import S3Store
+from tasks.core.polling import TimedOut, poll
+from tasks.core.processes import start_group
+from tasks.state.storage import RunDir
+from tasks.state.documents import engine_exit_doc, engine_log_copied_doc, engine_log_doc, keeper_orders_doc
+from tasks.state.object_store import S3Store
 
 CHECK_EVERY_S = 0.5
 LOG_TAIL_BYTES = 2_000_000  # what the startup findings read of a log

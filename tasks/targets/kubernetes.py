@@ -1,8 +1,8 @@
 """The Kubernetes target: each engine as a Deployment and a Service on its GPU slice.
 
-The local target's lifecycle: pin resolves the image tag to digests (tasks/registry.py); deploy removes
+The local target's lifecycle: pin resolves the image tag to digests (tasks/k8s/images.py); deploy removes
 what an earlier try left for this run and engine, then creates the objects tasks/k8s/manifests.py
-renders; wait_ready is the one readiness wait over the rollout check (tasks/readiness.py,
+renders; wait_ready is the one readiness wait over the rollout check (tasks/engines/readiness.py,
 tasks/k8s/rollout.py); teardown deletes by the run's labels, cleanup what killed runs left behind.
 Cluster, registry and the engine's address come from a `ClusterAccess` the run context passes in
 (by default a kubeconfig, DAYONE_REGISTRY_USERNAME / DAYONE_REGISTRY_PASSWORD and the Service's
@@ -19,16 +19,17 @@ from typing import Any
 
 from tasks.config import RunConfig
 from tasks.config.engines import EngineSpec
-from tasks.endpoint_access import EndpointAccess
+from tasks.engines.access import EndpointAccess
 from tasks.engines import Readiness, adapter_for
 from tasks.k8s import api
 from tasks.k8s.manifests import CONTAINER, object_name, render_engine, run_selector, service_url
 from tasks.k8s.rollout import (created_at, newest_pod, pods_to_explain, restart_causes, restart_total,
                                 rollout_platform)
-from tasks.readiness import Platform, wait_until_serving
-from tasks.run_storage import RunDir, run_id_of
-from tasks.run_documents import OPENWEBUI_PINNED, applied_objects_doc, rendered_objects_doc
-from tasks.targets.base import Deployment, DeployError
+from tasks.engines.readiness import Platform, wait_until_serving
+from tasks.state.storage import RunDir, run_id_of
+from tasks.state.documents import OPENWEBUI_PINNED, applied_objects_doc, rendered_objects_doc
+from tasks.targets.base import Deployment
+from tasks.engines.readiness import DeployError
 
 ApiClientFactory = Callable[[str], Any]  # Airflow connection id -> kubernetes.client.ApiClient
 CredentialsFactory = Callable[[RunConfig], "tuple[str, str] | None"]
@@ -47,7 +48,7 @@ def kubeconfig_client(conn_id: str) -> Any:
 
 
 def env_credentials(config: RunConfig) -> tuple[str, str] | None:
-    from tasks.registry import credentials_from_env
+    from tasks.k8s.images import credentials_from_env
 
     return credentials_from_env()
 
@@ -86,8 +87,8 @@ class KubernetesTarget:
     # ---- pin ---------------------------------------------------------------------------------
     def pin(self, config: RunConfig, engine: EngineSpec) -> dict[str, Any]:
         """Digests (index and linux/amd64) and the full command line, before anything starts."""
-        from tasks.desensitize import recorded_env
-        from tasks.k8s.cli import pinned_from_config
+        from tasks.core.desensitize import recorded_env
+        from tasks.k8s.images import pinned_from_config
 
         if not engine.image:
             raise DeployError(f"engines[{engine.name}].image: required when target is kubernetes")
@@ -107,8 +108,8 @@ class KubernetesTarget:
 
     def pin_image(self, config: RunConfig, image: str, field: str) -> dict[str, Any]:
         """An image's digests: the one its reference carries, else the registry's (errors name `field`)."""
-        from tasks.k8s.cli import pinned_from_ref
-        from tasks.registry import RegistryError, resolve
+        from tasks.k8s.images import pinned_from_ref
+        from tasks.k8s.images import RegistryError, resolve
 
         pinned = pinned_from_ref(image)
         if pinned is not None:
@@ -244,8 +245,8 @@ class KubernetesTarget:
 
     def hardware(self, config: RunConfig, deployment: Deployment) -> dict[str, Any]:
         """The node the engine's pod runs on, its GPU feature-discovery labels, and the GPUs the pod
-        asked for; the UUIDs it got come from its container's log (tasks/evidence/hardware.py)."""
-        from tasks.evidence.hardware import kubernetes_node
+        asked for; the UUIDs it got come from its container's log (tasks/telemetry/hardware.py)."""
+        from tasks.telemetry.hardware import kubernetes_node
 
         h = deployment.handle
         client = self.client(h["conn_id"])
@@ -295,7 +296,7 @@ def _without_env_values(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     variables withheld; a value from a Secret (valueFrom) is recorded as its reference, never read."""
     import copy
 
-    from tasks.desensitize import REDACTED, scrub_text, secret_name
+    from tasks.core.desensitize import REDACTED, scrub_text, secret_name
 
     out = copy.deepcopy(objects)
     for obj in out:

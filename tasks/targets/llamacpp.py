@@ -21,8 +21,9 @@ import httpx
 
 from tasks.config import RunConfig
 from tasks.config.engines import EngineSpec
-from tasks.models import ModelNotFound, file_sha256, model_path
-from tasks.targets.base import DeployError, LaunchSpec
+from tasks.config.models import ModelNotFound, file_sha256, model_path
+from tasks.targets.base import LaunchSpec
+from tasks.engines.readiness import DeployError
 
 
 class LlamaCppSettingsError(DeployError):

@@ -24,16 +24,17 @@ from typing import Any
 
 from tasks.config import RunConfig
 from tasks.config.engines import EngineSpec
-from tasks.desensitize import recorded_env
-from tasks.endpoint_access import EndpointAccess
+from tasks.core.desensitize import recorded_env
+from tasks.engines.access import EndpointAccess
 from tasks.engines import Readiness, adapter_for
-from tasks.polling import TimedOut, poll
-from tasks.ports import free_port
-from tasks.processes import alive, stop_group
-from tasks.readiness import UP, Platform, wait_until_serving
-from tasks.run_storage import RunDir
-from tasks.run_documents import engine_log_doc, keeper_orders_doc
-from tasks.targets.base import Deployment, DeployError, Launcher, identity_digest
+from tasks.core.polling import TimedOut, poll
+from tasks.core.ports import free_port
+from tasks.core.processes import alive, stop_group
+from tasks.engines.readiness import UP, Platform, wait_until_serving
+from tasks.state.storage import RunDir
+from tasks.state.documents import engine_log_doc, keeper_orders_doc
+from tasks.targets.base import Deployment, Launcher, identity_digest
+from tasks.engines.readiness import DeployError
 from tasks.targets.keeper import exit_record, fresh_log, request_stop, start_kept
 from tasks.targets.llamacpp import LlamaCppLauncher
 from tasks.targets.sim import SimLauncher
@@ -96,7 +97,7 @@ class LocalTarget:
         proc = start_kept(run_dir, engine.name, start_id, spec.argv, {**spec.env, "DAYONE_LAUNCH": str(launch_index)},
                           log_path,
                           cwd=Path(__file__).resolve().parents[2])
-        from tasks.evidence.hardware import local_machine
+        from tasks.telemetry.hardware import local_machine
 
         dep = Deployment(
             engine=engine.name,
@@ -159,7 +160,7 @@ class LocalTarget:
     def hardware(self, config: RunConfig, deployment: Deployment) -> dict[str, Any]:
         """What this machine reports for the engine's process: its GPUs (as the engine's
         CUDA_VISIBLE_DEVICES narrows them), else its CPU model and cores."""
-        from tasks.evidence.hardware import empty_record, local_machine
+        from tasks.telemetry.hardware import empty_record, local_machine
 
         if deployment.handle.get("launcher") in (None, "external"):
             return empty_record()  # an external engine runs where DayOne cannot see

@@ -1,5 +1,5 @@
 """A replayed round's figures, gathered one request at a time into compact arrays (a million-row window
-holds megabytes, not its rows): the rounds table's columns, as tasks/load/stats.py round_figures computes
+holds megabytes, not its rows): the rounds table's columns, as tasks/stats/figures.py round_figures computes
 them, plus the schedule's lateness (sent - due)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.load.stats import LATENCIES, meets_slo
+from tasks.stats.figures import LATENCIES, meets_slo
 
 ITL_KEPT = 1 << 20  # gaps kept for the ITL percentiles: every gap up to this many, a uniform sample past it
 
@@ -88,7 +88,7 @@ class ReplayFigures:
 
 
 def summarize_array(values: array) -> dict[str, float | None]:
-    """tasks/load/stats.py `summarize` (p50, p90, p95, p99 by linear interpolation, max, mean) of an array of
+    """tasks/stats/figures.py `summarize` (p50, p90, p95, p99 by linear interpolation, max, mean) of an array of
     doubles, without a Python float per value: a million-request round's percentiles in megabytes."""
     xs = np.frombuffer(values, dtype=np.float64) if len(values) else np.empty(0)
     xs = xs[~np.isnan(xs)]

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.scenarios.warmup import reset_shapes
 from tasks.sim.process import SimProcess, start_sim
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 DIGEST = "sha256:" + "0" * 64
 # Fast requests: 8 output tokens 10 ms apart; the knee's factor 3 makes TPOT 30 ms, the SLO is 20 ms.

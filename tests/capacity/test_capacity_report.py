@@ -7,7 +7,7 @@ import pytest
 
 import tasks.scenarios.capacity as capacity
 from capacity_helpers import fake_context
-from tasks import run_documents
+from tasks.state import documents as run_documents
 from tasks.config import parse_run_config
 from tasks.report import build_summary, read_summary, render_html
 from tasks.report.charts import render_charts
@@ -56,7 +56,7 @@ def test_the_chart_and_the_section_show_the_capacity(summary):
 
 
 def test_no_capacity_section_when_the_search_did_not_run(tmp_path):
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     cfg = parse_run_config({"run_id": "no-capacity", "engines": [{"name": "a", "dialect": "openai"}]})
     summary = build_summary(RunDir("no-capacity", root=tmp_path), cfg)

@@ -3,11 +3,11 @@ probe's rounds are kept as rows (PROTOCOL.md section 8, "Capacity under SLO").""
 
 from __future__ import annotations
 
-from tasks import run_documents
+from tasks.state import documents as run_documents
 from tasks.report import build_summary
 from tasks.scenarios.capacity import run_capacity
-from tasks.tables import to_frame
-from tasks.validate import validate_frames
+from tasks.state.tables import to_frame
+from tasks.publish.validate import validate_frames
 
 PLANTED = 12
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from capacity_helpers import FAST, SLO
-from tasks import run_documents
+from tasks.state import documents as run_documents
 from tasks.report import write_report
-from tasks.run import RunContext
+from tasks.steps.context import RunContext
 from tasks.steps.execution import execute
 
 KNEE = 6

@@ -9,7 +9,7 @@ from PIL import Image
 from tasks.checks.image_input import COLOUR_RGB, HEIGHT, WIDTH, data_url, png_bytes
 from tasks.checks.output_streams import judge_stream
 from tasks.checks.tool_call import judge_tool_calls
-from tasks.evidence.stream import OutputEvent, StreamResult
+from tasks.engines.stream import OutputEvent, StreamResult
 
 
 def test_generated_png_is_a_real_png_of_the_declared_size_and_colour():

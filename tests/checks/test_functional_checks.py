@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tasks.checks import CHECK_NAMES, run_functional
-from tasks.evidence.reliability import ttft_verdict
+from tasks.stats.reliability import ttft_verdict
 
 CLEAN = {"reasoning": True}
 

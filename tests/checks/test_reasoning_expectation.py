@@ -20,7 +20,7 @@ import pytest
 from tasks.checks import reasoning_split, run_check
 from tasks.checks.base import Probe
 from tasks.config import parse_run_config
-from tasks.engine_context import endpoint_for
+from tasks.engines.context import endpoint_for
 from tasks.sim.process import start_sim
 
 

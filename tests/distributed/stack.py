@@ -1,7 +1,7 @@
 """A distributed Airflow on this machine, as a deployment runs it: nothing shared but the services.
 
 PostgreSQL (metadata database and Celery result backend) and Redis (Celery broker), private instances
-on free loopback ports; a SeaweedFS S3 server (tasks/devstack.py) for the archive; Airflow's API server,
+on free loopback ports; a SeaweedFS S3 server (tasks/state/local_s3.py) for the archive; Airflow's API server,
 scheduler, DAG processor and triggerer; and Celery workers (CeleryExecutor), each a host of its own
 (nodes.py): its own network namespace and address on a bridge, its own host name (UTS namespace, the
 `hostname` of the task instances it runs), its own /tmp and disk (mount namespace, a tmpfs holding its
@@ -46,10 +46,10 @@ from run_progress import RunStalled, ended_tasks, wait_while_moving
 from stack_priority import lower_priority_of, stack_env
 
 from dayone_airflow.ui import BUSY_MACHINE_TIMEOUTS
-from tasks.devstack import SeaweedS3
-from tasks.ports import free_ports
-from tasks.polling import TimedOut, poll
-from tasks.processes import alive, start_group, stop_group
+from tasks.state.local_s3 import SeaweedS3
+from tasks.core.ports import free_ports
+from tasks.core.polling import TimedOut, poll
+from tasks.core.processes import alive, start_group, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -61,7 +61,7 @@ QUEUE = "default"  # Airflow's [operators] default_queue: every worker consumes 
 # A worker's task instance that stops heartbeating (its worker died) is failed, and retried, after this long.
 TASK_HEARTBEAT_TIMEOUT_S = 20
 LOG_TAIL_LINES = 60
-# Run state: an S3 prefix every worker reaches (tasks/object_store.py), through the same dayone_s3 connection.
+# Run state: an S3 prefix every worker reaches (tasks/state/object_store.py), through the same dayone_s3 connection.
 STAGING = "s3://dayone-staging/runs"
 
 

@@ -41,7 +41,7 @@ import pytest
 from run_progress import CAP_S
 from stack import STAGING, TASK_HEARTBEAT_TIMEOUT_S, CrossNodeRead, DistributedAirflow
 
-from tasks.partitions import TRY_POINTER
+from tasks.state.partitions import TRY_POINTER
 
 # Stack start (about 30 s), one run of a few minutes on two busy cores.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(CAP_S + 600)]  # the shared run's wait (run_progress.py), then the checks
@@ -53,7 +53,7 @@ ENGINE = "sim-sglang"
 ENGINES = "engines"  # the mapped group of the run's engines: here its only engine
 KILLED_STEP = "short"  # a benchmark step: rounds of requests, one partition of the requests table
 SHORT = {"concurrency": [1, 4], "rounds": 2, "requests_per_round": 8, "output_tokens": 64}
-# The simulator preset (tasks/presets/sim.yaml) cut to one engine and the steps a Celery hop costs least on.
+# The simulator preset (tasks/config/presets/sim.yaml) cut to one engine and the steps a Celery hop costs least on.
 # 10 ms a token: the benchmark step measures for about ten seconds, long enough to be killed mid-round.
 RUN_CONF: dict[str, Any] = {
     "preset": "local-sim",
@@ -127,7 +127,7 @@ def test_a_planted_read_of_a_file_another_worker_wrote_fails_the_audit(distribut
 
 
 def _partition(stack: DistributedAirflow, run_id: str) -> tuple[str | None, list[str]]:
-    """The benchmark's requests partition in the run's staging prefix (tasks/partitions.py): the try its
+    """The benchmark's requests partition in the run's staging prefix (tasks/state/partitions.py): the try its
     pointer names, and every chunk key under it."""
     from dayone_airflow.glue import dayone_run_id
 

@@ -47,7 +47,7 @@ def test_every_values_file_is_a_base_or_an_overlay_of_one():
 
 @pytest.mark.parametrize("name", list(BASES))
 def test_every_airflow_container_gets_the_staging_prefix_and_the_connections_from_a_secret(name):
-    from tasks.object_store import STAGING_ENV, parse_staging
+    from tasks.state.object_store import STAGING_ENV, parse_staging
 
     values = _load(name)
     env = {e["name"]: e["value"] for e in values["env"]}

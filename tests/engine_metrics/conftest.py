@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tasks.evidence import engine_metrics
+from tasks.telemetry import engine_metrics
 from tasks.sim.process import SimProcess, start_sim
 
 

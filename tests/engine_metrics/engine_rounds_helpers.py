@@ -6,11 +6,11 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundOutcome, RoundPlan, run_round
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 
 def context(url: str, dialect: str, root: Path) -> EngineContext:

@@ -12,7 +12,7 @@ from tasks.config import parse_run_config
 from tasks.report import summary as summary_module
 from tasks.report.html import render_html
 from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 FINDING = "client TTFT mean 120.0 ms vs the engine's own 30.0 ms: 90.0 ms (+300%) spent outside the engine's timing"
 

@@ -16,16 +16,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "k8s"))
 
 from fake_apiserver import FakeApiServer  # noqa: E402
 from k8s_helpers import run_config  # noqa: E402
-from tasks import run_documents  # noqa: E402
+from tasks.state import documents as run_documents  # noqa: E402
 from tasks.config import parse_run_config  # noqa: E402
-from tasks.engine_context import EngineContext, endpoint_for  # noqa: E402
-from tasks.evidence import hardware  # noqa: E402
+from tasks.engines.context import EngineContext, endpoint_for  # noqa: E402
+from tasks.telemetry import hardware  # noqa: E402
 from tasks.evidence.startup_facts import record_startup_facts  # noqa: E402
 from tasks.k8s.manifests import render_engine  # noqa: E402
 from tasks.report.html import render_html  # noqa: E402
 from tasks.report.summary import build_summary  # noqa: E402
-from tasks.run_storage import RunDir  # noqa: E402
-from tasks.tables import to_frame  # noqa: E402
+from tasks.state.storage import RunDir  # noqa: E402
+from tasks.state.tables import to_frame  # noqa: E402
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget  # noqa: E402
 from tasks.targets.local import LocalTarget, this_node  # noqa: E402
 

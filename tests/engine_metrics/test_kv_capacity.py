@@ -12,13 +12,13 @@ import pytest
 from engine_rounds_helpers import context
 from tasks.config import parse_run_config
 from tasks.engines import adapter_for
-from tasks.evidence.hardware import empty_record
+from tasks.telemetry.hardware import empty_record
 from tasks.evidence.kv_capacity import fits_context, kv_capacity_row
 from tasks.evidence.startup_facts import record_startup_facts
 from tasks.report.html import render_html
 from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
-from tasks.tables import to_frame
+from tasks.state.storage import RunDir
+from tasks.state.tables import to_frame
 
 NO_LONG_CONTEXT = {"long_context": {"enabled": False}, "boundary": {"enabled": False}}
 # vLLM 0.11+ under tensor parallelism: every rank logs its own copy, prefixed with its process.

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from tasks.engines import adapter_for
-from tasks.evidence.engine_metrics import (GaugeStats, engine_round_row, histogram_quantile, parse_scrape, read_gauges,
+from tasks.telemetry.engine_metrics import (GaugeStats, engine_round_row, histogram_quantile, parse_scrape, read_gauges,
                                            ttft_gap_finding)
-from tasks.tables import to_frame
+from tasks.state.tables import to_frame
 
 KEYS = {"run_id": "r", "engine": "e", "image_digest": None, "scenario": "short", "round": 1}
 CLIENT = {"concurrency": 4, "rate_rps": None, "input_tokens": 128, "output_tokens": 32, "warmup": False}

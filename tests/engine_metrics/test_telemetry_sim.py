@@ -13,10 +13,10 @@ import pytest
 
 from engine_rounds_helpers import one_round
 from tasks.config import ConfigError, parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.evidence import telemetry
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.telemetry import gpu as telemetry
 from tasks.load.plan import Shape
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 SLOTS = 8
 SHAPE = Shape(input_tokens=64, output_tokens=40, concurrency=4)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tasks.engines import adapter_for
-from tasks.evidence.window import START_TIME, Window, breach, hit_rate_over
+from tasks.telemetry.window import START_TIME, Window, breach, hit_rate_over
 
 Q, H = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
 

@@ -1,4 +1,4 @@
-"""Effects with intervals (tasks/evidence/effects.py), checked on simulated rounds with a planted
+"""Effects with intervals (tasks/stats/effects.py), checked on simulated rounds with a planted
 effect: the interval covers the planted ratio at its nominal rate, a planted +20% is detected, and
 +0% gives "no detectable difference" in at least 95% of seeded repetitions."""
 
@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tasks.evidence.effects import describe, effect
+from tasks.stats.effects import describe, effect
 
 REPS = 2000
 
@@ -91,7 +91,7 @@ def test_too_few_rounds_or_failed_rounds_give_no_verdict():
 
 def test_a_decided_interval_next_to_1_keeps_its_side_visible():
     """One UI run read "1.00× (95% CI 1.00–1.00), worse": two decimals hid a real, tiny effect."""
-    from tasks.evidence.effects import ratio_interval
+    from tasks.stats.effects import ratio_interval
 
     assert ratio_interval(0.9998, 0.99965, 0.99991, "95% CI") == "0.9998× (95% CI 0.9997–0.9999)"
     assert ratio_interval(1.21, 1.1, 1.33) == "1.21× (CI 1.10–1.33)"
@@ -99,7 +99,7 @@ def test_a_decided_interval_next_to_1_keeps_its_side_visible():
 
 
 def test_widen_adds_the_between_run_variance_and_says_what_the_interval_covers():
-    from tasks.evidence.effects import COVERS_ROUNDS, widen
+    from tasks.stats.effects import COVERS_ROUNDS, widen
 
     e = effect([10.0, 11.0, 10.5], [12.0, 12.5, 11.8])
     assert e.verdict == "higher" and e.covers == COVERS_ROUNDS
@@ -136,7 +136,7 @@ def test_a_non_finite_round_is_left_out_never_a_nan_interval(paired, bad):
 
 def test_every_described_interval_says_what_it_covers():
     """"1.22× (95% CI 1.16–1.29)" read as an interval for the next run; it covered one launch's rounds."""
-    from tasks.evidence.effects import ratio_interval, widen
+    from tasks.stats.effects import ratio_interval, widen
 
     e = effect([10.0, 11.0, 10.5], [12.0, 12.5, 11.8])
     assert describe(e).endswith("CI 1.05–1.27, covering round-to-round noise within one deployment of each engine)")

@@ -1,4 +1,4 @@
-"""Power and coverage of effects (tasks/evidence/effects.py) by simulation, vectorized with numpy.
+"""Power and coverage of effects (tasks/stats/effects.py) by simulation, vectorized with numpy.
 
 Power: the rounds `rounds_needed` suggests, and the change `detectable` states, must be detected in
 at least 75% of simulated runs (nominal 80%): a z where t is due, or paired rounds counted as half,
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tasks.evidence.effects import effect, widen
+from tasks.stats.effects import effect, widen
 
 REPS = 20_000
 

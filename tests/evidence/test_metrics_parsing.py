@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 
 from tasks.engines import adapter_for
-from tasks.evidence.metrics import parse_samples, sample_rows, scrape, scrape_samples, sum_over_labels
+from tasks.telemetry.metrics import parse_samples, sample_rows, scrape, scrape_samples, sum_over_labels
 
 TEXT = """# HELP sglang:prompt_tokens_total Prompt tokens.
 # TYPE sglang:prompt_tokens_total counter

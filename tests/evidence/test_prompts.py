@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks.evidence.prompts import (
+from tasks.load.prompts import (
     CalibrationError, FillerPool, calibrate, filler_words, find_code, make_code, needle_text,
 )
 from tasks.sim.tokenizer import count_tokens

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 
 from tasks.engines import adapter_for
-from tasks.evidence.stream import stream_post
+from tasks.engines.stream import stream_post
 
 BODY = {"model": "dayone-sim-model", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 12,
         "stream_options": {"include_usage": True}}

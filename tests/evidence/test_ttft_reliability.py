@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tasks.evidence.reliability import ttft_verdict
+from tasks.stats.reliability import ttft_verdict
 
 
 def row(check: str, outcome: str, reason: str = "") -> dict:

@@ -1,13 +1,13 @@
 """The experiment in the run config: factors expand into variants that differ in declared settings only
-(tasks/experiment.py, tasks/config/experiment.py), the plan records each variant's diff, and the placement follows
-the design (tasks/lanes.py)."""
+(tasks/config/variants.py, tasks/config/experiment.py), the plan records each variant's diff, and the placement follows
+the design (tasks/steps/lanes.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tasks.config import ConfigError, parse_run_config
-from tasks.lanes import design, positions
+from tasks.steps.lanes import design, positions
 
 BASE = {"name": "llamacpp", "dialect": "llamacpp", "launcher": "llamacpp",
         "llamacpp": {"model": "smollm2", "ctx_size": 4096, "parallel": 1, "temperature": 0}}

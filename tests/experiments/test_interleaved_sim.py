@@ -22,7 +22,7 @@ def _request_s(itl_s: float) -> float:
 
 def _experiment_run(run_id: str, factor: dict) -> tuple[dict, dict[tuple[str, int], float]]:
     from tasks.report.summary import build_summary
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
     from tasks.steps.execution import execute, execute_group
 
     config = {

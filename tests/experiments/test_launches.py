@@ -17,7 +17,7 @@ import math
 
 import pytest
 
-from tasks.evidence.effects import COVERS_ROUNDS, effect
+from tasks.stats.effects import COVERS_ROUNDS, effect
 
 ROUNDS = 3
 LAUNCH_SPEED_SD = 0.3
@@ -46,7 +46,7 @@ def launched(eval_dag, s3_server, tmp_path_factory):
     """One dayone_eval run with two launches; its run directory and summary."""
     from dayone_airflow.glue import dayone_run_id
     from tasks.report.schema import RunSummary
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     root = tmp_path_factory.mktemp("launches")
     with pytest.MonkeyPatch.context() as mp:

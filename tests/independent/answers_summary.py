@@ -6,11 +6,11 @@ from __future__ import annotations
 from plain_server import MODEL
 
 from tasks.config import RunConfig, parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.quality.run import run_quality
 from tasks.report.schema.comparison import Comparison
 from tasks.report.summary import RunSummary, build_summary
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 ITEMS_PER_FAMILY = 8
 

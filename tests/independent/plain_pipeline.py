@@ -28,7 +28,7 @@ def run_pipeline(conf: dict[str, Any], s3_server: Any, root: Path, when: datetim
     from airflow.dag_processing.dagbag import DagBag
 
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     dag = DagBag(dag_folder=str(REPO / "dags")).get_dag("dayone_eval")
     with pytest.MonkeyPatch.context() as mp:

@@ -10,16 +10,16 @@ from plain_server import MODEL
 from quality_server import MissesProducts, MissesProductsAndThreeSums, SolvesEverything
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.quality.agreement import first_divergence
 from tasks.quality.loglik import fixed_text, nll_findings, run_loglik
 from tasks.quality.run import run_quality
 from tasks.report.decision import decide
 from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
-from tasks.scenarios.capacity import newcombe
-from tasks.tables import to_frame
-from tasks.validate import validate_frames
+from tasks.state.storage import RunDir
+from tasks.stats.intervals import newcombe
+from tasks.state.tables import to_frame
+from tasks.publish.validate import validate_frames
 
 ITEMS_PER_FAMILY = 12  # 4 products among the arithmetic items: enough shared misses for pairing to matter
 NLL_LENGTHS = [64, 256, 1024]

@@ -13,11 +13,11 @@ from aiohttp import web
 from plain_server import MODEL, PlainServer
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.engines import adapter_for
 from tasks.engines.vllm import VLLMAdapter
 from tasks.evidence.cache import run_prefix_cache
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 
 class ClearsAfterRefusals(PlainServer):

@@ -22,12 +22,12 @@ from plain_server import MODEL, PlainServer
 from test_restarts_plain import CACHE_PROMPT_TOKENS, QUERIES, REPEATS, PrefixCacheServer
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 OTHER_CLIENTS_TOKENS = 50_000  # counted by the shared engine while the failed scrape hid its restart
 

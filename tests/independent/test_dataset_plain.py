@@ -15,12 +15,12 @@ from recording_server import RecordingServer
 from schedule_fit import lateness
 
 from tasks.config import ConfigError, parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.load.plan import poisson_arrivals
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 from tasks.scenarios.dataset import arrival_seed, run_dataset, shapes
 from tasks.traffic.dataset_rows import check_dataset
-from tasks.validate import validate_frames
+from tasks.publish.validate import validate_frames
 
 ROWS = [
     {"prompt": "Summarise: the quick brown fox jumps over the lazy dog"},
@@ -127,7 +127,7 @@ def test_a_bad_row_is_named_by_its_line_at_plan(tmp_path: Path, bad: str, proble
 
 
 def test_the_plan_refuses_a_bad_dataset_before_any_deploy(tmp_path: Path):
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
     from tasks.steps.registry import plan
 
     path = tmp_path / "bad.jsonl"

@@ -21,12 +21,12 @@ from test_ca import make_ca
 
 from tasks.checks import run_functional
 from tasks.config import ConfigError, parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.run_storage import RunDir
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.state.storage import RunDir
 
 
 def EndpointAccess(**given):  # noqa: N802 -- imported where used, so each test stands or falls alone
-    from tasks.endpoint_access import EndpointAccess
+    from tasks.engines.access import EndpointAccess
 
     return EndpointAccess(**given)
 
@@ -151,7 +151,7 @@ def test_the_key_is_read_from_the_connection_the_engine_names(monkeypatch, tmp_p
 
 
 def test_a_key_read_by_this_process_is_scrubbed_from_published_tables_whatever_its_shape():
-    from tasks.tables import to_csv_bytes, to_frame
+    from tasks.state.tables import to_csv_bytes, to_frame
 
     EndpointAccess(api_key=KEY)
     row = {"run_id": "r", "engine": "e", "scenario": "short", "round": 1, "concurrency": 1, "request_id": "q",

@@ -12,16 +12,16 @@ from plain_server import MODEL
 from quality_server import SolvesEverything
 
 from tasks.config import ConfigError, parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.quality.eval_set import parse_eval_set
 from tasks.quality.run import run_quality
 from tasks.quality.score import accuracy_by_family, is_correct
-from tasks.run import RunContext
-from tasks.run_documents import EVAL_SET, MANIFEST
-from tasks.run_storage import RunDir
+from tasks.steps.context import RunContext
+from tasks.state.documents import EVAL_SET, MANIFEST
+from tasks.state.storage import RunDir
 from tasks.steps.registry import plan
-from tasks.tables import to_frame
-from tasks.validate import validate_frames
+from tasks.state.tables import to_frame
+from tasks.publish.validate import validate_frames
 
 GOOD = [
     {"id": "capital", "prompt": "What is the capital of France? One word.", "expected": "Paris"},

@@ -15,13 +15,13 @@ from dcgm_exporter import DcgmExporter
 from plain_server import MODEL, PlainServer
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.report.html import render_html
 from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 GPUS = ["GPU-aaaa", "GPU-bbbb"]
 SHAPE = Shape(input_tokens=8, output_tokens=50, concurrency=4)

@@ -18,10 +18,10 @@ from aiohttp import web
 from plain_server import MODEL, PlainServer, prompt_token_count
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.evidence.needles import run_long_context
-from tasks.evidence.reliability import engine_ttft_verdict
-from tasks.run_storage import RunDir
+from tasks.stats.reliability import engine_ttft_verdict
+from tasks.state.storage import RunDir
 
 CODE = re.compile(r"The secret code is ([A-Z0-9]{4}-[A-Z0-9]{4})\.")
 

@@ -10,13 +10,13 @@ import pytest
 from plain_server import MODEL
 from quality_server import CorruptsHalfTheArithmetic, SolvesEverything
 
-from tasks.archive import archive_run
-from tasks.compare import RegressionFound, compare_run
+from tasks.publish.archive import archive_run
+from tasks.compare.nightly import RegressionFound, compare_run
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.quality.items import FAMILIES
 from tasks.quality.run import run_quality
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 ENGINE = "plain"
 

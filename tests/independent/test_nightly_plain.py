@@ -59,7 +59,7 @@ def test_broken_nights_stay_red_until_a_person_accepts_the_new_level(airflow_db,
     from airflow.dag_processing.dagbag import DagBag
 
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     bucket = f"nightly-plain-{time.time_ns()}"
     root = tmp_path / "runs"
@@ -107,7 +107,7 @@ def test_broken_nights_stay_red_until_a_person_accepts_the_new_level(airflow_db,
     assert regressions[3]["accepted"] == [dirs[2].run_id]
 
     # The run index says which nights passed their comparison, and keeps the acceptance.
-    from tasks.archive import index_key
+    from tasks.publish.archive import index_key
     from tasks.config import parse_run_config
 
     s3 = s3_server.client()

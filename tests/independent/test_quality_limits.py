@@ -8,12 +8,12 @@ from plain_server import MODEL
 from quality_server import SolvesEverything
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.quality.items import FAMILIES
 from tasks.quality.run import run_quality
 from tasks.report.limits import not_proved
 from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 
 def _limits(tmp_path, quality_on: bool) -> list[str]:  # noqa: ANN001

@@ -9,13 +9,13 @@ from plain_server import MODEL
 from quality_server import CorruptsHalfTheArithmetic, SolvesEverything
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.quality.items import FAMILIES, generate
 from tasks.quality.run import run_quality
 from tasks.quality.score import accuracy_by_family, is_correct
-from tasks.run_storage import RunDir
-from tasks.tables import to_frame
-from tasks.validate import validate_frames
+from tasks.state.storage import RunDir
+from tasks.state.tables import to_frame
+from tasks.publish.validate import validate_frames
 
 ITEMS_PER_FAMILY = 8
 KV_LENGTHS = [64, 256]

@@ -10,8 +10,8 @@ from multiturn_server import MultiTurnServer
 from plain_server import MODEL
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.run_storage import RunDir
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.state.storage import RunDir
 from tasks.scenarios import sessions
 
 SESSIONS = {"enabled": True, "sessions": 3, "concurrency": [2], "turns": 4, "user_tokens": 6, "output_tokens": 5,

@@ -10,8 +10,8 @@ from plain_server import MODEL
 from prefix_server import ExactPrefixServer, common_prefix
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.run_storage import RunDir
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.state.storage import RunDir
 from tasks.scenarios.shared_prefix import run_shared_prefix, shared_prefix_prompts
 
 SETTINGS = {"enabled": True, "groups": 3, "prefix_tokens": 96, "suffix_tokens": 24, "requests_per_group": 4,

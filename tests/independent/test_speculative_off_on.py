@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tasks.config import parse_run_config
-from tasks.presets import preset_config
+from tasks.config.presets import preset_config
 from tasks.quality.speculative import acceptance_by_level, changed_answers, off_on_pairs, speculative_setting
 
 

@@ -15,8 +15,8 @@ from plain_server import MODEL, PlainServer
 from schedule_fit import lateness
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.run_storage import RunDir
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.state.storage import RunDir
 from tasks.scenarios.trace import run_trace
 
 BLOCK = 16

@@ -17,11 +17,11 @@ from multiturn_server import MultiTurnServer
 from plain_pipeline import external, scenarios
 from plain_server import MODEL, PlainServer
 
-from tasks.archive import archive_run, json_bytes, put_once
-from tasks.compare import RegressionFound, compare_run
+from tasks.publish.archive import archive_run, json_bytes, put_once
+from tasks.compare.nightly import RegressionFound, compare_run
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.run_storage import RunDir
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.state.storage import RunDir
 
 ENGINE = "eng"
 DIGEST = "sha256:" + "a" * 64

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 from fake_apiserver import FakeApiServer
 
 from k8s_helpers import CONN_ID, MODEL

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 
 from fake_apiserver import FakeApiServer
-from tasks.ports import free_port
+from tasks.core.ports import free_port
 
 # (container command, local port) -> (argv, extra env): the image's server as a local process.
 ImageStandIn = Callable[[list[str], int], tuple[list[str], dict[str, str]]]

@@ -16,8 +16,8 @@ from k8s_helpers import CONN_ID, MODEL, later, run_config
 from dayone_airflow.connections import hook_api_client
 from dayone_airflow.glue import dayone_run_id, run_step
 from dayone_airflow.kubernetes import FAILED, READY, TIMEOUT, EngineReadinessOperator, EngineReadyTrigger
-from tasks.readiness import UP
-from tasks.run_storage import RunDir
+from tasks.engines.readiness import UP
+from tasks.state.storage import RunDir
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget
 
 NS = "bench"

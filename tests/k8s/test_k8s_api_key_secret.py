@@ -9,8 +9,8 @@ import pytest
 from k8s_helpers import CONN_ID, MODEL
 
 from tasks.config import parse_run_config
-from tasks.run import RunContext
-from tasks.run_storage import RunDir
+from tasks.steps.context import RunContext
+from tasks.state.storage import RunDir
 
 KEY = "dk-secretKey-7hQ2pX9w"
 

@@ -14,7 +14,7 @@ from dayone_airflow.glue import dayone_run_id
 from dayone_airflow.kubernetes import READY, EngineReadinessOperator
 from tasks.report.html import render_html
 from tasks.report.summary import build_summary
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget
 
 NS = "bench"

@@ -11,7 +11,7 @@ import yaml
 
 from tasks import cli
 from tasks.config import parse_run_config
-from tasks.k8s.cli import render_run
+from tasks.cli.k8s import render_run
 from tasks.k8s.manifests import (ManifestError, engine_argv, label_value, object_name, render_engine,
                                   validate_objects)
 

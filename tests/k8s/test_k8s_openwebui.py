@@ -18,8 +18,8 @@ from dayone_airflow.connections import hook_api_client
 from tasks.k8s import api
 from tasks.k8s.openwebui import SECRET_KEYS, openwebui_name, render_openwebui, render_secret
 from tasks.openwebui.server import venv_path
-from tasks.run import RunContext
-from tasks.run_storage import RunDir
+from tasks.steps.context import RunContext
+from tasks.state.storage import RunDir
 from tasks.steps.execution import execute
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget
 

@@ -9,7 +9,8 @@ from test_k8s_manifests import KUBE_VERSIONS, seed_config
 
 from tasks.k8s.manifests import ManifestError, validate_objects
 from tasks.k8s.openwebui import SECRET_KEYS, WRITABLE, openwebui_selector, render_openwebui, render_secret
-from tasks.openwebui.server import offline_env, offline_settings
+from tasks.config.openwebui import offline_settings
+from tasks.openwebui.server import offline_env
 
 IMAGE = "ghcr.io/open-webui/open-webui@sha256:" + "3" * 64
 SECRET_VALUES = {"WEBUI_SECRET_KEY": "planted-session-key-0123", "WEBUI_ADMIN_PASSWORD": "planted-admin-pass-4567",

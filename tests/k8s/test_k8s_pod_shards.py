@@ -16,7 +16,7 @@ import pytest
 from fake_kubelet import FakeKubelet
 from k8s_helpers import CONN_ID
 
-from tasks.load.stats import percentile
+from tasks.stats.figures import percentile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from load_accuracy import compare, ground_truth, start_server  # noqa: E402
@@ -58,9 +58,9 @@ def _planned_run(apiserver, s3, run_id: str):
     the reference server, its pod on NODE, and the S3 keys' Secret."""
     from tasks.config import parse_run_config
     from tasks.k8s.manifests import labels_for, run_selector
-    from tasks.object_store import S3Access, S3Store
-    from tasks.run_documents import MANIFEST
-    from tasks.run_storage import RunDir
+    from tasks.state.object_store import S3Access, S3Store
+    from tasks.state.documents import MANIFEST
+    from tasks.state.storage import RunDir
 
     config = parse_run_config({**RUN, "run_id": run_id})
     prefix = f"staging-{uuid.uuid4().hex[:8]}"
@@ -80,10 +80,10 @@ def test_two_runner_pods_measure_one_round_together(apiserver, kube_conn, s3_ser
     from kubernetes import client
 
     from dayone_airflow.connections import hook_api_client
-    from tasks.k8s.runner_pods import pods_for_step, runner_step_pod
+    from tasks.steps.runner_pods import pods_for_step, runner_step_pod
     from tasks.report.html import render_html
     from tasks.report.summary import build_summary
-    from tasks.run_documents import outcome_doc, set_readiness
+    from tasks.state.documents import outcome_doc, set_readiness
     from tasks.targets.base import Deployment
 
     run_id = "run-shards"
@@ -166,7 +166,7 @@ def _events(row: dict) -> list[float]:
 
 def test_a_step_takes_one_pod_per_what_a_pod_carries_up_to_max_pods():
     from tasks.config import parse_run_config
-    from tasks.k8s.runner_pods import pods_for_step
+    from tasks.steps.runner_pods import pods_for_step
 
     def pods(concurrency, cpu, max_pods=8):
         runner = {**RUN["kubernetes"]["runner"], "cpu": cpu, "max_pods": max_pods}

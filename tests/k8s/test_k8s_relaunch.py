@@ -11,7 +11,7 @@ from k8s_helpers import run_config
 from dayone_airflow.connections import hook_api_client
 from tasks.steps import engine_steps
 from tasks.steps.execution import execute
-from tasks.run import RunContext
+from tasks.steps.context import RunContext
 from tasks.targets.kubernetes import ClusterAccess
 
 NS = "bench"

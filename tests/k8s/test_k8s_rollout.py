@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tasks.k8s.rollout import assess, created_at, describe_events, pods_to_explain, restart_total, rollout_platform
-from tasks.readiness import UP, Platform
+from tasks.engines.readiness import UP, Platform
 
 NOW = 1_800_000_000.0
 

@@ -15,7 +15,7 @@ from k8s_helpers import CONN_ID, run_config
 
 from dayone_airflow.connections import hook_api_client
 from tasks.k8s.rbac import POD_OPERATOR_CALLS
-from tasks.k8s.runner_pods import runner_step_pod
+from tasks.steps.runner_pods import runner_step_pod
 
 NS = "bench"
 RUNNER = {"image": "registry.example.org/dayone-runner@sha256:" + "3" * 64, "s3_secret": {"name": "dayone-s3"}}
@@ -73,7 +73,7 @@ def test_exit_99_is_a_skipped_task_and_the_pod_is_deleted(apiserver, kubelet):
     from airflow.sdk.exceptions import AirflowSkipException
 
     from dayone_airflow.step_pods import StepPodOperator
-    from tasks.steps.cli import NOT_ATTEMPTED_EXIT
+    from tasks.steps.context import NOT_ATTEMPTED_EXIT
 
     name = _start_runner_pod("run-1", "dayone-short-sglang-skip",
                              [sys.executable, "-c", f"import sys; sys.exit({NOT_ATTEMPTED_EXIT})"])

@@ -17,7 +17,7 @@ from fake_kubelet import FakeKubelet
 from k8s_helpers import CONN_ID, run_config
 
 from dayone_airflow.connections import hook_api_client
-from tasks.k8s.runner_pods import runner_step_pod
+from tasks.steps.runner_pods import runner_step_pod
 
 NS = "bench"
 RUNNER = {"image": "registry.example.org/dayone-runner@sha256:" + "3" * 64, "s3_secret": {"name": "dayone-s3"},

@@ -94,7 +94,7 @@ def test_measuring_steps_run_as_runner_pods_through_kubernetes_pod_operator(eval
     from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
     from dayone_airflow.glue import dayone_run_id, run_dir
-    from tasks.k8s.runner_pods import RUNNER_STEPS
+    from tasks.steps.runner_pods import RUNNER_STEPS
 
     apiserver, kubelet, prefix, _ = cluster_run
     # the graph: every measuring step is a KubernetesPodOperator task, the others are not

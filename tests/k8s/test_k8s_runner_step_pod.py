@@ -1,4 +1,4 @@
-"""A measuring step's runner pod, as rendered (tasks/k8s/runner_pods.py), and the run config that asks for
+"""A measuring step's runner pod, as rendered (tasks/steps/runner_pods.py), and the run config that asks for
 it: the runner pod template's lockdown, whole cores requested as limited, the engine's node, credentials
 only as Secret references; and measure_from: cluster refused, naming the field and the fix, where runner
 pods cannot work."""
@@ -11,7 +11,7 @@ from k8s_helpers import run_config
 
 from tasks.config import ConfigError
 from tasks.k8s.manifests import runner_pod_template
-from tasks.k8s.runner_pods import RUNNER_STEPS, runner_step_pod
+from tasks.steps.runner_pods import RUNNER_STEPS, runner_step_pod
 
 IMAGE = "registry.example.org/dayone-runner@sha256:" + "3" * 64
 RUNNER = {"image": IMAGE, "cpu": 4, "memory": "8Gi", "s3_secret": {"name": "dayone-s3"}}
@@ -57,9 +57,9 @@ def test_placed_on_the_engines_node_unless_the_config_places_it():
 
 
 def test_an_engines_api_key_reaches_the_pod_from_its_secret_and_is_read_from_the_env(monkeypatch, tmp_path):
-    from tasks.endpoint_access import api_key_env
-    from tasks.run import RunContext
-    from tasks.run_storage import RunDir
+    from tasks.engines.access import api_key_env
+    from tasks.steps.context import RunContext
+    from tasks.state.storage import RunDir
 
     config = run_config(measure_from="cluster", runner=RUNNER).model_dump(mode="json")
     config["engines"][1]["api_key_secret"] = {"name": "vllm-key", "key": "token"}

@@ -10,14 +10,14 @@ import pytest
 from k8s_helpers import CONN_ID, later, run_config
 
 from dayone_airflow.connections import hook_api_client
-from tasks.run import NotAttempted, RunContext
+from tasks.steps.context import NotAttempted, RunContext
 from tasks.steps.engine_steps import startup_finding_rows
 from tasks.steps.execution import execute
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 from tasks.k8s.manifests import render_engine
-from tasks.tables import TABLES, to_frame
-from tasks.targets.base import DeployError
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.state.tables import TABLES, to_frame
+from tasks.engines.readiness import DeployError
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.config import parse_run_config
 from tasks.targets.kubernetes import ClusterAccess, KubernetesTarget, _without_env_values
 
@@ -264,7 +264,7 @@ def test_dry_run_renders_and_checks_everything_and_applies_nothing(apiserver, ta
 def test_dry_run_renders_openwebui_beside_the_engine_where_its_step_runs(apiserver, target, run_dir):
     import yaml
 
-    from tasks.run_documents import OPENWEBUI_PINNED
+    from tasks.state.documents import OPENWEBUI_PINNED
 
     config = run_config().model_copy(update={"dry_run": True})
     config = config.model_copy(update={"scenarios": config.scenarios.model_copy(update={

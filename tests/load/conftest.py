@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.run_storage import RunDir
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.state.storage import RunDir
 
 
 @pytest.fixture

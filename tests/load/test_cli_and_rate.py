@@ -14,7 +14,7 @@ from schedule_fit import lateness
 from tasks.load.plan import poisson_arrivals
 from tasks.scenarios.perf import run_perf
 from tasks.sim.process import start_sim
-from tasks.tables import REQUESTS, ROUNDS
+from tasks.state.tables import REQUESTS, ROUNDS
 
 FAST = {"ttft_base_s": 0.005, "itl_s": 0.001, "slots": 16}
 

@@ -167,8 +167,8 @@ def test_a_sharded_round_records_each_process_s_clock_offset_and_cpu(ref_server,
 
 _VALIDATE = """
 import json, sys
-from tasks.tables import to_frame
-from tasks.validate import validate_frames
+from tasks.state.tables import to_frame
+from tasks.publish.validate import validate_frames
 docs = json.load(sys.stdin)
 print(json.dumps({k: validate_frames({"client_shards": to_frame("client_shards", rows)})["client_shards"]
                   for k, rows in docs.items()}))
@@ -219,7 +219,7 @@ def test_the_short_scenario_gets_the_processes_the_run_config_asks_for(ref_serve
 def test_the_report_names_the_rounds_whose_client_waited_for_a_core(tmp_path):
     from tasks.report.html import render_html
     from tasks.report.summary import build_summary
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     cfg = parse_run_config({"run_id": "rep", "engines": [{"name": "eng", "dialect": "sglang"}]})
     run_dir = RunDir("rep", root=tmp_path)

@@ -19,8 +19,8 @@ PER_ROUND = ("requests", "rounds", "engine_rounds", "client_shards")
 # Great Expectations in a process of its own, as in test_client_shards.py: its heap would slow later rounds' gc.
 _VALIDATE = """
 import json, sys
-from tasks.tables import to_frame
-from tasks.validate import validate_frames
+from tasks.state.tables import to_frame
+from tasks.publish.validate import validate_frames
 docs = json.load(sys.stdin)
 print(json.dumps({k: validate_frames({t: to_frame(t, rows) for t, rows in tables.items()})
                   for k, tables in docs.items()}))

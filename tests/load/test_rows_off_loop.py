@@ -3,7 +3,7 @@
 Measured against an independent server: a wave of completions, each encoding, writing and
 flushing its row on the loop, held up the reads of the streams still running (inter-token errors
 above 1 ms clustered in the streams' last gaps). Rows are now queued on the loop and encoded and
-written by a writer process (tasks/partitions.py QueuedRows).
+written by a writer process (tasks/state/partitions.py QueuedRows).
 
 The round's partition file is opened through a stand-in whose first two flushes stall 0.3 s (a
 disk that stalls), and JSON encoding in this process is watched: the old code did both on the
@@ -21,11 +21,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks import partitions
+from tasks.state import partitions
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 STALL_S, STALLS = 0.3, 2  # the partition's first two flushes take 0.3 s each: a disk that stalls
 MAX_LOOP_STALL_S = 0.15  # a loaded machine delays the loop by tens of ms, not 150

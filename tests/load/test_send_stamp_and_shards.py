@@ -161,7 +161,7 @@ def test_a_local_listener_is_found_by_the_endpoint_port_and_a_remote_one_is_not(
 def test_the_run_summary_counts_wide_sends_and_says_why_that_many_processes(tmp_path):
     from tasks.config import parse_run_config
     from tasks.report.summary import build_summary
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     cfg = parse_run_config({"run_id": "rep", "engines": [{"name": "eng", "dialect": "sglang"}]})
     run_dir = RunDir("rep", root=tmp_path)

@@ -11,7 +11,7 @@ from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
 from tasks.load.shards import split
-from tasks.load.stats import percentile
+from tasks.stats.figures import percentile
 
 SAME = ("request_id", "status", "http_status", "output_events", "completion_tokens", "prompt_tokens",
         "tokens_per_event", "length_deviation", "concurrency", "rate_rps", "scenario", "round")

@@ -34,7 +34,7 @@ import pytest
 
 from tasks.engines import adapter_for
 from tasks.load.client import RequestSpec, new_session, run_async, run_closed_loop, send_request
-from tasks.load.stats import percentile
+from tasks.stats.figures import percentile
 
 TOKENS = 16
 STREAMS, REQUESTS = 64, 128  # two waves: the second is sent as the first completes

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from tasks.config.thresholds import SLO
-from tasks.load import stats
+from tasks.stats import figures as stats
 
 
 def test_median_of_rounds_matches_the_seed_report():

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.load.stats import median
+from tasks.stats.figures import median
 from tasks.scenarios.perf import run_perf
 from tasks.scenarios.warmup import reset_shapes
 from tasks.sim.process import start_sim
-from tasks.tables import REQUESTS, ROUNDS, to_frame
+from tasks.state.tables import REQUESTS, ROUNDS, to_frame
 
 # A client timestamp may never precede the server's, and the typical (median) error stays near a
 # millisecond. One request may trail by tens of ms when the suite's other worker holds the core

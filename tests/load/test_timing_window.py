@@ -9,7 +9,7 @@ import threading
 import time
 
 from tasks.load.client import run_async, timing_window
-from tasks.load.stats import median
+from tasks.stats.figures import median
 
 
 def _lateness_ms(inside_window: bool) -> list[float]:

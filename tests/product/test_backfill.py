@@ -43,7 +43,7 @@ def bucket(s3_conn) -> str:
 
 def _seed_catalog(s3, bucket: str) -> dict[dt.datetime, str]:
     """What three earlier nightly runs recorded: a different digest each night."""
-    from tasks.catalog import record
+    from tasks.publish.catalog import record
     from tasks.config import parse_run_config
 
     cfg = parse_run_config(_conf(bucket))
@@ -58,7 +58,7 @@ def _seed_catalog(s3, bucket: str) -> dict[dt.datetime, str]:
 
 def test_backfill_over_three_dates_uses_each_dates_catalog_digest(dagbag, s3_conn, run_root, bucket):
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     s3 = s3_conn.client()
     seeded = _seed_catalog(s3, bucket)
@@ -83,7 +83,7 @@ def test_backfill_over_three_dates_uses_each_dates_catalog_digest(dagbag, s3_con
 
 
 def test_backfill_of_a_date_without_catalog_entry_fails_naming_the_fix(s3_conn, run_root, bucket):
-    from tasks.catalog import CatalogError
+    from tasks.publish.catalog import CatalogError
 
     s3 = s3_conn.client()
     _seed_catalog(s3, bucket)
@@ -100,7 +100,7 @@ def test_backfill_of_a_date_without_catalog_entry_fails_naming_the_fix(s3_conn, 
 
 
 def test_scheduled_run_records_the_local_identity_and_a_rerun_reads_it(s3_conn, run_root, bucket):
-    from tasks.catalog import read_entry
+    from tasks.publish.catalog import read_entry
     from tasks.config import parse_run_config
 
     s3 = s3_conn.client()
@@ -122,17 +122,17 @@ def test_scheduled_run_records_the_local_identity_and_a_rerun_reads_it(s3_conn, 
 def _pin(conf, run_id, logical_date, s3, backfill):
     """The pin step of a dated run, as the nightly runs it."""
     from tasks.steps import run_steps
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
 
     ctx = RunContext.build(conf, run_id, archive_client=lambda: s3, logical_date=logical_date, backfill=backfill)
     return run_steps.pin(ctx)
 
 
 def test_backfill_runs_the_openwebui_image_its_date_recorded(s3_conn, run_root, bucket):
-    from tasks.catalog import read_entry, record
+    from tasks.publish.catalog import read_entry, record
     from tasks.config import parse_run_config
-    from tasks.run_documents import OPENWEBUI_PINNED
-    from tasks.run_storage import RunDir
+    from tasks.state.documents import OPENWEBUI_PINNED
+    from tasks.state.storage import RunDir
 
     s3 = s3_conn.client()
     conf = {**_conf(bucket), "scenarios": {**_conf(bucket)["scenarios"], "openwebui": {"enabled": True}}}

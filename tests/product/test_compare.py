@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from product_fixtures import check_row, needle_row, round_row, small_config
 
-from tasks.archive import archive_run
-from tasks.compare import RegressionFound, compare_engine, compare_run
-from tasks.compare_sides import Side, engine_lineage
+from tasks.publish.archive import archive_run
+from tasks.compare.nightly import RegressionFound, compare_engine, compare_run
+from tasks.compare.sides import Side, engine_lineage
 from tasks.config import parse_run_config
-from tasks.run_storage import RunDir
-from tasks.tables import to_frame
+from tasks.state.storage import RunDir
+from tasks.state.tables import to_frame
 
 ENGINE = "sim-a"
 
@@ -55,7 +55,7 @@ def bucket(s3_server) -> str:
 def _archive(run_dir: RunDir, cfg: Any, s3: Any) -> None:
     archive_run(run_dir, cfg, s3)
     if cfg.engines:  # the report step puts summary.json beside the tables; the cache verdict lives there
-        from tasks.archive import json_bytes, put_once
+        from tasks.publish.archive import json_bytes, put_once
         from tasks.report import build_summary
 
         prefix = run_dir.read_json("archive.json")["prefixes"][ENGINE]
@@ -319,7 +319,7 @@ def test_a_withheld_capacity_is_never_compared():
 
 
 def test_a_capacity_baseline_must_share_the_slo():
-    from tasks.compare_sides import scenario_settings
+    from tasks.compare.sides import scenario_settings
 
     config = {"slo": {"e2e_s": 1.0}, "scenarios": {"capacity": {"mode": "concurrency", "input_tokens": 64}}}
     other = {**config, "slo": {"e2e_s": 2.0}}

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from product_fixtures import round_row
 
-from tasks.compare_sides import Side
-from tasks.tables import to_frame
+from tasks.compare.sides import Side
+from tasks.state.tables import to_frame
 
 
 def _side(run_id: str, rows: list[dict]) -> Side:

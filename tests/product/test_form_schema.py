@@ -194,11 +194,11 @@ def _demo(name: str):
 
     from tasks.config import parse_run_config
 
-    return parse_run_config(yaml.safe_load((REPO / "tasks" / "presets" / name).read_text(encoding="utf-8")))
+    return parse_run_config(yaml.safe_load((REPO / "tasks" / "config" / "presets" / name).read_text(encoding="utf-8")))
 
 
 def test_the_preset_field_lists_every_preset_with_a_label(served_params):
-    from tasks.presets import PRESETS
+    from tasks.config.presets import PRESETS
 
     preset = served_params.get_param("preset")
     assert preset.value == "custom" and preset.schema["enum"][:3] == ["protocol", "local-sim", "local-llamacpp-ab"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from product_fixtures import small_config
 
-from tasks.lanes import MAX_ENGINES_PER_NODE, check_lanes, lanes, positions, turns
+from tasks.steps.lanes import MAX_ENGINES_PER_NODE, check_lanes, lanes, positions, turns
 from tasks.config import ConfigError, parse_run_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -66,7 +66,7 @@ def _task_instances(run):
 
 def _request_rows(run, run_root, scenario: str):
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     return [r for r in RunDir(dayone_run_id(run.run_id), run_root).read_rows("requests") if r.get("scenario") == scenario]
 

@@ -3,7 +3,7 @@
 Night 1 pins and records its digest and becomes the baseline; night 2, unchanged, compares clean;
 night 3 runs a planted regression (a simulator six times slower per token, slower first token): its
 `compare` task fails, the run fails, and the `regressions` table is archived with the regressed rows.
-A regression is decided by the interval of the round values' ratio (tasks/compare.py), which absorbs
+A regression is decided by the interval of the round values' ratio (tasks/compare/nightly.py), which absorbs
 jitter between rounds; thresholds are still loosened to -50% / +100% because the shared test machine's
 load can shift a whole run by more than the production defaults (-10% / +20%), which no interval
 tells from a real change; the planted regression is far beyond either.
@@ -33,9 +33,9 @@ def _task_states(run) -> dict[str, str]:
 
 def test_nightly_records_digests_compares_and_fails_on_a_planted_regression(dagbag, s3_conn, run_root):
     from dayone_airflow.glue import dayone_run_id
-    from tasks.catalog import read_entry
+    from tasks.publish.catalog import read_entry
     from tasks.config import parse_run_config
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     bucket = f"nightly-{time.time_ns()}"
     nightly = dagbag.get_dag("dayone_nightly")

@@ -1,4 +1,4 @@
-"""The nightly compares the openwebui step's verdicts like the functional checks (tasks/compare.py): a
+"""The nightly compares the openwebui step's verdicts like the functional checks (tasks/compare/nightly.py): a
 verdict that passed in the last good run and fails now regresses, by name."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from typing import Any
 
 from product_fixtures import small_config
 
-from tasks.compare import compare_engine
-from tasks.compare_sides import Side
+from tasks.compare.nightly import compare_engine
+from tasks.compare.sides import Side
 from tasks.config import parse_run_config
 from tasks.openwebui.checks import CHAT, MODEL_LIST, REASONING, SCENARIO
-from tasks.tables import to_frame
+from tasks.state.tables import to_frame
 
 ENGINE = "sim-a"
 

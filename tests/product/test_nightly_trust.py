@@ -1,4 +1,4 @@
-"""What makes the nightly's verdict trustworthy (tasks/compare.py), one promise per test:
+"""What makes the nightly's verdict trustworthy (tasks/compare/nightly.py), one promise per test:
 
 - failed requests regress: the failed share of a shape is compared with an interval, a shape whose
   rounds mostly failed regresses, a shape measured then and missing now regresses;
@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 from product_fixtures import round_row, small_config
 
-from tasks.compare import RegressionFound, compare_engine, compare_run
-from tasks.compare_sides import Side
+from tasks.compare.nightly import RegressionFound, compare_engine, compare_run
+from tasks.compare.sides import Side
 from tasks.config import parse_run_config
-from tasks.run_storage import RunDir
-from tasks.tables import to_frame
+from tasks.state.storage import RunDir
+from tasks.state.tables import to_frame
 
 ENGINE = "sim-a"
 EMPTY = {"checks": to_frame("checks", []), "needles": to_frame("needles", [])}
@@ -42,7 +42,7 @@ def _side(run_id: str, rounds: list[dict[str, Any]]) -> Side:
 def _rounds(run_id: str, failed: list[int], per_round: int = 10, tps: float = 100.0,
             concurrency: int = 2) -> list[dict[str, Any]]:
     """One round row per entry of `failed` (the requests that failed in it); a round above the run's
-    error rate is failed and carries no figures, as tasks/load/stats.py round_figures writes it."""
+    error rate is failed and carries no figures, as tasks/stats/figures.py round_figures writes it."""
     rows = []
     for rnd, bad in enumerate(failed, start=1):
         row = round_row(run_id, ENGINE, concurrency, rnd, tps * (1 + 0.01 * rnd), 0.02 * (1 + 0.01 * rnd))
@@ -96,7 +96,7 @@ def test_a_shape_measured_then_and_missing_now_is_a_regression():
 
 
 def test_a_performance_step_whose_requests_mostly_failed_fails_with_the_reason():
-    from tasks.load.stats import failed_requests
+    from tasks.stats.figures import failed_requests
 
     rounds = _rounds("now", [10, 8]) + [{**_rounds("now", [0])[0], "warmup": True, "requests_ok": 50}]
     reason = failed_requests(rounds, 0.5, lambda: ["HTTP 500: boom"] * 17 + ["timeout"])
@@ -128,7 +128,7 @@ def bucket(s3_server) -> str:
 def _night(root: Any, s3: Any, bucket: str, run_id: str, tps: float, created_ts: float,
            accepted: tuple[str, ...] = (), **conf: Any) -> tuple[RunDir, list[dict[str, Any]], bool]:
     """One nightly run as the pipeline makes it: rounds, compare (its outcome recorded), then archive."""
-    from tasks.archive import archive_run
+    from tasks.publish.archive import archive_run
     from tasks.steps.execution import record
 
     cfg = parse_run_config({**small_config(bucket), "run_id": run_id, **conf})
@@ -207,7 +207,7 @@ def test_a_baseline_of_another_engine_configuration_is_skipped_and_named(s3_serv
 
 
 def test_a_baseline_of_another_model_revision_or_gpu_product_is_skipped_and_in_the_report(s3_server, run_root, bucket):
-    from tasks import run_documents
+    from tasks.state import documents as run_documents
     from tasks.report import build_summary
 
     s3 = s3_server.client()
@@ -279,7 +279,7 @@ def test_the_decision_orders_capacities_on_decisive_probes_too():
 @pytest.mark.parametrize("slo,published", [({"ttft_s": 0.5}, False), ({"tpot_s": 0.05}, False),
                                            ({"e2e_s": 5.0}, True)])
 def test_goodput_is_withheld_with_the_capacity_where_the_ttft_it_is_judged_on_is_unreliable(tmp_path, slo, published):
-    from tasks.load.stats import slo_judged_withheld
+    from tasks.stats.figures import slo_judged_withheld
     from tasks.report import build_summary
     from tasks.scenarios.capacity import published as published_capacity
 
@@ -299,7 +299,7 @@ def test_goodput_is_withheld_with_the_capacity_where_the_ttft_it_is_judged_on_is
 
 
 def test_dayone_bench_withholds_goodput_by_the_same_rule(tmp_path):
-    from tasks.load.cli import _apply_stream_rule
+    from tasks.cli.bench import _apply_stream_rule
 
     run_dir = RunDir("bench", tmp_path)
     summary = {"slo": {"ttft_s": 0.5, "tpot_s": None, "e2e_s": None},
@@ -314,7 +314,7 @@ def test_dayone_bench_withholds_goodput_by_the_same_rule(tmp_path):
 
 
 def test_the_between_run_estimate_needs_four_runs_and_takes_a_drift_for_no_noise():
-    from tasks.evidence.history import between_run_log_sd
+    from tasks.stats.history import between_run_log_sd
 
     steady = [[100.0, 101.0, 99.0]] * 3
     assert between_run_log_sd(steady) is None  # 3 runs: unknown, not zero
@@ -366,7 +366,7 @@ def test_the_accept_variable_names_one_run_or_several(monkeypatch):
 
 
 def _served(root: Any, run_id: str, served: dict[str, Any] | None) -> None:
-    from tasks import run_documents
+    from tasks.state import documents as run_documents
     from tasks.evidence.revision import revision_identity
 
     record = revision_identity({"model": {"revision": "main"}}, served)

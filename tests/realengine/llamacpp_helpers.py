@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tasks.config import RunConfig, parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.run_storage import RunDir
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.state.storage import RunDir
 from tasks.targets.base import Deployment
 from tasks.targets.local import LocalTarget
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from tasks.engines import adapter_for
-from tasks.evidence.metrics import scrape
-from tasks.processes import alive as _alive
+from tasks.telemetry.metrics import scrape
+from tasks.core.processes import alive as _alive
 
 from llamacpp_helpers import SERVED_MODEL, RunningEngine
 

@@ -10,7 +10,7 @@ import pytest
 
 from tasks.config import ConfigError, parse_run_config
 from tasks.engines import adapter_for
-from tasks.models import KNOWN_MODELS, ModelNotFound, model_path
+from tasks.config.models import KNOWN_MODELS, ModelNotFound, model_path
 from tasks.targets.llamacpp import LlamaCppLauncher, LlamaCppSettingsError, resolve_settings
 from tasks.targets.local import LocalTarget
 

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-from tasks.ports import free_port
+from tasks.core.ports import free_port
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 SERVICE = "dayone-test-registry"

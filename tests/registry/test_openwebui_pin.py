@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.run import RunContext
+from tasks.steps.context import RunContext
 from tasks.steps.execution import execute
-from tasks.targets.base import DeployError
+from tasks.engines.readiness import DeployError
 
 ENGINE_DIGEST = "sha256:" + "1" * 64
 

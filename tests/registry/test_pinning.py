@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from tasks import cli
-from tasks.registry import (
+from tasks.k8s.images import (
     AuthRefused,
     ImageNotFound,
     RegistryError,

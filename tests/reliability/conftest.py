@@ -16,7 +16,7 @@ from rel_helpers import PLANTED_ACCESS_KEY, PLANTED_SECRET_KEY, REPO
 @pytest.fixture(scope="session")
 def planted_s3(tmp_path_factory: pytest.TempPathFactory):
     """A real S3 server (SeaweedFS) whose credentials are the planted ones."""
-    from tasks.devstack import SeaweedS3
+    from tasks.state.local_s3 import SeaweedS3
 
     server = SeaweedS3(tmp_path_factory.mktemp("seaweed-planted"), access_key=PLANTED_ACCESS_KEY,
                        secret_key=PLANTED_SECRET_KEY)

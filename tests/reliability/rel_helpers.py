@@ -24,7 +24,7 @@ PLANTED = (PLANTED_ACCESS_KEY, PLANTED_SECRET_KEY, PLANTED_ENGINE_TOKEN, PLANTED
 @dataclass
 class EvalRun:
     run: Any  # the Airflow DagRun
-    run_dir: Any  # tasks.run_storage.RunDir
+    run_dir: Any  # tasks.state.storage.RunDir
     root: Path
 
     def outcome(self, name: str) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def run_eval(dag: Any, conf: dict[str, Any], root: Path, env: dict[str, str],
     `when` fixes the run's logical date, so its run id (manual__<when>) is known beforehand.
     """
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DAYONE_WORKDIR", str(root))

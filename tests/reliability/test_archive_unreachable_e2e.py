@@ -52,9 +52,9 @@ def _one_attempt_per_try(mp: pytest.MonkeyPatch) -> None:
     Airflow's four tries are what this test is about, so each try gives up at once."""
     from tenacity import stop_after_attempt
 
-    import tasks.archive
+    import tasks.publish.archive
 
-    mp.setattr(tasks.archive.ensure_bucket.retry, "stop", stop_after_attempt(1))
+    mp.setattr(tasks.publish.archive.ensure_bucket.retry, "stop", stop_after_attempt(1))
 
 
 class Records(logging.Handler):

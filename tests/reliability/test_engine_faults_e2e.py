@@ -64,7 +64,7 @@ STALE_IDS = [f"short-killed-try-{i}" for i in range(5)]
 
 
 def _seed_killed_try(root, run_id: str) -> None:
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     run_dir = RunDir(run_id, root)
     keys = {"run_id": run_id, "engine": "burst", "image_digest": "sha256:" + "0" * 64, "scenario": "short",

@@ -120,7 +120,7 @@ def hostile() -> Iterator[HostileEngine]:
 
 
 def _table_bytes(table: str, rows: list[dict[str, Any]]) -> bytes:
-    from tasks.tables import to_frame, to_parquet_bytes
+    from tasks.state.tables import to_frame, to_parquet_bytes
 
     return to_parquet_bytes(to_frame(table, rows))
 
@@ -163,8 +163,8 @@ def test_load_client_bounds_and_records_every_hostile_stream(hostile):
 def test_functional_checks_record_hostile_answers_as_bounded_rows(hostile, mode, tmp_path):
     from tasks.checks import run_functional
     from tasks.config import parse_run_config
-    from tasks.engine_context import EngineContext, endpoint_for
-    from tasks.run_storage import RunDir
+    from tasks.engines.context import EngineContext, endpoint_for
+    from tasks.state.storage import RunDir
 
     hostile.mode = mode
     cfg = parse_run_config({"run_id": "hostile", "model": {"name": "hostile"}, "request_timeout_s": 20,

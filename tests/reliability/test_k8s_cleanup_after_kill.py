@@ -26,7 +26,7 @@ def _conf(conn_id: str, engines=("sglang", "vllm")) -> dict:
 def _deploy(conf: dict, run_id: str, apiserver) -> None:
     from dayone_airflow.connections import cluster_access
     from tasks.steps.execution import execute
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
 
     cluster = replace(cluster_access(), service_url=lambda name, ns, port: "http://127.0.0.1:9")
     ctx = RunContext.build(conf, run_id, cluster=cluster)

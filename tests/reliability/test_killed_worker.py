@@ -74,7 +74,7 @@ def sim():
 def test_kill_9_mid_round_loses_only_requests_in_flight_and_the_retry_replaces_the_partition(
         sim, tmp_path, monkeypatch):
     from tasks.steps.execution import execute
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
 
     root = tmp_path / "runs"
     monkeypatch.setenv("DAYONE_WORKDIR", str(root))

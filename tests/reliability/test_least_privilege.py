@@ -28,7 +28,7 @@ def _config(**k8s):
 
 
 def _rendered(config):
-    from tasks.k8s.cli import pinned_from_config
+    from tasks.k8s.images import pinned_from_config
     from tasks.k8s.manifests import render_engine
 
     return {e.name: render_engine(config, e, pinned_from_config(e)) for e in config.engines}

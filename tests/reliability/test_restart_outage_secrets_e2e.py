@@ -118,16 +118,16 @@ class LogCapture(logging.Handler):
 
 @pytest.fixture(scope="module")
 def outage_run(eval_dag, planted_s3, tmp_path_factory):
-    import tasks.archive
+    import tasks.publish.archive
 
     puts = PutLog(planted_s3)
-    real_make_client = tasks.archive.make_client
+    real_make_client = tasks.publish.archive.make_client
     capture = LogCapture()
     root_logger = logging.getLogger()
     root_logger.addHandler(capture)
     try:
         run = run_eval(eval_dag, CONF, tmp_path_factory.mktemp("outage-runs"), s3_env(planted_s3),
-                       setup=lambda mp: mp.setattr(tasks.archive, "make_client",
+                       setup=lambda mp: mp.setattr(tasks.publish.archive, "make_client",
                                                    lambda *a, **k: puts.attach(real_make_client(*a, **k))))
     finally:
         root_logger.removeHandler(capture)
@@ -152,8 +152,8 @@ def test_engine_restart_during_the_boundary_scenario_is_a_failed_check(outage_ru
 
 
 def test_s3_outage_mid_archive_is_retried_with_every_object_written_once(outage_run, planted_s3):
-    import tasks.archive
-    from tasks.run import load_config
+    import tasks.publish.archive
+    from tasks.steps.context import load_config
 
     run, puts, _ = outage_run
     assert puts.outage.get("stopped") and puts.outage.get("started"), "the outage never happened"
@@ -171,7 +171,7 @@ def test_s3_outage_mid_archive_is_retried_with_every_object_written_once(outage_
     # (put_once raises WriteOnceError on any difference, and a half-written object differs)
     again = PutLog(planted_s3)
     cfg = load_config(CONF, run.run_dir.run_id)
-    result = tasks.archive.archive_run(run.run_dir, cfg, again.attach(planted_s3.client()))
+    result = tasks.publish.archive.archive_run(run.run_dir, cfg, again.attach(planted_s3.client()))
     assert result["keys"] == archived["keys"]
     assert not again.written
 

@@ -55,12 +55,12 @@ class SimRun:
     config: dict
 
     def run_dir(self, root: Path | None = None):
-        from tasks.run_storage import RunDir
+        from tasks.state.storage import RunDir
 
         return RunDir(self.run_id, root=root or self.root)
 
     def cfg(self):
-        from tasks.run import load_config
+        from tasks.steps.context import load_config
 
         return load_config(self.config, self.run_id)
 
@@ -73,7 +73,7 @@ class SimRun:
 @pytest.fixture(scope="session")
 def sim_run(tmp_path_factory: pytest.TempPathFactory) -> SimRun:
     from dayone_airflow.glue import dayone_run_id
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
     from tasks.steps.execution import execute
 
     root = tmp_path_factory.mktemp("report-runs")

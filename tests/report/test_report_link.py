@@ -11,7 +11,7 @@ LINK_NAME = "DayOne report"
 @pytest.fixture(scope="module")
 def published(sim_run, s3_server):
     """The simulator run archived and its report published to the real S3 server (default bucket)."""
-    from tasks.archive import archive_run
+    from tasks.publish.archive import archive_run
     from tasks.report import publish_report
 
     s3 = s3_server.client()

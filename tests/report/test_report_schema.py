@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from tasks.archive import json_bytes
+from tasks.publish.archive import json_bytes
 
 EVIL = "<script>alert('x')</script>"
 EVIL_AS_TEXT = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;"
@@ -87,7 +87,7 @@ def test_markup_in_any_field_reaches_the_page_as_text(summary):
 
 
 def test_compare_refuses_an_archived_summary_of_another_version_and_goes_on(summary, caplog):
-    from tasks.compare_sides import archived_summary
+    from tasks.compare.sides import archived_summary
     from tasks.report import read_summary
     from tasks.report.schema import SummaryVersionError
 
@@ -107,7 +107,7 @@ def test_compare_refuses_an_archived_summary_of_another_version_and_goes_on(summ
 
 
 def test_a_baseline_with_an_older_summary_loses_only_its_verdicts(summary):
-    from tasks.compare_sides import archived_side
+    from tasks.compare.sides import archived_side
     from tasks.config import parse_run_config
 
     cfg = parse_run_config({"run_id": "now-1", "archive": {"bucket": "bucket"}})

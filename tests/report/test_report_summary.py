@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tasks.load import stats
+from tasks.stats import figures as stats
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def test_every_figure_is_the_median_of_its_round_values_with_a_spread_flag(sim_r
 def test_a_levels_figures_are_kept_once_from_the_rounds_table(sim_run, summary):
     """The performance step keeps how it measured (design, launches, restarts), not figures of its own:
     summary.json's levels are computed once, from the rounds table archived beside it."""
-    from tasks import run_documents
+    from tasks.state import documents as run_documents
 
     kept = 0
     for engine, e in summary.engines.items():
@@ -113,7 +113,7 @@ def test_needles_and_cache_come_from_their_tables(sim_run, summary):
 
 
 def test_leads_come_from_the_comparisons_with_intervals_never_from_a_gap(summary):
-    from tasks.evidence.effects import effect
+    from tasks.stats.effects import effect
     from tasks.report.decision import comparison_words
 
     assert summary.confidence == 0.95
@@ -234,7 +234,7 @@ def test_a_run_that_measured_nothing_still_renders_and_says_why(tmp_path):
     from tasks.config import parse_run_config
     from tasks.report import write_report
     from tasks.report.schema.run import NotTested
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     cfg = parse_run_config({"run_id": "dry-run-1", "dry_run": True})
     built = write_report(RunDir("dry-run-1", root=tmp_path), cfg)

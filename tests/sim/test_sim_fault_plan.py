@@ -4,7 +4,7 @@ from the profile and the request's number alone (the streamed effects: test_sim_
 from __future__ import annotations
 
 from tasks.sim.faults import NEVER, StreamPlan, error_burst_status, plan_stream
-from tasks.sim.profile import validate_profile
+from tasks.config.sim_profile import validate_profile
 
 
 def test_every_nth_stream_in_admission_order_meets_its_fault_halfway():

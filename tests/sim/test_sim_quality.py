@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.quality.items import FAMILIES
 from tasks.quality.run import run_quality
 from tasks.quality.score import accuracy_by_family
-from tasks.sim.profile import ProfileError, load_profile
-from tasks.run_storage import RunDir
+from tasks.config.sim_profile import ProfileError, load_profile
+from tasks.state.storage import RunDir
 
 FAST = {"itl_s": 0.0005, "ttft_base_s": 0.001, "natural_output_tokens": 4}
 ITEMS_PER_FAMILY = 16
@@ -47,7 +47,7 @@ def test_a_planted_share_outside_zero_to_one_is_refused():
 def test_a_planted_nll_offset_and_its_growth_with_depth_are_measured_exactly(sims, tmp_path, dialect):
     from tasks.quality.loglik import fixed_text, run_loglik
     from tasks.sim.loglik import prompt_logprobs
-    from tasks.sim.profile import QualityPlant
+    from tasks.config.sim_profile import QualityPlant
 
     lengths = [128, 2048]
     offset, growth = 0.2, 0.5

@@ -84,7 +84,7 @@ def test_quirk_metric_counters_absent_or_renamed(sims, dialect, standard):
 def test_seed_profiles_load_and_the_vllm_preview_shows_its_traps(sims):
     from pathlib import Path
 
-    from tasks.sim.profile import load_profile
+    from tasks.config.sim_profile import load_profile
 
     folder = Path(__file__).resolve().parents[2] / "tasks" / "sim" / "profiles"
     profiles = {f.stem: load_profile(f) for f in folder.glob("*.yaml")}

@@ -10,7 +10,7 @@ import pytest
 
 from tasks.config import parse_run_config
 from tasks.engines import adapter_for
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 from tasks.targets.local import LocalTarget
 
 
@@ -70,7 +70,7 @@ def test_cli_merges_profile_file_json_and_overrides(tmp_path):
     import sys
 
     from tasks.sim.process import SimProcess
-    from tasks.ports import free_port
+    from tasks.core.ports import free_port
 
     profile = tmp_path / "profile.yaml"
     profile.write_text("slots: 2\nseed: 5\nquirks:\n  metrics: renamed\n")

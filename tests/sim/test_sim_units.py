@@ -12,7 +12,7 @@ import pytest
 from tasks.sim import content
 from tasks.sim.cache import PrefixCache
 from tasks.sim.engine import bucket
-from tasks.sim.profile import ProfileError, load_profile, parse_override, validate_profile
+from tasks.config.sim_profile import ProfileError, load_profile, parse_override, validate_profile
 from tasks.sim.tokenizer import VOCAB_SIZE, count_tokens, decode, encode
 
 

@@ -12,7 +12,7 @@ STAGING_BUCKET = "dayone-staging-test"
 @pytest.fixture()
 def staging(s3_server):
     """An S3 staging prefix of this test's own: `S3Store` rooted at s3://dayone-staging-test/<uuid>/."""
-    from tasks.object_store import S3Access, S3Store
+    from tasks.state.object_store import S3Access, S3Store
 
     access = S3Access(s3_server.endpoint_url, s3_server.access_key, s3_server.secret_key, "us-east-1")
     return S3Store(access, STAGING_BUCKET, f"staging-{uuid.uuid4().hex[:8]}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from storage_helpers import files_under
 
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 RUN = {
     "model": {"name": "dayone-sim-model", "context_limit_tokens": 32768},

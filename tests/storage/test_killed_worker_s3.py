@@ -1,7 +1,7 @@
 """A worker killed mid-round (kill -9 of `dayone step short`'s process group) with run state in S3,
 then the task retried on another, empty worker.
 
-The bound (tasks/partitions.py): a kill loses at most the requests in flight plus the chunk not yet
+The bound (tasks/state/partitions.py): a kill loses at most the requests in flight plus the chunk not yet
 stored: fewer than CHUNK_ROWS rows, none completed more than CHUNK_EVERY_S (plus the 50 ms
 hand-over and one PUT) before the kill. Counted against the simulator's ground truth
 (/sim/requests). The retry replaces the partition whole: the killed try's chunks are deleted, no
@@ -20,9 +20,9 @@ import pytest
 import yaml
 from storage_helpers import fresh_worker_env
 
-from tasks.partitions import CHUNK_EVERY_S, CHUNK_ROWS, TRY_POINTER
-from tasks.pipes import FLUSH_EVERY_S
-from tasks.run_storage import RunDir
+from tasks.state.partitions import CHUNK_EVERY_S, CHUNK_ROWS, TRY_POINTER
+from tasks.core.pipes import FLUSH_EVERY_S
+from tasks.state.storage import RunDir
 
 REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 RUN_ID = "killed-worker-s3"
@@ -67,7 +67,7 @@ def _step(config_file, env) -> subprocess.Popen:
 def test_kill_9_mid_round_loses_at_most_in_flight_plus_one_chunk_and_the_retry_replaces_the_partition(
         sim, staging, staging_env, tmp_path):
     from tasks.steps.execution import execute
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
 
     conf = _conf(sim.url)
     ctx = RunContext.build(conf, RUN_ID, staging=staging)

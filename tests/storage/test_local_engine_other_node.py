@@ -14,10 +14,10 @@ import httpx
 import pytest
 
 from tasks.config import parse_run_config
-from tasks.run_storage import RunDir
-from tasks.run_documents import engine_exit_doc, engine_log_doc
+from tasks.state.storage import RunDir
+from tasks.state.documents import engine_exit_doc, engine_log_doc
 from tasks.targets import local
-from tasks.targets.base import DeployError
+from tasks.engines.readiness import DeployError
 from tasks.targets.local import LocalTarget
 
 RUN_ID = "other-node-run"
@@ -80,6 +80,6 @@ def _engine_pid(keeper: int) -> int:
 
 
 def _poll(check):
-    from tasks.polling import poll
+    from tasks.core.polling import poll
 
     return poll(check, timeout_s=15, interval_s=0.2)

@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from tasks.config import RunConfig
-from tasks.run_storage import RunDir, new_run_id, run_id_of
+from tasks.state.storage import RunDir, new_run_id, run_id_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,4 +1,4 @@
-"""Every run document is named by tasks/run_documents.py, the one layout a reader and a writer share: no other
+"""Every run document is named by tasks/state/documents.py, the one layout a reader and a writer share: no other
 module reads or writes run state by a path of its own (a literal, an f-string, a joined string)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks import run_documents
+from tasks.state import documents as run_documents
 
 pytestmark = pytest.mark.usefixtures("garbage_collected")  # tests/conftest.py says why
 
@@ -40,13 +40,13 @@ def test_run_documents_are_read_and_written_by_the_names_run_documents_gives():
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in RUN_STATE_CALLS and node.args and _spelled_out(node.args[0])):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node)}")
-    assert not found, "run state named outside tasks/run_documents.py:\n" + "\n".join(found)
+    assert not found, "run state named outside tasks/state/documents.py:\n" + "\n".join(found)
 
 
 def test_the_nightly_and_the_report_name_archived_documents_as_run_documents_does():
     """compare.py reads an archived run's summary and manifest, the report publishes its own: by run_documents' names."""
     found = []
-    for rel in ("tasks/compare.py", "tasks/report/__init__.py", "tasks/report/summary.py"):
+    for rel in ("tasks/compare/nightly.py", "tasks/report/__init__.py", "tasks/report/summary.py"):
         for node in ast.walk(ast.parse((ROOT / rel).read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and node.value in DOCUMENT_NAMES:
                 found.append(f"{rel}:{node.lineno}: {node.value!r}")
@@ -54,4 +54,4 @@ def test_the_nightly_and_the_report_name_archived_documents_as_run_documents_doe
                     isinstance(v, ast.Constant) and str(v.value).startswith(("charts/", "verdicts/", "summaries/"))
                     for v in node.values):
                 found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
-    assert not found, "documents named outside tasks/run_documents.py:\n" + "\n".join(found)
+    assert not found, "documents named outside tasks/state/documents.py:\n" + "\n".join(found)

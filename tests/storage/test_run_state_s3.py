@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from tasks import partitions
-from tasks.partitions import ChunkSink
-from tasks.run_storage import NoLocalPath, RunDir
-from tasks.object_store import parse_staging
+from tasks.state import partitions
+from tasks.state.partitions import ChunkSink
+from tasks.state.storage import NoLocalPath, RunDir
+from tasks.state.object_store import parse_staging
 from tasks.config import ConfigError
 
 
@@ -47,7 +47,7 @@ def test_documents_round_trip_and_nothing_lands_on_local_disk(staging, tmp_path,
 
 
 def test_outcomes_and_verdict_read_from_s3(staging):
-    from tasks.run_documents import StepOutcome, outcomes, write_outcome
+    from tasks.state.documents import StepOutcome, outcomes, write_outcome
     from tasks.steps.execution import verdict
 
     rd = RunDir("run-outcomes", staging)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 from storage_helpers import files_under, fresh_worker_env
 
-from tasks.run_storage import RunDir
+from tasks.state.storage import RunDir
 
 REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 RUN_ID = "shared-nothing-run"

@@ -102,10 +102,10 @@ def _config(tmp_path: Path, **trace) -> object:
 
 
 def test_the_plan_refuses_a_missing_trace_and_a_bad_row_before_any_deploy(tmp_path: Path):
-    from tasks.run import RunContext
+    from tasks.steps.context import RunContext
     from tasks.steps.registry import plan
 
-    from tasks.run_storage import RunDir
+    from tasks.state.storage import RunDir
 
     ctx = RunContext(_config(tmp_path, path=str(tmp_path / "absent.jsonl")), RunDir("plan-trace", root=tmp_path))
     with pytest.raises(ConfigError) as info:
@@ -142,11 +142,11 @@ def test_the_plan_records_the_window_and_its_expected_reuse(tmp_path: Path):
 
 
 def test_a_replayed_rounds_percentiles_are_the_protocols():
-    """The replay's figures from compact arrays equal tasks/load/stats.py's (linear interpolation) on the same values."""
+    """The replay's figures from compact arrays equal tasks/stats/figures.py's (linear interpolation) on the same values."""
     import random
     from array import array
 
-    from tasks.load.stats import summarize
+    from tasks.stats.figures import summarize
     from tasks.traffic.trace_figures import summarize_array
 
     rng = random.Random(3)

@@ -9,8 +9,8 @@ import urllib.request
 from pathlib import Path
 
 from tasks.config import parse_run_config
-from tasks.engine_context import EngineContext, endpoint_for
-from tasks.run_storage import RunDir
+from tasks.engines.context import EngineContext, endpoint_for
+from tasks.state.storage import RunDir
 from tasks.scenarios.trace import round_salt, run_trace
 from tasks.sim.process import start_sim
 from tasks.traffic.trace_formats import read_trace

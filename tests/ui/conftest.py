@@ -23,7 +23,7 @@ import pytest
 
 from stack_priority import BackgroundPriority, stack_env
 from ui_limits import API_TIMEOUT_S, STACK_READY_TIMEOUT_S
-from tasks.ports import free_port
+from tasks.core.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DAG_ID = "dayone_eval"

@@ -114,7 +114,7 @@ def test_a_preset_alone_triggers_the_simulator_demo_and_an_unknown_one_is_refuse
 
     client = api_client
     params = client.get("/api/v2/dags/dayone_eval/details").json()["params"]
-    sim = parse_run_config(yaml.safe_load((REPO / "tasks" / "presets" / "sim.yaml").read_text(encoding="utf-8")))
+    sim = parse_run_config(yaml.safe_load((REPO / "tasks" / "config" / "presets" / "sim.yaml").read_text(encoding="utf-8")))
     form = {k: p["value"] for k, p in params.items()}
     # the REST API with the preset alone, and the form, which posts every field as shown
     for conf in ({"preset": "local-sim"}, {**form, "preset": "local-sim"}):

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, unquote, urljoin, urlsplit
 
 import httpx
 import pytest
-from tasks.evidence.effects import ratio_digits
+from tasks.stats.effects import ratio_digits
 from run_progress import CAP_S, ended_tasks, wait_while_moving
 from ui_limits import API_TIMEOUT_S, UI_TIMEOUT_MS
 

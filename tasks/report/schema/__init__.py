@@ -61,7 +61,7 @@ class RunSummary(Doc):
     measurement_design: str = "lanes"
     engine_order: list[list[str]] = Field(default_factory=list)  # the run's positions, as measured
     experiment: ExperimentSummary | None = None
-    # Engines whose GPU slices overlap or that ran on different GPU products (tasks/evidence/hardware.py).
+    # Engines whose GPU slices overlap or that ran on different GPU products (tasks/telemetry/hardware.py).
     slice_findings: list[str] = Field(default_factory=list)
     # Engines' answers and log-likelihoods held against each other (tasks/report/parity.py); None: not run.
     parity: Parity | None = None

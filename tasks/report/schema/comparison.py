@@ -1,5 +1,5 @@
 """Engines and runs compared: each engine against the base engine, and this run against its baselines
-(tasks/evidence/effects.py, tasks/compare.py)."""
+(tasks/stats/effects.py, tasks/compare/nightly.py)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ class Regression(Doc):
     ci_low: float | None = None
     ci_high: float | None = None
     verdict: str | None = None
-    baseline_kind: str | None = None  # last_good or reference (tasks/compare.py)
+    baseline_kind: str | None = None  # last_good or reference (tasks/compare/nightly.py)
     covers: str | None = None  # what variation the interval covers
 
 
 class Comparison(Doc):
     """One engine against the base engine (the config's first) on one figure of one level
-    (tasks/evidence/effects.py): the ratio engine/base of the geometric means of their round values,
+    (tasks/stats/effects.py): the ratio engine/base of the geometric means of their round values,
     with its confidence interval, and the verdict read with the figure's direction."""
 
     scenario: str
@@ -45,7 +45,7 @@ class Comparison(Doc):
     detectable: float | None  # the smallest change this run would detect, e.g. 0.14 = ±14%
     rounds_needed_for_5pct: int | None  # rounds a side that would detect a 5% change
     paired: bool = False  # interleaved rounds (or launches), paired by repetition; else two independent samples
-    # What variation the interval covers (tasks/evidence/effects.py): the rounds of one deployment, or with
+    # What variation the interval covers (tasks/stats/effects.py): the rounds of one deployment, or with
     # measurement.launches > 1 the engines' starts, each launch the geometric mean of its rounds.
     covers: str | None = None
     launches: int = 1  # the launches a side the interval rests on (1: its values are rounds)
@@ -56,7 +56,7 @@ class Comparison(Doc):
         verdict when there is no interval."""
         if self.ratio is None or self.low is None or self.high is None:
             return self.verdict
-        from tasks.evidence.effects import ratio_interval
+        from tasks.stats.effects import ratio_interval
 
         return ratio_interval(self.ratio, self.low, self.high, f"{self.confidence:.0%} CI",
                               self.covers if covers else None)

@@ -47,7 +47,7 @@ class EngineRestarts(Doc):
 
 
 class OutcomeSummary(Doc):
-    """A step's recorded outcome (tasks/run_documents.py StepOutcome), as published."""
+    """A step's recorded outcome (tasks/state/documents.py StepOutcome), as published."""
 
     status: str | None
     detail: str | None

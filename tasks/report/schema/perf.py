@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from tasks.load.stats import FIRST_ENCOUNTER_FIGURES
+from tasks.stats.figures import FIRST_ENCOUNTER_FIGURES
 from tasks.report.schema.base import Doc
 
 

@@ -54,7 +54,7 @@ class TelemetryRound(Doc):
 
 class TelemetryWindow(Doc):
     """Energy over one scenario's measured rounds at one load level taken together
-    (tasks/evidence/telemetry.py energy_windows): published only where the window spans at least 10 of
+    (tasks/telemetry/gpu.py energy_windows): published only where the window spans at least 10 of
     the exporter's refreshes and the engine's rounds fill it; otherwise null with why_missing."""
 
     scenario: str

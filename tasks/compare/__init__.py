@@ -1,0 +1,1 @@
+"""The nightly comparison with the last good run: its baselines, the two sides, the traffic inputs."""

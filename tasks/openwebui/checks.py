@@ -89,8 +89,12 @@ def chat_verdict(turns: list[Turn], stored: list[dict[str, Any]]) -> CheckResult
 
 
 def reasoning_verdict(stored: list[dict[str, Any]], engine_reasons: bool | None) -> CheckResult:
-    """The thought apart from the answer in every stored answer; inline or lost reasoning fails."""
+    """The thought apart from the answer in every stored answer; inline or lost reasoning fails. A thought
+    shown in any turn says the engine reasons: a turn without one lost it, whatever the run knew before."""
     field_seen = "history.messages[].output[type=reasoning]"
+    shown = [i for i, message in enumerate(stored, 1) if shown_reasoning(message)]
+    why = ("the engine reasons (model.reasoning, or the functional check saw reasoning)" if engine_reasons
+           else f"turn {shown[0]} showed a thought, so the engine reasons" if shown else "")
     extra: dict[str, Any] = {}
     for i, message in enumerate(stored, 1):
         answer, thought = message.get("content") or "", shown_reasoning(message)
@@ -103,13 +107,13 @@ def reasoning_verdict(stored: list[dict[str, Any]], engine_reasons: bool | None)
         if thought and thought.strip() in answer:
             return CheckResult(REASONING, FAIL, evidence(200, "history.messages[].content", answer,
                                                          f"turn {i}: the thought is repeated in the answer", **extra))
-        if not thought:
-            if engine_reasons:
-                return CheckResult(REASONING, FAIL, evidence(
-                    200, field_seen, answer, f"turn {i}: no thought shown, but the engine reasons (model.reasoning, "
-                    "or the functional check saw reasoning): OpenWebUI lost it", **extra))
-            return CheckResult(REASONING, NOT_APPLICABLE, evidence(
-                200, field_seen, answer, "no thought shown and the model is not known to reason", **extra))
+        if not thought and (engine_reasons or shown):
+            return CheckResult(REASONING, FAIL, evidence(
+                200, field_seen, answer, f"turn {i}: no thought shown, but {why}: OpenWebUI lost it", **extra))
+    if not (engine_reasons or shown):
+        return CheckResult(REASONING, NOT_APPLICABLE, evidence(
+            200, field_seen, stored[-1].get("content") if stored else "",
+            "no thought shown in any turn and the model is not known to reason", **extra))
     return CheckResult(REASONING, PASS, evidence(200, field_seen, shown_reasoning(stored[-1]) if stored else "",
                                                  "each answer shown with its thought apart", **extra))
 

@@ -12,17 +12,19 @@ from tasks.config.base import ConfigModel, Fix
 
 # Weighed before every purpose's own order, in this order.
 ALWAYS_FIRST = ("answers", "failed_requests")
-Criterion = Literal["functional_checks", "stability", "latency", "throughput", "capacity"]
+Criterion = Literal["functional_checks", "maturity", "stability", "latency", "throughput", "capacity"]
 CRITERIA: tuple[str, ...] = Criterion.__args__  # type: ignore[attr-defined]
 
 # The Day-1 report's two purposes: a team's OpenAI-compatible service needs its API features and a calm
 # start before speed; throughput research reads the speed first and keeps the rest as caveats.
 BUILT_IN: dict[str, tuple[str, ...]] = {
-    "production_api": ("functional_checks", "stability", "latency", "throughput", "capacity"),
+    # maturity: the Day-1 report's deciding reason for production (a preview image whose upstream change was
+    # not merged), read right after the checks so no speed can outrank it
+    "production_api": ("functional_checks", "maturity", "stability", "latency", "throughput", "capacity"),
     "throughput_research": ("throughput", "capacity", "latency", "stability", "functional_checks"),
 }
-_CRITERIA_FIX = Fix("list criteria from functional_checks, stability, latency, throughput, capacity, each once, "
-                    "most important first (answers and failed requests always come before them)")
+_CRITERIA_FIX = Fix("list criteria from functional_checks, maturity, stability, latency, throughput, capacity, "
+                    "each once, most important first (answers and failed requests always come before them)")
 
 
 class Purpose(ConfigModel):
@@ -47,8 +49,12 @@ class ChoiceSettings(ConfigModel):
                                            "purpose of your own")] = Field(
         default_factory=lambda: [Purpose(name=n, order=list(o)) for n, o in BUILT_IN.items()],
         description="The purposes the decision summary picks an engine for, each with the criteria it weighs most "
-        "first: production_api (functional checks and stability before speed), throughput_research (speed first), "
-        "or your own {name, order}; a built-in's name alone stands for it.")
+        "first: production_api (functional checks, maturity and stability before speed), throughput_research (speed "
+        "first), or your own {name, order}; a built-in's name alone stands for it.")
+
+    maturity_override: Annotated[str | None, Fix("give the reason in a sentence, or leave it out")] = Field(
+        None, min_length=1, max_length=300, description="For this run only: maturity ranks no engine (a preview "
+        "image is accepted for production); the reason given here is printed in the report beside the choice.")
 
     @field_validator("purposes", mode="before")
     @classmethod

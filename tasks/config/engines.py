@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from tasks.config.base import ConfigModel, Fix, PositiveInt
 from tasks.config.llamacpp import LlamaCppSettings
+from tasks.config.maturity import Maturity
 from tasks.config.sim_profile import Profile
 
 DIALECTS = ("sglang", "vllm", "llamacpp", "openai")
@@ -83,6 +84,18 @@ class EngineSpec(ConfigModel):
                                              "certificate")] = Field(
         None, min_length=1, description="PEM file of the CA that signed an https endpoint's certificate (an internal CA).")
     tls_verify: bool = Field(True, description="Check an https endpoint's certificate; false skips the check.")
+    maturity: Annotated[Maturity | None, Fix("use one of release, preview, nightly, dev")] = Field(
+        None, description="How far the engine's support of this model is along: release, preview (a dedicated "
+        "image whose upstream change is not merged yet), nightly or dev. Default: read from the image's tag words "
+        "and its org.opencontainers.image.version label; a value given here wins. For production a preview, "
+        "nightly or dev engine ranks below a release engine that passes the same checks.")
+    upstream: Annotated[str | None, Fix("give the http(s) URL of the pull request or issue")] = Field(
+        None, description="The upstream pull request or issue this engine's support depends on; the report links it.",
+        json_schema_extra={"pattern": r"^https?://\S+$"})
+    weights_variant: Annotated[str | None, Fix("name the variant, e.g. fp8 or int4-awq")] = Field(
+        None, min_length=1, max_length=60, description="A deliberately different weights variant this engine "
+        "serves (e.g. fp8, int4-awq): its served weights may differ from the others', and its answers are still "
+        "compared with theirs, the difference named as the variant's.")
 
     @model_validator(mode="before")
     @classmethod
@@ -118,6 +131,13 @@ class EngineSpec(ConfigModel):
     def _image(cls, v: str | None) -> str | None:
         if v is not None and not _IMAGE_RE.match(v):
             raise ValueError(f"{v!r} is not a valid image reference")
+        return v
+
+    @field_validator("upstream")
+    @classmethod
+    def _upstream(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"https?://\S+", v):
+            raise ValueError(f"{v!r} is not an http(s) URL")
         return v
 
     @field_validator("digest")

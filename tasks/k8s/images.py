@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 
+from tasks.config.maturity import VERSION_LABEL
+
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -110,6 +112,9 @@ class PinnedImage:
     platform: str
     media_type: str  # of the manifest behind the tag
     pinned_ref: str  # repository@platform_digest, as a pod's image field takes it
+    # The image's org.opencontainers.image.version (its config's label, else the manifest's annotation):
+    # what the image says its version is, read for its maturity (tasks/config/maturity.py); None: not said.
+    version_label: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -341,10 +346,13 @@ def resolve(
                     f"Fix: use an image built for {platform}"
                 )
             index_digest, platform_digest = digest, entry["digest"]
+            version = (entry.get("annotations") or {}).get(VERSION_LABEL) or \
+                (body.get("annotations") or {}).get(VERSION_LABEL)
+            version = _version_label(client, ref, platform_digest) or version
         elif media_type in MANIFEST_TYPES or not media_type:
             # A single-platform manifest: check its config says the platform we will run on.
             index_digest, platform_digest = None, digest
-            _check_single_platform(client, ref, digest, platform, image)
+            version = _check_single_platform(client, ref, digest, platform, image)
         else:
             raise RegistryError(f"image {image}: unsupported manifest media type {media_type!r}")
     return PinnedImage(
@@ -357,6 +365,7 @@ def resolve(
         platform=platform,
         media_type=media_type,
         pinned_ref=f"{_pull_name(ref)}@{platform_digest}",
+        version_label=version,
     )
 
 
@@ -367,18 +376,42 @@ def _pull_name(ref: ImageRef) -> str:
     return ref.name
 
 
-def _check_single_platform(client: RegistryClient, ref: ImageRef, digest: str, platform: str, image: str) -> None:
+def _image_config(client: RegistryClient, ref: ImageRef, digest: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the platform manifest, its image config); the config {} when it cannot be read."""
     body, _, _, _ = client._get_manifest(ref.repository, digest)
     config_digest = (body.get("config") or {}).get("digest")
     if not config_digest:
-        return
+        return body, {}
     try:
         config = json.loads(client.blob(ref.repository, config_digest))
     except (ValueError, RegistryError):
-        return  # an unreadable config does not stop pinning; the kubelet checks the platform too
+        return body, {}  # an unreadable config does not stop pinning; the kubelet checks the platform too
+    return body, config if isinstance(config, dict) else {}
+
+
+def _label(manifest: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """org.opencontainers.image.version: the config's label (docker build --label, LABEL), else the
+    manifest's annotation."""
+    labels = (config.get("config") or {}).get("Labels") or {}
+    return labels.get(VERSION_LABEL) or (manifest.get("annotations") or {}).get(VERSION_LABEL)
+
+
+def _version_label(client: RegistryClient, ref: ImageRef, digest: str) -> str | None:
+    """The platform image's version label; None where the image says none or it cannot be read."""
+    try:
+        return _label(*_image_config(client, ref, digest))
+    except RegistryError:
+        return None
+
+
+def _check_single_platform(client: RegistryClient, ref: ImageRef, digest: str, platform: str,
+                           image: str) -> str | None:
+    """Refuse a single image of another platform; its version label, when it has one."""
+    body, config = _image_config(client, ref, digest)
     got = f"{config.get('os')}/{config.get('architecture')}"
     if config.get("os") and got != "/".join(platform.split("/")[:2]):
         raise RegistryError(f"image {image} is a single {got} image, not {platform}. Fix: use an image built for {platform}")
+    return _label(body, config)
 
 
 # ---- CLI -------------------------------------------------------------------------------------

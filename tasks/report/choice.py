@@ -5,8 +5,9 @@ Criteria are weighed in the purpose's order, answers and failed requests first: 
 worse than another still standing on a criterion is dropped before the next criterion is read, so a
 later criterion (speed) never rescues an engine an earlier one (answers) dropped. "Detectably" is each
 criterion's own rule, the one the rest of the report uses: an interval that excludes no difference
-(answers, failed requests, speed), a check one engine passed and the other failed, a capacity one engine
-held that the other did not, more restarts and startup warnings (first-encounter tails and rounds that
+(answers, failed requests, speed), a check one engine passed and the other failed, a preview (nightly, dev)
+engine against a release that passed every check it passed, a capacity one engine held that the other did not,
+more restarts and startup warnings (first-encounter tails and rounds that
 spread are shown as caveats, never a reason to drop: one round's tail or a busy client's noise would
 then decide).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tasks.config.maturity import ranks_below_release
 from tasks.report.decision import answer_gaps, capacity_order
 from tasks.report.schema import RunSummary
 from tasks.report.schema.engine import EngineSummary
@@ -27,9 +29,13 @@ Gap = tuple[str, str, str]
 
 # Where each criterion's evidence stands in the report (its section's anchor).
 SECTIONS = {"answers": "quality", "failed_requests": "throughput", "functional_checks": "checks",
-            "stability": "startup", "latency": "comparison", "throughput": "comparison", "capacity": "capacity"}
+            "maturity": "engines", "stability": "startup", "latency": "comparison", "throughput": "comparison",
+            "capacity": "capacity"}
 WORDS = {"answers": "answers", "failed_requests": "failed requests", "functional_checks": "functional checks",
-         "stability": "stability", "latency": "latency", "throughput": "throughput", "capacity": "capacity under the SLO"}
+         "maturity": "maturity", "stability": "stability", "latency": "latency", "throughput": "throughput",
+         "capacity": "capacity under the SLO"}
+# Criteria whose evidence is a whole sentence naming both engines (not "A worse than B (...)").
+SPOKEN = ("maturity",)
 # The figures each speed criterion reads from the comparisons against the base engine.
 SPEED_FIGURES = {"latency": ("ttft_p95_s", "tpot_p50_s"), "throughput": ("output_tps", "goodput_rps")}
 FIRST_ENCOUNTER_TAIL = 1.5  # a first-encounter P99 this many times the steady median is a finding
@@ -39,7 +45,11 @@ def choose(summary: RunSummary, orders: dict[str, tuple[str, ...]]) -> list[Purp
     """One choice per purpose, from the summary's figures."""
     gaps = {criterion: rule(summary) for criterion, rule in RULES.items()}
     mixed = {criterion: mixed_speed(summary, criterion) for criterion in SPEED_FIGURES}
-    return [_choose(purpose, order_, summary.engines, gaps, mixed) for purpose, order_ in orders.items()]
+    choices = [_choose(purpose, order_, summary.engines, gaps, mixed) for purpose, order_ in orders.items()]
+    for c in choices:
+        if "maturity" in c.order:
+            c.reasons += maturity_overridden(summary)
+    return choices
 
 
 def _choose(purpose: str, criteria: tuple[str, ...], engines: dict[str, EngineSummary],
@@ -87,7 +97,8 @@ def _choose(purpose: str, criteria: tuple[str, ...], engines: dict[str, EngineSu
 def _reason(gap: Gap, stance: str, criterion: str, note: str) -> ChoiceReason:
     worse, better, evidence = gap
     engine = worse if stance == "against" else better
-    text = f"{WORDS[criterion]}: {worse} worse than {better} ({evidence})" + (f"; {note}" if note else "")
+    said = evidence if criterion in SPOKEN else f"{worse} worse than {better} ({evidence})"
+    text = f"{WORDS[criterion]}: {said}" + (f"; {note}" if note else "")
     return ChoiceReason(engine=engine, stance=stance, criterion=criterion, text=text, section=SECTIONS[criterion])
 
 
@@ -134,6 +145,36 @@ def _functional_checks(summary: RunSummary) -> list[Gap]:
             if a != b and lost:
                 gaps.append((a, b, f"failed {', '.join(lost)}, which {b} passed"))
     return gaps
+
+
+def _maturity(summary: RunSummary) -> list[Gap]:
+    """A preview, nightly or dev engine below a release engine that passed every check it passed, whatever
+    either's speed (the Day-1 report's production pick); none while the run overrides it."""
+    if summary.maturity_override:
+        return []
+    known = {n: e.maturity for n, e in summary.engines.items() if e.maturity is not None and e.maturity.maturity}
+    gaps = []
+    for a, ma in known.items():
+        for b, mb in known.items():
+            passed = [c for c, o in summary.engines[a].checks.items() if o == "pass"]
+            if ranks_below_release(ma.maturity) and mb.maturity == "release" and all(
+                    summary.engines[b].checks.get(c) == "pass" for c in passed):
+                upstream = f"; its support waits on {ma.upstream}" if ma.upstream else ""
+                gaps.append((a, b, f"{a} is a {ma.maturity} ({ma.source}{upstream}) and {b} a release that passed "
+                                   f"every check {a} passed: production takes the release, whatever the "
+                                   f"{ma.maturity}'s speed"))
+    return gaps
+
+
+def maturity_overridden(summary: RunSummary) -> list[ChoiceReason]:
+    """Where the run overrides maturity (choice.maturity_override): each engine it would have ranked below a
+    release, with the reason given."""
+    if not summary.maturity_override:
+        return []
+    return [ChoiceReason(engine=n, stance="for", criterion="maturity", section=SECTIONS["maturity"],
+                         text=f"maturity: {n} is a {e.maturity.maturity} ({e.maturity.source}), not ranked below a "
+                              f"release in this run: overridden ({summary.maturity_override})")
+            for n, e in summary.engines.items() if e.maturity is not None and ranks_below_release(e.maturity.maturity)]
 
 
 def stability_findings(e: EngineSummary) -> list[str]:
@@ -220,5 +261,6 @@ def _capacity(summary: RunSummary) -> list[Gap]:
 
 RULES: dict[str, Callable[[RunSummary], list[Gap]]] = {
     "answers": _answers, "failed_requests": _failed_requests, "functional_checks": _functional_checks,
-    "stability": _stability, "latency": _speed("latency"), "throughput": _speed("throughput"), "capacity": _capacity,
+    "maturity": _maturity, "stability": _stability, "latency": _speed("latency"), "throughput": _speed("throughput"),
+    "capacity": _capacity,
 }

@@ -16,6 +16,7 @@ from typing import Any
 
 from tasks.state import documents as run_documents
 from tasks.config import RunConfig
+from tasks.config.maturity import spec_maturity
 from tasks.core.desensitize import desensitize
 from tasks.evidence.cache import published_verdict
 from tasks.stats.effects import COVERS_ROUNDS, effect
@@ -35,7 +36,7 @@ from tasks.report.schema.capacity import Capacity, CapacityProbe
 from tasks.report.schema.trace import TraceReplay
 from tasks.report.schema.comparison import Comparison, Regression
 from tasks.report.schema.engine import EngineSummary
-from tasks.report.schema.evidence import EngineRestarts, OutcomeSummary, StartupFinding, TtftVerdict
+from tasks.report.schema.evidence import EngineMaturity, EngineRestarts, OutcomeSummary, StartupFinding, TtftVerdict
 from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
 from tasks.report.schema.perf import Figure, FirstEncounter, Launch, PerfLevel, ScenarioResults
 from tasks.report.schema.quality import FamilyAccuracy, Quality, WrongAnswer
@@ -100,6 +101,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         slice_findings=_slice_findings(engines),
         parity=build_parity(run_dir, cfg, CONFIDENCE),
         speculative=build_speculative(run_dir, cfg, CONFIDENCE),
+        maturity_override=cfg.choice.maturity_override,
     )
     summary.not_proved = not_proved(cfg, summary)
     summary.decision = decide(summary)
@@ -166,6 +168,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         restarts_before_ready=min((f for f in findings if f.finding == COLD_START_FINDING),
                                   key=lambda f: str(f.line).startswith("launch "), default=None),
         served_revision=run_dir.read_json(run_documents.served_revision_doc(engine)),
+        maturity=EngineMaturity.model_validate(spec_maturity(spec, pinned)),
         restarts=engine_restarts,
         steps=steps,
         engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),

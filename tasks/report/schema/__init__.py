@@ -14,7 +14,8 @@ from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import OutcomeSummary
 from tasks.report.schema.parity import Parity
 from tasks.report.schema.speculative import Speculative
-from tasks.report.schema.run import DecisionLine, ExperimentSummary, NotTested, PurposeChoice, ScenarioSettings, Validation
+from tasks.report.schema.run import (DecisionLine, ExperimentSummary, NotTested, PurposeChoice, ResolvedRevision,
+                                     ScenarioSettings, Validation, WarmupBucket, WeightsPair)
 
 SCHEMA = "dayone.summary/2"
 
@@ -67,6 +68,16 @@ class RunSummary(Doc):
     parity: Parity | None = None
     # Speculative decoding off against on (tasks/report/speculative.py); None: no such pair in the run.
     speculative: Speculative | None = None
+    # For this run only, maturity ranked no engine for production; the reason given (config choice.maturity_override).
+    maturity_override: str | None = None
+    # The model revision resolved to a commit before deploy; None: a summary of before it was resolved.
+    resolved_revision: ResolvedRevision | None = None
+    # Each pair of ready engines: did they serve the same weights (answers and NLL are compared only where so).
+    same_weights: list[WeightsPair] = Field(default_factory=list)
+    # Where the engines ran against each other: a shared node or not, the same GPU UUIDs or not, and when.
+    fairness: list[str] = Field(default_factory=list)
+    # The warmup a production deployment should run: every length bucket of the run's traffic, requests each.
+    warmup_matrix: list[WarmupBucket] = Field(default_factory=list)
 
 
 def read_summary(doc: Any) -> RunSummary:

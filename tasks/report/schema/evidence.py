@@ -29,6 +29,20 @@ class ServedRevision(Doc):
     reported_revision: str | None
     asked: list[str] = Field(default_factory=list)  # the endpoints that answered
     identity: str | None
+    model_path: str | None = None  # the path the engine says it loaded
+    files_sha256: str | None = None  # of its config and tokenizer files, where DayOne could read them
+    files_hashed: list[str] = Field(default_factory=list)  # which files that hash covers
+
+
+class EngineMaturity(Doc):
+    """How far the engine's support is along (tasks/config/maturity.py `engine_maturity`)."""
+
+    maturity: str | None  # release, preview, nightly, dev; None: neither the config nor the image says
+    source: str | None
+    declared: str | None
+    image: str | None  # what its image tag or version label says
+    disagreement: str | None
+    upstream: str | None  # the pull request or issue its support depends on
 
 
 class StepRestarts(Doc):

@@ -78,3 +78,32 @@ class ExperimentSummary(Doc):
     design: str  # factorial or one_at_a_time
     base_values: dict[str, Any]  # the base's value of every setting a variant changes
     variants: list[Variant]
+
+
+class ResolvedRevision(Doc):
+    """The model revision resolved to a commit before deploy (tasks/evidence/revision.py `resolve_revision`)."""
+
+    configured: str | None
+    commit: str | None  # what every engine was given; None: not resolved
+    source: str | None  # where the commit was read
+    why: str | None  # why it could not be resolved
+
+
+class WeightsPair(Doc):
+    """Two engines' served identities held against each other (tasks/evidence/revision.py `weights_pairs`)."""
+
+    a: str
+    b: str
+    verdict: Literal["same", "differ", "declared", "unknown"]  # declared: a weights variant the config names
+    text: str
+
+
+class WarmupBucket(Doc):
+    """One row of the warmup matrix a production deployment should run (tasks/scenarios/warmup.py)."""
+
+    input_tokens: int
+    output_tokens: int
+    concurrency: int | None
+    rate_rps: float | None
+    requests: int
+    sources: list[str]  # the scenarios whose traffic has this shape

@@ -1,7 +1,9 @@
 """Objects handed to a child Python process over a pipe: start it, feed it, read what it wrote.
 
 Used where a timing loop must not encode or write (the load client's shards, a partition's writer
-process): the loop only queues, a thread of its own does the rest (docs/PROTOCOL.md section 8).
+process): the loop only queues, a thread of its own does the rest (docs/PROTOCOL.md section 8). Pickle
+only between a process and the children it started; what crosses a network is signed and typed
+(tasks/core/signed_link.py), never unpickled.
 """
 
 from __future__ import annotations
@@ -14,28 +16,35 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
-# How often objects queued on a timing loop are handed over (PickleFeed): the most a crash can
+# How often objects queued on a timing loop are handed over (a Feed): the most a crash can
 # lose beyond the requests in flight, and few enough hand-overs (20 a second) to cost nothing.
 FLUSH_EVERY_S = 0.05
 FRAME = struct.Struct("<I")  # a pickled object's length; 0 ends a batch
 
 
-class PickleFeed:
+def pickle_frame(obj: Any) -> bytes:
+    """One object as read_frames reads it: its pickle's length, then the pickle."""
+    data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+    return FRAME.pack(len(data)) + data
+
+
+class Feed:
     """Objects queued on one thread, handed to a binary pipe by a thread of its own.
 
     put() is a deque append: the queueing thread (an event loop timing streams) does no encoding
-    and no I/O. Every `every_s` the feed's thread pickles what has queued, one object at a time
-    (about 10 us for a request row; the thread lets go of the GIL between objects and during the write), and
-    writes it as length-prefixed frames closed by an empty frame, in one write. A failure (the
-    reader died) is raised by the next put() or by close().
+    and no I/O. Every `every_s` the feed's thread encodes what has queued, one object at a time as
+    `frame(obj)` (about 10 us for a request row; the thread lets go of the GIL between objects and
+    during the write), and writes the frames and `batch_end` in one write. A failure (the reader
+    died) is raised by the next put() or by close().
     """
 
-    def __init__(self, pipe: IO[bytes], every_s: float, name: str):
-        self._pipe, self._every = pipe, every_s
+    def __init__(self, pipe: IO[bytes], every_s: float, name: str, frame: Callable[[Any], bytes],
+                 batch_end: bytes = b""):
+        self._pipe, self._every, self._frame, self._batch_end = pipe, every_s, frame, batch_end
         self._queue: deque[Any] = deque()  # append and popleft are thread-safe
         self.sent = 0
         self.error: BaseException | None = None
@@ -70,13 +79,19 @@ class PickleFeed:
     def _hand_over(self) -> None:
         frames = []
         while self._queue:
-            data = pickle.dumps(self._queue.popleft(), pickle.HIGHEST_PROTOCOL)
-            frames += (FRAME.pack(len(data)), data)
-            time.sleep(0)  # the GIL to the timing loop, if it waits: one object's pickling at a time
+            frames.append(self._frame(self._queue.popleft()))
+            time.sleep(0)  # the GIL to the timing loop, if it waits: one object's encoding at a time
         if frames:
-            self._pipe.write(b"".join(frames) + FRAME.pack(0))
+            self._pipe.write(b"".join(frames) + self._batch_end)
             self._pipe.flush()
-            self.sent += len(frames) // 2
+            self.sent += len(frames)
+
+
+class PickleFeed(Feed):
+    """A Feed to a child process: pickled frames, each batch closed by an empty frame (read_frames)."""
+
+    def __init__(self, pipe: IO[bytes], every_s: float, name: str):
+        super().__init__(pipe, every_s, name, pickle_frame, FRAME.pack(0))
 
 
 def read_frames(source: IO[bytes]) -> Iterator[Any]:

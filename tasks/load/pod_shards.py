@@ -1,10 +1,13 @@
 """A round spread over runner pods (kubernetes.measure_from: cluster): past what one pod's cores carry.
 
-Shard 0 (the step's own pod) listens, and names where and with which token in a rendezvous object of
+Shard 0 (the step's own pod) listens, and names where and with which secret in a rendezvous object of
 the run's S3 staging; no round starts before every peer pod has joined. Per round it measures each
 peer's clock offset (NTP's exchange over the link), sends each its share with the common start in the
-peer's own clock, and merges the results as process shards do (tasks/load/shards.py). PROTOCOL.md
-section 8, "Runner pods measuring one round together".
+peer's own clock, and merges the results as process shards do (tasks/load/shards.py), each peer's send
+times first put on shard 0's clock. The link is signed (tasks/core/signed_link.py) and its messages are
+typed (msgspec): a pod acts on no byte the other end did not sign, and decodes no object a message names.
+The engine's API key never crosses it: a peer reads it where the step's pod does, from its own
+environment. PROTOCOL.md section 8, "Runner pods measuring one round together".
 """
 
 from __future__ import annotations
@@ -18,15 +21,19 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, replace
-from typing import IO, Any, Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
-from tasks.engines.access import EndpointAccess
+import msgspec
+
+from tasks.core.pipes import FLUSH_EVERY_S, Feed
+from tasks.core.signed_link import LinkRefused, SignedLink, accept_link, open_link
+from tasks.engines import adapter_for
+from tasks.engines.access import EndpointAccess, api_key_env
 from tasks.engines.base import EngineAdapter
 from tasks.load import client as load_client
 from tasks.load.client import OnResult, RequestResult, RequestSpec
-from tasks.load.shards import ShardReport, _Job, _run_job, _send, one_process, ping, run_sharded, split
-from tasks.core.pipes import FLUSH_EVERY_S, PickleFeed, read_frames
+from tasks.load.shards import ShardReport, _Job, _run_job, clock_offset, one_process, run_sharded, split
 
 POD_IP_ENV = "DAYONE_POD_IP"  # the downward API's status.podIP: where peers reach shard 0
 # From the hand-over to the common start: a pod's share may first start its own client processes
@@ -61,27 +68,96 @@ def parse_shard(text: str) -> tuple[int, int]:
     return shard, pods
 
 
-@dataclass(frozen=True)
-class PodJob:
-    job: _Job  # its start_mono unused: each pod converts start_unix to its own monotonic clock
+# ---- what crosses the link: typed messages, nothing else decodes ------------------------------------
+class Ping(msgspec.Struct, tag=True):
+    pass
+
+
+class Clock(msgspec.Struct, tag=True):
+    t: float  # the peer's time.time()
+
+
+class Bye(msgspec.Struct, tag=True):
+    pass
+
+
+class Share(msgspec.Struct, tag=True):
+    """A peer's share of a round. The engine's key is not in it: the peer reads `engine`'s from its own
+    environment (the kubelet filled it from the engine's Secret) when `keyed`."""
+
+    base_url: str
+    specs: list[RequestSpec]
+    dialect: str
+    timeout_s: float
+    keep_alive: bool
+    engine: str | None
+    keyed: bool
+    ca_bundle: str | None
+    verify: bool
+    concurrency: int | None
+    arrivals_s: list[float] | None
     start_unix: float  # the common start, in the receiving pod's own time.time()
     processes: int  # client processes the pod spreads its share over
 
 
-class _KeepOpen:
-    """A socket's file for one round's PickleFeed, which closes its pipe when done: the link stays."""
+class Result(msgspec.Struct, tag=True):
+    result: RequestResult
 
-    def __init__(self, f: IO[bytes]):
-        self._f = f
+
+class Measured(msgspec.Struct, tag=True):
+    reports: list[ShardReport]
+
+
+class Failed(msgspec.Struct, tag=True):
+    error: str
+
+
+Message = Ping | Clock | Bye | Share | Result | Measured | Failed
+_encode = msgspec.msgpack.Encoder().encode
+_decoder = msgspec.msgpack.Decoder(Message)
+
+
+def send(link: SignedLink, message: Message) -> None:
+    link.send(_encode(message))
+
+
+def receive(link: SignedLink) -> Message | None:
+    """The next message, signed by the other end; None when it closed the link."""
+    payload = link.recv()
+    if payload is None:
+        return None
+    try:
+        return _decoder.decode(payload)
+    except msgspec.ValidationError as exc:  # signed, so a peer's bug, not an attack: named, never guessed at
+        raise LinkRefused(f"an unknown message on the link: {exc}") from None
+
+
+def share_job(share: Share) -> _Job:
+    """The peer's job from its share: its own adapter, and the key from its own environment."""
+    key = os.environ.get(api_key_env(share.engine)) if share.keyed and share.engine else None
+    if share.keyed and not key:
+        raise RuntimeError(f"engine {share.engine}: no API key in {api_key_env(share.engine or '')} of this pod "
+                           "(its spec reads it from the engine's api_key_secret)")
+    access = EndpointAccess(api_key=key, ca_bundle=share.ca_bundle, verify=share.verify)
+    # its start_mono unused: each pod converts start_unix to its own monotonic clock
+    return _Job(share.base_url, share.specs, adapter_for(share.dialect), share.timeout_s, share.keep_alive, access,
+                0.0, share.concurrency, 0.0, share.arrivals_s)
+
+
+class _KeepOpen:
+    """The link for one round's Feed, which closes its pipe when done: the link stays."""
+
+    def __init__(self, link: SignedLink):
+        self._link = link
 
     def write(self, data: bytes) -> int:
-        return self._f.write(data)
+        return self._link.write(data)
 
     def flush(self) -> None:
-        self._f.flush()
+        self._link.flush()
 
     def close(self) -> None:
-        self._f.flush()
+        self._link.flush()
 
 
 async def measure_share(job: _Job, start_unix: float, processes: int, on_result: OnResult) -> list[ShardReport]:
@@ -97,13 +173,6 @@ async def measure_share(job: _Job, start_unix: float, processes: int, on_result:
     return reports
 
 
-@dataclass
-class _Peer:
-    sock: socket.socket
-    out: IO[bytes]
-    frames: Iterator[Any]
-
-
 class PodShards:
     """Shard 0's side: the peer pods of one step, joined once, measuring the rounds that need them."""
 
@@ -112,17 +181,17 @@ class PodShards:
         self.run_dir, self.group, self.pods, self.cores = run_dir, group, pods, cores
         self.streams_per_process, self.join_timeout_s = streams_per_process, join_timeout_s
         self.host = host or os.environ.get(POD_IP_ENV) or socket.gethostbyname(socket.gethostname())
-        self.peers: dict[int, _Peer] = {}
+        self.peers: dict[int, SignedLink] = {}
 
     # ---- the barrier ---------------------------------------------------------------------------
     def join(self) -> None:
-        """Publish the rendezvous and wait for every peer (a fresh token each try: a peer of an earlier
-        try cannot join)."""
-        token = secrets.token_hex(16)
+        """Publish the rendezvous and wait for every peer (a fresh secret each try: a peer of an earlier
+        try cannot join, nor anything that does not hold it)."""
+        secret = secrets.token_hex(32)
         listener = socket.create_server((self.host, 0))
         listener.settimeout(JOIN_POLL_S)
         port = listener.getsockname()[1]
-        self.run_dir.write_json(rendezvous_doc(self.group), {"host": self.host, "port": port, "token": token,
+        self.run_dir.write_json(rendezvous_doc(self.group), {"host": self.host, "port": port, "secret": secret,
                                                              "pods": self.pods})
         deadline = time.monotonic() + self.join_timeout_s
         try:
@@ -136,22 +205,26 @@ class PodShards:
                 except TimeoutError:
                     continue
                 sock.settimeout(10)
-                hello = sock.makefile("rb").readline().decode(errors="replace").split()
-                if len(hello) != 2 or not secrets.compare_digest(hello[0], token) or not hello[1].isdigit() \
-                        or not 0 < int(hello[1]) < self.pods:
-                    sock.close()  # not a peer of this try: nothing of it is unpickled
+                try:
+                    shard, link = accept_link(sock, secret, range(1, self.pods))
+                except (LinkRefused, OSError) as exc:  # not a peer of this try: nothing of it is used
+                    print(f"runner pod shards of {self.group}: a connection refused: {exc}", flush=True)
+                    sock.close()
                     continue
                 sock.settimeout(None)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self.peers[int(hello[1])] = _Peer(sock, sock.makefile("wb"), read_frames(sock.makefile("rb")))
+                if shard in self.peers:  # the first of a shard's links stays; a second is not that peer's
+                    link.close()
+                    continue
+                self.peers[shard] = link
         finally:
             listener.close()
 
     def close(self) -> None:
-        for peer in self.peers.values():
+        for link in self.peers.values():
             with contextlib.suppress(OSError):
-                _send(peer.out, "bye")
-                peer.sock.close()
+                send(link, Bye())
+                link.close()
         self.peers.clear()
 
     # ---- a round -------------------------------------------------------------------------------
@@ -169,12 +242,14 @@ class PodShards:
     async def measure(self, pods: int, base_url: str, specs: Sequence[RequestSpec], adapter: EngineAdapter,
                       timeout_s: float, *, concurrency: int | None = None, arrivals_s: Sequence[float] | None = None,
                       on_result: OnResult | None = None, keep_alive: bool = True,
-                      access: EndpointAccess | None = None) -> tuple[list[RequestResult], list[ShardReport]]:
-        """The round over `pods` pods (this one and pods-1 peers): results in the order of `specs`, and a
-        report per client process, its offset against this pod's parent process."""
+                      access: EndpointAccess | None = None,
+                      engine: str | None = None) -> tuple[list[RequestResult], list[ShardReport]]:
+        """The round over `pods` pods (this one and pods-1 peers): results in the order of `specs`, each
+        send time on this pod's clock, and a report per client process, its offset against this pod's parent
+        process. `engine`: whose API key the peers read from their own environment, where `access` has one."""
         shares = split(len(specs), min(pods, concurrency or pods))
         n = len(shares)
-        clocks = {k: await asyncio.to_thread(ping, k, self.peers[k].out, self.peers[k].frames) for k in range(1, n)}
+        clocks = {k: await asyncio.to_thread(clock_offset, k, lambda k=k: self._ask_clock(k)) for k in range(1, n)}
         start_unix = time.time() + POD_START_MARGIN_S
         jobs = []
         for k, idx in enumerate(shares):
@@ -184,7 +259,11 @@ class PodShards:
             jobs.append((job, self._processes(share or len(idx))))
         for k in range(1, n):  # the start in the peer's clock: ours plus its offset
             job, processes = jobs[k]
-            await asyncio.to_thread(_send, self.peers[k].out, PodJob(job, start_unix + clocks[k].offset_s, processes))
+            message = Share(job.base_url, job.specs, adapter.dialect, job.timeout_s, job.keep_alive, engine,
+                            access is not None and access.api_key is not None,
+                            None if access is None else access.ca_bundle, access is None or access.verify,
+                            job.concurrency, job.arrivals_s, start_unix + clocks[k].offset_s, processes)
+            await asyncio.to_thread(send, self.peers[k], message)
         loop = asyncio.get_running_loop()
         by_id: dict[str, RequestResult] = {}
 
@@ -194,14 +273,17 @@ class PodShards:
                 on_result(r)
 
         def collect(k: int) -> list[ShardReport]:
-            for obj in self.peers[k].frames:
-                if isinstance(obj, RequestResult):
-                    loop.call_soon_threadsafe(deliver, obj)
-                elif isinstance(obj, dict):  # its last object: then the end of that batch
-                    next(self.peers[k].frames, None)
-                    if "error" in obj:
-                        raise RuntimeError(f"runner pod shard {k}: {obj['error']}")
-                    return obj["reports"]
+            """Peer k's results, each send time put on this pod's clock (less its offset) before it is merged."""
+            offset = clocks[k].offset_s
+            while (message := receive(self.peers[k])) is not None:
+                if isinstance(message, Result):
+                    loop.call_soon_threadsafe(deliver, on_leader_clock(message.result, offset))
+                elif isinstance(message, Measured):
+                    return message.reports
+                elif isinstance(message, Failed):
+                    raise RuntimeError(f"runner pod shard {k}: {message.error}")
+                else:
+                    raise LinkRefused(f"runner pod shard {k} sent {type(message).__name__} while measuring")
             raise RuntimeError(f"runner pod shard {k} left before its share was measured")
 
         own = measure_share(jobs[0][0], start_unix, jobs[0][1], deliver)
@@ -215,6 +297,18 @@ class PodShards:
                                        pod_cores=self.cores))
             first += len(pod_reports)
         return [by_id[s.request_id] for s in specs if s.request_id in by_id], reports
+
+    def _ask_clock(self, k: int) -> float:
+        send(self.peers[k], Ping())
+        answer = receive(self.peers[k])
+        if not isinstance(answer, Clock):
+            raise RuntimeError(f"runner pod shard {k} answered a ping with {type(answer).__name__}")
+        return answer.t
+
+
+def on_leader_clock(result: RequestResult, offset_s: float) -> RequestResult:
+    """A peer's result with its send time on shard 0's clock: the peer's time.time() less its offset."""
+    return replace(result, send_ts=result.send_ts - offset_s)
 
 
 # The step's peers while shard 0 runs it (set by `dayone step --shard 0/N`): a round reads it to spread
@@ -240,39 +334,62 @@ def leading(shards: PodShards) -> Iterator[PodShards]:
 
 def serve_peer(run_dir: Staging, group: str, shard: int, join_timeout_s: float) -> int:
     """A peer pod: join shard 0 through the rendezvous, then answer pings and measure each share it is
-    sent, until shard 0 says bye (0) or leaves (1)."""
+    sent, until shard 0 says bye (0) or leaves, or a frame is not signed by it (1)."""
     deadline = time.monotonic() + join_timeout_s
-    sock = None
-    while sock is None:
+    link = None
+    while link is None:
         doc = run_dir.read_json(rendezvous_doc(group))
         if doc:
             try:
                 sock = socket.create_connection((doc["host"], doc["port"]), timeout=5)
-                sock.sendall(f"{doc['token']} {shard}\n".encode())
             except OSError:
                 sock = None  # an earlier try's rendezvous, or shard 0 not listening yet
-        if sock is None:
+            if sock is not None:
+                try:
+                    link = open_link(sock, doc["secret"], shard)
+                except (LinkRefused, OSError) as exc:
+                    sock.close()
+                    print(f"runner pod shard {shard} of {group}: shard 0's address refused the link: {exc}",
+                          flush=True)
+                    return 1
+        if link is None:
             if time.monotonic() > deadline:
                 print(f"runner pod shard {shard} of {group}: shard 0 never published where to join", flush=True)
                 return 1
             time.sleep(JOIN_POLL_S)
-    sock.settimeout(None)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    out = sock.makefile("wb")
+    link.sock.settimeout(None)
+    link.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     print(f"runner pod shard {shard} of {group}: joined", flush=True)
-    for obj in read_frames(sock.makefile("rb")):
-        if obj == "ping":
-            _send(out, time.time())
-        elif obj == "bye":
+    try:
+        return _answer(link, group, shard)
+    except LinkRefused as exc:
+        print(f"runner pod shard {shard} of {group}: the link refused: {exc}", flush=True)
+        return 1
+    finally:
+        link.close()
+
+
+def _answer(link: SignedLink, group: str, shard: int) -> int:
+    while (message := receive(link)) is not None:
+        if isinstance(message, Ping):
+            send(link, Clock(time.time()))
+        elif isinstance(message, Bye):
             return 0
-        elif isinstance(obj, PodJob):
-            feed = PickleFeed(_KeepOpen(out), FLUSH_EVERY_S, "dayone-pod-shard-feed")  # type: ignore[arg-type]
+        elif isinstance(message, Share):
+            feed = Feed(_KeepOpen(link), FLUSH_EVERY_S, "dayone-pod-shard-feed",  # type: ignore[arg-type]
+                        lambda m: link.frame(_encode(m)))
+            def on_result(r: RequestResult, feed: Feed = feed) -> None:
+                feed.put(Result(r))
+
             try:
-                reports = load_client.run_async(measure_share(obj.job, obj.start_unix, obj.processes, feed.put))
-                feed.put({"reports": reports})
+                job = share_job(message)
+                feed.put(Measured(load_client.run_async(measure_share(job, message.start_unix, message.processes,
+                                                                      on_result))))
             except Exception as exc:  # shard 0 names it in the round's error
-                feed.put({"error": repr(exc)})
+                feed.put(Failed(repr(exc)))
             finally:
                 feed.close()
-            print(f"runner pod shard {shard} of {group}: measured {len(obj.job.specs)} requests", flush=True)
+            print(f"runner pod shard {shard} of {group}: measured {len(message.specs)} requests", flush=True)
+        else:
+            raise LinkRefused(f"{type(message).__name__} is not for a peer")
     return 1

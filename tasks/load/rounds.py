@@ -110,7 +110,7 @@ async def run_round(
                 results, shards = await pods.measure(
                     pods_used, ep.base_url, specs, ep.adapter, ep.request_timeout_s, on_result=on_result,
                     concurrency=shape.concurrency if arrivals is None else None, arrivals_s=arrivals,
-                    keep_alive=ep.adapter.keeps_alive_after_stream, access=ep.access,
+                    keep_alive=ep.adapter.keeps_alive_after_stream, access=ep.access, engine=ep.engine,
                 )
                 plan = replace(plan, shards=len(shards), shards_reason=pods.reason(pods_used, shape.streams(len(specs))))
                 log.info("%s: %s; clock offsets %s ms", tag, plan.shards_reason,

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING, Any
 
@@ -338,15 +338,25 @@ def _ping(k: int, proc: subprocess.Popen) -> ShardReport:
 
 
 def ping(k: int, out: IO[bytes] | None, frames: Any) -> ShardReport:
-    """Shard k's clock offset over a link that answers each "ping" with its time.time() (a pipe, or a
+    """Shard k's clock offset over a pipe that answers each "ping" with its time.time()."""
+
+    def ask() -> float:
+        _send(out, "ping")
+        shard_t = next(frames)
+        next(frames)  # the batch end
+        return shard_t
+
+    return clock_offset(k, ask)
+
+
+def clock_offset(k: int, ask: Callable[[], float]) -> ShardReport:
+    """Shard k's clock offset over a link whose `ask()` returns the other end's time.time() (a pipe, or a
     runner pod's connection): NTP's estimate from the exchange with the shortest round trip."""
     best: tuple[float, float, float] | None = None
     for _ in range(PINGS):
         t1 = time.time()
-        _send(out, "ping")
-        shard_t = next(frames)
+        shard_t = ask()
         t2 = time.time()
-        next(frames)  # the batch end
         if best is None or t2 - t1 < best[1] - best[0]:
             best = (t1, t2, shard_t)
     assert best is not None

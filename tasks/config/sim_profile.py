@@ -156,6 +156,9 @@ class QualityPlant(_Model):
 
 class Profile(_Model):
     model: str = Field("dayone-sim-model", min_length=1)
+    model_path: str | None = Field(
+        None, min_length=1, description="The path the engine says it loaded (the model list's root, SGLang's "
+        "model_info), e.g. a Hugging Face snapshot .../snapshots/<commit>; default: the model's name.")
     context_limit: int = Field(1_048_576, ge=16)
     startup_delay_s: float = Field(0.0, ge=0)
     startup_log_lines: list[str] = Field(

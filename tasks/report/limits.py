@@ -4,7 +4,8 @@ The standing limits (summary.STANDING_LIMITS) hold for every run; these are this
 the Day-1 report's "what this round did not prove": speculative decoding off (or on, and with it an
 acceptance that random prompts do not show), no video, one weights precision, one node, one GPU product,
 engines whose streams were never shown, scenarios switched off, a context window not reached, answers
-checked only on the generated task set (or not at all), a moving model revision. Each engine's switches
+checked only on the generated task set (or not at all), a moving model revision not resolved to a commit,
+engines that served different weights (so not compared on answers). Each engine's switches
 are read through its adapter; a switch DayOne cannot read for a dialect is said to be unknown, never
 assumed off. One pure function, read by summary.json and the report.
 """
@@ -43,12 +44,31 @@ def not_proved(config: RunConfig, summary: RunSummary) -> list[str]:
     concurrency = _max_concurrency(summary, ready)
     if concurrency:
         out.append(f"Loads above concurrency {concurrency} (the highest measured) were not tested.")
+    out += _served_weights(summary, ready)
+    return [line for line in out if line]
+
+
+def _served_weights(summary: RunSummary, ready: list[str]) -> list[str]:
+    """Which weights the engines served: a moving revision not resolved before deploy (each engine's own
+    report then says what it served), an engine that served other than the commit it was given, and the
+    engines whose answers and log-likelihood were not compared because their weights differ."""
+    out = []
+    resolved = summary.resolved_revision
+    given = resolved.commit if resolved is not None else None
+    if resolved is not None and not given and resolved.why:
+        out.append(f"The model revision was not resolved to a commit before deploy: {resolved.why}.")
     for name in ready:
         rev = summary.engines[name].served_revision
-        text = moving_text(name, rev.model_dump()) if rev is not None else None
-        if text:
+        if rev is None:
+            continue
+        if given and rev.served and rev.served != given:
+            out.append(f"{name} served {rev.served} (from {rev.served_source}), not the commit {given} every "
+                       "engine was given.")
+        elif not given and (text := moving_text(name, rev.model_dump())):
             out.append(text + ".")
-    return [line for line in out if line]
+    out += [f"{p.a} and {p.b} are not compared on answers or log-likelihood: {p.text}."
+            for p in summary.same_weights if p.verdict == "differ"]
+    return out
 
 
 def _speculative(specs: list) -> str:

@@ -71,6 +71,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
     run_steps = steps.get("", {})
     regressions = _regressions(run_dir)
     succeeded = bool(validation and validation.get("success"))
+    weights = _weights_pairs(run_dir, cfg)
     summary = RunSummary(
         run_id=cfg.run_id,
         model=cfg.model.name,
@@ -99,14 +100,24 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         decision=[],
         **_design(run_dir),
         slice_findings=_slice_findings(engines),
-        parity=build_parity(run_dir, cfg, CONFIDENCE),
+        parity=build_parity(run_dir, cfg, CONFIDENCE, weights),
         speculative=build_speculative(run_dir, cfg, CONFIDENCE),
         maturity_override=cfg.choice.maturity_override,
+        resolved_revision=run_dir.read_json(run_documents.MODEL_REVISION),
+        same_weights=weights,
     )
     summary.not_proved = not_proved(cfg, summary)
     summary.decision = decide(summary)
     summary.choices = choose(summary, cfg.choice.orders())
     return RunSummary.model_validate(desensitize(summary.model_dump(mode="json")))
+
+
+def _weights_pairs(run_dir: RunDir, cfg: RunConfig) -> list[dict[str, Any]]:
+    """Each pair of engines that said what they served, held against each other (tasks/evidence/revision.py)."""
+    from tasks.evidence.revision import weights_pairs
+
+    served = {e.name: run_dir.read_json(run_documents.served_revision_doc(e.name)) for e in cfg.engines}
+    return weights_pairs({n: r for n, r in served.items() if r}, {e.name: e.weights_variant for e in cfg.engines})
 
 
 def _design(run_dir: RunDir) -> dict[str, Any]:

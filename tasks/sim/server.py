@@ -78,7 +78,7 @@ async def models(request: web.Request) -> web.Response:
         return error_response(engine.dialect, 503, "The server is starting; the model is not loaded yet.", _kind(503))
     p = engine.profile
     card = {"id": p.model, "object": "model", "created": int(engine.started_ts), "owned_by": engine.dialect.name,
-            "root": p.model, "parent": None, "max_model_len": p.context_limit}
+            "root": p.model_path or p.model, "parent": None, "max_model_len": p.context_limit}
     return web.json_response({"object": "list", "data": [card]})
 
 
@@ -174,7 +174,7 @@ async def dcgm_metrics(request: web.Request) -> web.Response:
 
 async def model_info(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    return web.json_response({"model_path": engine.profile.model, "is_generation": True})
+    return web.json_response({"model_path": engine.profile.model_path or engine.profile.model, "is_generation": True})
 
 
 async def version(request: web.Request) -> web.Response:

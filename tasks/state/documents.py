@@ -6,6 +6,8 @@ machine or under the run's S3 staging prefix, so a later task finds them from an
 
     manifest.json                  the plan: config (env values redacted), matrix, pins
     pinned.json                    engine -> identity and image digest
+    model_revision.json            model.revision resolved to a commit before deploy (the pin step)
+    warmup_matrix.json             the warmup a production deployment should run (the warmup step; archived)
     deployments/<engine>.json      where the engine serves and how to find its process or pods
     k8s/<engine>.json              the Kubernetes objects applied (env values redacted)
     k8s/<engine>.yaml              a dry run's rendered objects
@@ -42,6 +44,8 @@ ARCHIVED = "archive.json"
 REGRESSIONS = "regressions.json"
 SUMMARY = "summary.json"
 REPORT = "report.html"
+MODEL_REVISION = "model_revision.json"  # model.revision resolved to a commit (tasks/evidence/revision.py)
+WARMUP_MATRIX = "warmup_matrix.json"  # the production warmup matrix (tasks/scenarios/warmup.py), archived
 EVAL_SET = "eval_set.json"  # the user's eval set as the plan read and checked it (tasks/quality/eval_set.py)
 OUTCOMES_DIR = "state/steps"
 DEPLOYMENTS_DIR = "deployments"

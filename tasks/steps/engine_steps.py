@@ -28,7 +28,10 @@ def deploy(ctx: RunContext, engine: str, launch: int = 0) -> dict[str, Any]:
     from tasks.scenarios.warmup import reset_shapes
 
     reset_shapes(ctx.run_dir, engine)
-    dep = ctx.target.deploy(ctx.config, ctx.config.engine(engine), ctx.run_dir, found[engine], launch)
+    from tasks.evidence.revision import served_config
+
+    config = served_config(ctx.config, ctx.run_dir)  # model.revision the commit the pin step resolved
+    dep = ctx.target.deploy(config, config.engine(engine), ctx.run_dir, found[engine], launch)
     return {"engine": engine, "image_digest": dep.image_digest}
 
 

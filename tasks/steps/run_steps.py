@@ -17,13 +17,18 @@ log = logging.getLogger("dayone.catalog")
 
 
 def pin_now(ctx: RunContext) -> dict[str, str]:
-    """Resolve each engine's identity (image digests, or local command line and version) now."""
-    cfg = ctx.config
+    """Resolve the model's revision to a commit and each engine's identity (image digests, or local command
+    line and version) now; the engines are pinned, and later started, with that commit."""
+    from tasks.evidence.revision import record_resolved_revision, served_config
+
+    resolved = record_resolved_revision(ctx)
+    cfg = served_config(ctx.config, ctx.run_dir)
     found = {e.name: ctx.target.pin(cfg, e) for e in cfg.engines}
     _same_image_across_variants(cfg, found)
     ctx.run_dir.write_json(PINNED, found)
     doc = manifest(ctx.run_dir) or {}
     doc["pinned"] = found
+    doc["model_revision"] = resolved
     if cfg.scenarios.openwebui.enabled and cfg.target == "kubernetes":  # OpenWebUI's image, pinned like theirs
         from tasks.openwebui.cluster import pin_openwebui
 

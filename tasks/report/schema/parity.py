@@ -56,3 +56,5 @@ class Parity(Doc):
     nll: list[NllPoint] = Field(default_factory=list)
     nll_tolerance: float | None = None  # nats per token the engines may differ by
     nll_findings: list[NllFinding] = Field(default_factory=list)
+    # Pairs whose answers and log-likelihood were not held against each other, and why (different weights).
+    not_compared: list[str] = Field(default_factory=list)

@@ -1,9 +1,10 @@
 """Archive a run to S3-compatible storage (PROTOCOL.md section 7).
 
 `s3://BUCKET/runs/MODEL/ENGINE/DIGEST12/RUN_ID/`: manifest.json, the tables as CSV and Parquet,
-validation.json; the report step adds summary.json and report.html. A run whose tables failed
-validation goes under `quarantine/` and never becomes a baseline. Objects are written once: an
-existing key with the same bytes is left alone (a retry succeeds), different bytes are an error.
+validation.json, warmup_matrix.json (the warmup a production deployment should run); the report step adds
+summary.json and report.html. A run whose tables failed validation goes under `quarantine/` and never becomes
+a baseline. Objects are written once: an existing key with the same bytes is left alone (a retry succeeds),
+different bytes are an error.
 """
 
 from __future__ import annotations
@@ -123,6 +124,9 @@ def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
                                                                       "reason": "validation did not run"})),
                                 "application/json"),
         }
+        warmup = run_dir.read_json(run_documents.WARMUP_MATRIX)
+        if warmup:  # the warmup a production deployment should run (tasks/scenarios/warmup.py)
+            objects[run_documents.WARMUP_MATRIX] = (json_bytes(warmup), "application/json")
         chat = run_dir.read_json(run_documents.openwebui_chat_doc(e.name))
         if chat:  # what OpenWebUI itself stored: the evidence behind the openwebui checks
             objects["openwebui/chat.json"] = (json_bytes(desensitize(chat)), "application/json")

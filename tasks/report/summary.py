@@ -105,6 +105,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         maturity_override=cfg.choice.maturity_override,
         resolved_revision=run_dir.read_json(run_documents.MODEL_REVISION),
         same_weights=weights,
+        warmup_matrix=(run_dir.read_json(run_documents.WARMUP_MATRIX) or {}).get("shapes") or [],
     )
     summary.not_proved = not_proved(cfg, summary)
     summary.decision = decide(summary)

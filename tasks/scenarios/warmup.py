@@ -4,10 +4,16 @@ The shapes a server has seen since it was (re)deployed live in the run directory
 state/<engine>/shapes.json, so every task of the run (and a retry) sees the same history. The
 deploy step calls `reset_shapes`; the first round of a shape not in the set is flagged
 `first_encounter` and kept, warmup rounds included.
+
+The warmup matrix covers the real traffic's shapes, the Day-1 report's warning (a new shape's first
+encounter costs a long tail): the performance scenarios' shapes, the traffic scenarios' bucketed ones, and
+the length buckets of the trace's window and the dataset's rows. It is kept as warmup_matrix.json, archived
+and shown in the report: the warmup a production deployment of this model should run before serving.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from tasks.config import RunConfig
@@ -21,6 +27,8 @@ from tasks.core.names import PERF_SCENARIOS
 from tasks.state.storage import RunDir
 
 WARMUP_SCENARIO = "warmup"
+FILE_WARMUP_CONCURRENCY = 2  # a trace's or dataset's length bucket: a few requests (two waves of two)
+CHARS_PER_TOKEN = 4  # a dataset prompt's tokens, estimated: about 4 characters of text make a token
 
 
 def _state(engine: str) -> str:
@@ -57,15 +65,71 @@ def scenario_shapes(config: RunConfig, scenario: str) -> list[Shape]:
     return [Shape(s.input_tokens, s.output_tokens, c) for c in s.concurrency]
 
 
-def run_shapes(config: RunConfig) -> list[Shape]:
-    """The warmup matrix: every shape of every enabled performance and traffic scenario, without repeats."""
-    from tasks.scenarios.traffic_shapes import traffic_shapes
+def run_shapes(config: RunConfig, s3: Callable[[], Any] | None = None) -> list[Shape]:
+    """The warmup matrix's shapes, in order (`warmup_matrix`)."""
+    return list(warmup_matrix(config, s3))
 
-    out: list[Shape] = []
-    for name in PERF_SCENARIOS:
-        if getattr(config.scenarios, name).enabled:
-            out += [s for s in scenario_shapes(config, name) if s not in out]
-    return out + [s for s in traffic_shapes(config) if s not in out]  # the traffic scenarios' own shapes, bucketed
+
+def warmup_matrix(config: RunConfig, s3: Callable[[], Any] | None = None) -> dict[Shape, list[str]]:
+    """The warmup matrix: every shape of every enabled performance and traffic scenario, and the length buckets
+    of the trace's window and the dataset's rows, without repeats; each with the scenarios whose traffic has it.
+    `s3` builds the client a trace or dataset in S3 is read with."""
+    from tasks.scenarios.traffic_shapes import sessions_shapes, shared_prefix_shapes
+
+    sc = config.scenarios
+    found: dict[Shape, list[str]] = {}
+    named = [(name, scenario_shapes(config, name)) for name in PERF_SCENARIOS if getattr(sc, name).enabled]
+    named += [("sessions", sessions_shapes(config) if sc.sessions.enabled else []),  # their own shapes, bucketed
+              ("shared_prefix", shared_prefix_shapes(config) if sc.shared_prefix.enabled else []),
+              ("trace", trace_buckets(config, s3) if sc.trace.enabled else []),
+              ("dataset", dataset_buckets(config, s3) if sc.dataset.enabled else [])]
+    for name, shapes in named:
+        for shape in shapes:
+            found.setdefault(shape, [])
+            if name not in found[shape]:
+                found[shape].append(name)
+    return found
+
+
+def length_buckets(config: RunConfig, lengths: Iterable[tuple[int, int]]) -> list[Shape]:
+    """(prompt, output) lengths as the shapes that warm them: each prompt length's bucket (a power of two, the
+    lengths an engine compiles alike; within the context window), the longest output met in it (decode steps
+    reuse one graph per batch size, so its length only has to reach the longest), FILE_WARMUP_CONCURRENCY
+    requests in flight."""
+    from tasks.scenarios.traffic_shapes import bucket_tokens
+
+    longest: dict[int, int] = {}
+    for prompt, output in lengths:
+        bucket = bucket_tokens(max(prompt, 1))
+        longest[bucket] = max(longest.get(bucket, 0), output)
+    room = config.model.context_limit_tokens - config.model.template_overhead_tokens
+    shapes = []
+    for bucket, output in sorted(longest.items()):
+        out = max(output, 1)
+        shapes.append(Shape(max(1, min(bucket, room - out)), out, FILE_WARMUP_CONCURRENCY))
+    return list(dict.fromkeys(shapes))
+
+
+def trace_buckets(config: RunConfig, s3: Callable[[], Any] | None) -> list[Shape]:
+    """The length buckets of the trace's window (its rows' prompt and output tokens)."""
+    from tasks.traffic.trace_source import window_rows
+
+    with window_rows(config, s3) as rows:
+        return length_buckets(config, ((r.input_tokens, r.output_tokens) for r in rows))
+
+
+def dataset_buckets(config: RunConfig, s3: Callable[[], Any] | None) -> list[Shape]:
+    """The length buckets of the dataset's rows: a prompt's tokens estimated from its characters (the rows are
+    text; the engine's count comes with its usage, after the fact), a row's own max_tokens or the default."""
+    from tasks.traffic.dataset_rows import dataset_rows
+
+    default = config.scenarios.dataset.max_tokens
+
+    def chars(row: Any) -> int:
+        return len(row.prompt) if row.prompt is not None else sum(len(m["content"]) for m in row.messages)
+
+    with dataset_rows(config, s3) as rows:
+        return length_buckets(config, ((chars(r) // CHARS_PER_TOKEN, r.max_tokens or default) for r in rows))
 
 
 def warmup_requests(shape: Shape) -> int:
@@ -75,9 +139,17 @@ def warmup_requests(shape: Shape) -> int:
     return max(2 * (shape.concurrency or 0), 4)
 
 
+def matrix_rows(matrix: dict[Shape, list[str]]) -> list[dict[str, Any]]:
+    """The warmup matrix as the file a production deployment runs: each shape, its requests, its sources."""
+    return [{"input_tokens": s.input_tokens, "output_tokens": s.output_tokens, "concurrency": s.concurrency,
+             "rate_rps": s.rate_rps, "requests": warmup_requests(s), "sources": sources}
+            for s, sources in matrix.items()]
+
+
 def run_warmup(ctx: EngineContext, shapes: list[Shape] | None = None, launch: int = 0,
-               scenario: str | None = None) -> dict[str, Any]:
-    """Run one warmup round per shape (default: the run's matrix) and mark each shape seen.
+               scenario: str | None = None, s3: Callable[[], Any] | None = None) -> dict[str, Any]:
+    """Run one warmup round per shape (default: the run's matrix, kept as warmup_matrix.json for the archive
+    and the report) and mark each shape seen.
 
     Rows go to the `warmup` partition with scenario "warmup", round = the shape's place in the
     matrix, warmup=True; they are kept but never headline figures. A relaunch of a performance
@@ -87,7 +159,12 @@ def run_warmup(ctx: EngineContext, shapes: list[Shape] | None = None, launch: in
     engine = ctx.endpoint.engine
     if not ctx.config.scenarios.warmup:
         return {"engine": engine, "skipped": "scenarios.warmup is false", "shapes": []}
-    shapes = run_shapes(ctx.config) if shapes is None else list(shapes)
+    if shapes is None:
+        from tasks.state.documents import WARMUP_MATRIX
+
+        matrix = warmup_matrix(ctx.config, s3)
+        ctx.run_dir.write_json(WARMUP_MATRIX, {"shapes": matrix_rows(matrix)})  # the same for every engine
+        shapes = list(matrix)
     partition, first_round = WARMUP_SCENARIO, 1
     if launch:
         partition = f"{WARMUP_SCENARIO}.{scenario}.launch{launch}"

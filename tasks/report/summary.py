@@ -107,6 +107,7 @@ def build_summary(run_dir: RunDir, cfg: RunConfig) -> RunSummary:
         same_weights=weights,
         warmup_matrix=(run_dir.read_json(run_documents.WARMUP_MATRIX) or {}).get("shapes") or [],
     )
+    summary.fairness = _fairness(summary)
     summary.not_proved = not_proved(cfg, summary)
     summary.decision = decide(summary)
     summary.choices = choose(summary, cfg.choice.orders())
@@ -428,6 +429,14 @@ def _slice_findings(engines: dict[str, EngineSummary]) -> list[str]:
     from tasks.telemetry.hardware import slice_findings
 
     return slice_findings({name: e.hardware.model_dump() for name, e in engines.items() if e.hardware})
+
+
+def _fairness(summary: RunSummary) -> list[str]:
+    """Whether the engines shared a node and GPU UUIDs, up together or in series (tasks/telemetry/hardware.py)."""
+    from tasks.telemetry.hardware import fairness_boundary
+
+    placed = {name: e.hardware.model_dump() for name, e in summary.engines.items() if e.ready and e.hardware}
+    return fairness_boundary(placed, summary.engine_order)
 
 
 def _evidence(row: dict[str, Any]) -> CheckEvidence:

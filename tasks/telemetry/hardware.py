@@ -220,3 +220,45 @@ def slice_findings(records: Mapping[str, Mapping[str, Any]]) -> list[str]:
         out.append("engines ran on different GPU products: " +
                    ", ".join(f"{n} on {p}" for n, p in sorted(products.items())))
     return out
+
+
+def fairness_boundary(records: Mapping[str, Mapping[str, Any]], together: list[list[str]]) -> list[str]:
+    """The boundary of each comparison between two engines, in the Day-1 report's words: whether they shared a
+    node, whether they ran on the same GPU UUIDs or on different ones, and whether up together or one after
+    the other (`together`: the run's positions, the engines of one up at the same time). The same UUIDs in
+    series is the gold standard; different GPUs of one node still share the host's CPU, memory and storage."""
+    out = []
+    names = [n for n in records]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ra, rb = records[a], records[b]
+            at_once = any(a in p and b in p for p in together)
+            when = "up together" if at_once else "one after the other"
+            node_a, node_b = ra.get("node"), rb.get("node")
+            if node_a is None or node_b is None:
+                where = "on nodes not both recorded"
+            elif node_a == node_b:
+                where = f"on the same node ({node_a})"
+            else:
+                where = f"on different nodes ({node_a}, {node_b}): host CPU, memory, storage and network differ too"
+            out.append(f"{a} and {b} ran {where}, {when}; " + _gpus_boundary(ra, rb, at_once, node_a == node_b))
+    return out
+
+
+def _gpus_boundary(ra: Mapping[str, Any], rb: Mapping[str, Any], at_once: bool, same_node: bool) -> str:
+    ua, ub = set(ra.get("gpu_uuids") or []), set(rb.get("gpu_uuids") or [])
+    if ra.get("gpu_count") == 0 and rb.get("gpu_count") == 0:
+        return "neither had a GPU" + (": they shared the host's CPU" if at_once and same_node else "")
+    if not ua or not ub:
+        return "which GPUs each got is not known (no UUIDs recorded), so whether they shared GPUs is unproven"
+    if ua == ub:
+        if at_once:
+            return "on the same GPU UUIDs at the same time: their slices overlap, so each measured the other's load"
+        return "on the same GPU UUIDs, in series: the gold standard of an A/B"
+    if ua & ub:
+        return "on GPU slices that overlap in part: not an A/B of engines alone"
+    if same_node:
+        return ("on different GPUs of that node (non-overlapping slices): the host's CPU, memory and storage paths "
+                "are still shared, and it is not the gold standard of a serial re-test on the same GPU UUIDs, so "
+                "small differences are no general conclusion about the engines")
+    return "on different GPUs: the GPUs themselves may differ too (not the same UUIDs in series)"

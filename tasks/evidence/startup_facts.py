@@ -10,6 +10,10 @@ from tasks.telemetry.hardware import merge_pod_report, unknown
 from tasks.evidence.kv_capacity import kv_capacity_row
 from tasks.state.documents import hardware_doc
 
+# Startup findings that say the engine runs a slower path than its best on this hardware: a fallback
+# backend, or a kernel without its tuned config (the Day-1 report: "not vLLM's final ceiling on H20").
+CAPS_PERFORMANCE = {"fallback_backend": "a fallback backend", "missing_tuned_config": "a missing tuned kernel config"}
+
 
 def record_startup_facts(ctx: Any, engine: str, startup_log: str) -> dict[str, Any]:
     """Write the engine's kv_capacity and hardware rows (and the hardware document the manifest shows);

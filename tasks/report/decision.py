@@ -20,6 +20,7 @@ from tasks.report.schema.comparison import Comparison, Regression
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import StartupFinding
 from tasks.report.schema.run import DecisionLine
+from tasks.evidence.startup_facts import CAPS_PERFORMANCE
 from tasks.stats.effects import ratio_interval
 from tasks.scenarios.capacity import decisive_bracket, order
 
@@ -256,12 +257,27 @@ def _evidence_leads(engines: dict[str, EngineSummary]) -> list[str]:
         lines.append("Prefix cache: " + "; ".join(cache) + ".")
     warnings = []
     for name, e in engines.items():
-        found = sorted({str(f.finding) for f in e.startup_findings
-                        if f.severity != "info" and f != e.restarts_before_ready})  # that one has its own line
+        found = sorted({str(f.finding) for f in e.startup_findings  # these have lines of their own
+                        if f.severity != "info" and f != e.restarts_before_ready and f.finding not in CAPS_PERFORMANCE})
         if found:
             warnings.append(f"{name}: {', '.join(found)}")
     if warnings:
-        lines.append("Startup warnings that cap performance: " + "; ".join(warnings) + ".")
+        lines.append("Startup warnings and errors: " + "; ".join(warnings) + ".")
+    return lines
+
+
+def fallback_caveats(engines: dict[str, EngineSummary]) -> list[str]:
+    """Each engine whose startup log shows it running a slower path than its best (CAPS_PERFORMANCE): its
+    figures are this path's, not the engine's ceiling on this hardware, whichever way a comparison went."""
+    lines = []
+    for name, e in engines.items():
+        found = [f for f in e.startup_findings if f.finding in CAPS_PERFORMANCE]
+        if found:
+            what = " and ".join(dict.fromkeys(CAPS_PERFORMANCE[str(f.finding)] for f in found))
+            more = f" and {len(found) - 1} more line(s)" if len(found) > 1 else ""
+            lines.append(f"{name}'s figures are not its ceiling on this hardware: its startup log shows {what} "
+                         f"(\"{str(found[0].line)[:160]}\"{more}); a native backend or a tuned config may be faster, "
+                         "so read its speed as this run's path, not the engine's best.")
     return lines
 
 
@@ -277,6 +293,7 @@ def _reliability(summary: RunSummary) -> list[str]:
                      + "): the run is quarantined and never a regression baseline.")
     elif not validation.ran:
         lines.append("Validation did not run: these tables are unchecked.")
+    lines += fallback_caveats(engines)
     for name, e in engines.items():
         if e.ready and e.restarts_before_ready is not None:
             lines.append(_restarts_before_ready(name, e.restarts_before_ready))

@@ -106,9 +106,13 @@ def _weights(specs: list, config: RunConfig) -> str:
 
 
 def _nodes(specs: list, summary: RunSummary) -> str:
+    """What one replica on one node cannot judge, whatever the engines' results (docs/PROTOCOL.md, "What
+    DayOne cannot judge", says what judging it would take)."""
     shapes = ", ".join(f"{s.name} TP{s.tp} on {s.gpus} GPU(s)" for s in specs)
-    return (f"Each engine ran on a single node ({shapes}): multi-node serving, pipeline parallelism, "
-            "prefill/decode disaggregation and RDMA were not tested.")
+    return (f"Each engine ran as one replica on a single node ({shapes}): DayOne cannot judge prefill/decode "
+            "disaggregation, RDMA (the KV cache moved between GPUs or nodes over InfiniBand or RoCE) or "
+            "multi-node topologies (tensor, pipeline or expert parallelism across nodes), so nothing here "
+            "says how these engines serve in them.")
 
 
 def _gpus(ready: list[str], summary: RunSummary) -> str:

@@ -49,3 +49,11 @@ def test_the_report_says_whether_the_engines_shared_a_node_and_their_gpu_uuids(t
     assert line.startswith(said), line
     page = render_html(summary)
     assert "Fairness boundary" in page and said.split(";")[0] in page
+
+
+def test_what_one_replica_on_one_node_cannot_judge_is_said_in_the_limits(tmp_path):
+    summary = _summary(tmp_path, {"sglang": ("node-a", GPUS[:4]), "vllm": ("node-a", GPUS[4:])},
+                       [["sglang", "vllm"]])
+    (line,) = [t for t in summary.not_proved if "cannot judge" in t]
+    assert "prefill/decode disaggregation, RDMA" in line and "multi-node topologies" in line
+    assert line in render_html(summary).replace("&#39;", "'")

@@ -225,6 +225,10 @@ class OpenWebUIScenario(ConfigModel):
         return v
 
 
+# A reference a test answers: a URL (an upstream issue or pull request) or a short text (a recipe's name).
+Cite = Annotated[str, Field(min_length=1, max_length=300)]
+
+
 class Scenarios(ConfigModel):
     functional: FunctionalScenario = Field(FunctionalScenario(), description="Functional checks: pass, fail or n/a.")
     quality: QualityScenario = Field(QualityScenario(), description="Verifiable tasks: accuracy per family.")
@@ -244,4 +248,27 @@ class Scenarios(ConfigModel):
     shared_prefix: SharedPrefixScenario = Field(
         SharedPrefixScenario(), description="Groups of requests sharing a prefix: expected reuse beside the hit rate.")
     dataset: DatasetScenario = Field(DatasetScenario(), description="Your own prompts or message lists, replayed.")
+    cites: Annotated[dict[str, list[Cite]], Fix(
+        "key a scenario (boundary) or a scenario's length (boundary.263000, long_context.131072), each with a list "
+        "of URLs or short texts, e.g. {\"boundary.263000\": [\"https://github.com/ORG/REPO/issues/N\"]}",
+        inside=True)] = Field(
+        default_factory=dict, description="What a test answers: the upstream issue, pull request or recipe a "
+        "scenario, or one of boundary's or long_context's lengths, comes from, shown in the report beside its "
+        "result. Keys: a scenario name, or SCENARIO.LENGTH for a length it sends.")
+
+    @model_validator(mode="after")
+    def _cited_tests_exist(self) -> Scenarios:
+        from tasks.core.names import SCENARIO_SWITCHES
+
+        lengths = {"boundary": self.boundary.lengths, "long_context": self.long_context.lengths}
+        for key in self.cites:
+            scenario, _, length = key.partition(".")
+            if scenario not in SCENARIO_SWITCHES:
+                raise ValueError(f"cites: {key!r} names no scenario. Fix: key a scenario of "
+                                 f"{', '.join(SCENARIO_SWITCHES)}, or boundary.LENGTH / long_context.LENGTH")
+            if length and (scenario not in lengths or not length.isdigit() or int(length) not in lengths[scenario]):
+                have = ", ".join(f"{scenario}.{n}" for n in lengths.get(scenario, []))
+                raise ValueError(f"cites: {key!r} names no length that scenario sends. Fix: use one of "
+                                 f"{have or 'the scenario alone'}")
+        return self
 

@@ -553,6 +553,7 @@ def _scenario_settings(cfg: RunConfig) -> ScenarioSettings:
         prefix_cache_prompt_tokens=s.prefix_cache.prompt_tokens,
         prefix_cache_repeats=s.prefix_cache.repeats,
         slo=Slo.model_validate(cfg.slo.model_dump(mode="json")),
+        cites={key: list(refs) for key, refs in s.cites.items()},
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import Field
+
 from tasks.report.schema.base import Doc
 
 
@@ -30,6 +32,8 @@ class ScenarioSettings(Doc):
     prefix_cache_prompt_tokens: int
     prefix_cache_repeats: int
     slo: Slo
+    # What each test answers: scenario or SCENARIO.LENGTH -> the upstream issues, pull requests or recipes
+    cites: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class NotTested(Doc):

@@ -1,10 +1,10 @@
 """Archive a run to S3-compatible storage (PROTOCOL.md section 7).
 
 `s3://BUCKET/runs/MODEL/ENGINE/DIGEST12/RUN_ID/`: manifest.json, the tables as CSV and Parquet,
-validation.json, warmup_matrix.json (the warmup a production deployment should run); the report step adds
-summary.json and report.html. A run whose tables failed validation goes under `quarantine/` and never becomes
-a baseline. Objects are written once: an existing key with the same bytes is left alone (a retry succeeds),
-different bytes are an error.
+validation.json, warmup_matrix.json (the warmup a production deployment should run), engine.log (the
+engine's own log, scrubbed); the report step adds summary.json and report.html. A run whose tables failed
+validation goes under `quarantine/` and never becomes a baseline. Objects are written once: an existing key with
+the same bytes is left alone (a retry succeeds), different bytes are an error.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_expo
 
 from tasks.state import documents as run_documents
 from tasks.config import RunConfig
-from tasks.core.desensitize import desensitize
+from tasks.core.desensitize import desensitize, scrub_text
 from tasks.state.storage import RunDir
 from tasks.state.object_store import client_from_env, make_client  # noqa: F401  (the archive's S3 client, named here too)
 from tasks.state.tables import TABLES, to_csv_bytes, to_frame, to_parquet_bytes
@@ -124,6 +124,9 @@ def archive_run(run_dir: RunDir, cfg: RunConfig, s3: Any) -> dict[str, Any]:
                                                                       "reason": "validation did not run"})),
                                 "application/json"),
         }
+        engine_log = run_dir.read_bytes(run_documents.kept_log_doc(e.name))
+        if engine_log is not None:  # scrubbed when kept; again with the keys read for this step
+            objects["engine.log"] = (scrub_text(engine_log.decode("utf-8", errors="replace")).encode(), "text/plain")
         warmup = run_dir.read_json(run_documents.WARMUP_MATRIX)
         if warmup:  # the warmup a production deployment should run (tasks/scenarios/warmup.py)
             objects[run_documents.WARMUP_MATRIX] = (json_bytes(warmup), "application/json")

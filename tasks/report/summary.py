@@ -182,6 +182,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
                                   key=lambda f: str(f.line).startswith("launch "), default=None),
         served_revision=run_dir.read_json(run_documents.served_revision_doc(engine)),
         maturity=EngineMaturity.model_validate(spec_maturity(spec, pinned)),
+        **_engine_log(run_dir, engine, spec.dialect),
         restarts=engine_restarts,
         steps=steps,
         engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),
@@ -197,6 +198,20 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         trace=_trace(run_dir, engine, cfg, published, ttft.reason),
         traffic_levels=_traffic_levels(run_dir, engine, cfg, published),
     )
+
+
+def _engine_log(run_dir: RunDir, engine: str, dialect: str) -> dict[str, Any]:
+    """Whether the engine's own log was kept, and its first-encounter and outlier rounds held against it
+    (tasks/evidence/engine_log.py)."""
+    from tasks.engines import adapter_for
+    from tasks.evidence.engine_log import tail_causes
+
+    text = run_dir.read_bytes(run_documents.kept_log_doc(engine))
+    if text is None:
+        return {"log_kept": False, "tail_causes": []}
+    causes = tail_causes(text.decode("utf-8", errors="replace"), adapter_for(dialect),
+                         run_dir.read_rows("rounds", engine), run_dir.read_rows("requests", engine))
+    return {"log_kept": True, "tail_causes": causes}
 
 
 def _trace(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool,

@@ -59,6 +59,12 @@ def log(line: str) -> None:
     print(f"[{stamp}] {line}", flush=True)
 
 
+def _log_jit(record: Record) -> None:
+    """A new shape's compilation, as an engine logs it while serving (read back for the tails it causes)."""
+    if record.jit_s:
+        log(f"INFO JIT compiling kernels for new shape bucket {record.shape} ({record.jit_s:.2f} s)")
+
+
 # ---- errors -----------------------------------------------------------------------------------
 def error_response(dialect: Dialect, status: int, message: str, kind: str, request_id: str | None = None) -> web.Response:
     err = {"message": message, "type": kind, "param": None, "code": status}
@@ -288,6 +294,7 @@ async def full_answer(
         admit = mono()
         record.admit_ts, record.queue_wait_s = engine.epoch(admit), admit - arrival
         first = engine.admit(record, prompt.tokens, admit)
+        _log_jit(record)
         n_events = len(output_events(answer, engine.profile.tokens_per_event))
         last = first + sum(_gaps(engine, record, max(0, n_events - 1))) * engine.decode_slowdown()
         await engine.timer.sleep_until(max(last, engine.blocked_until))
@@ -367,6 +374,9 @@ def _write_on_schedule(engine: Engine, record: Record, transport: asyncio.Transp
                     due += recompute_s
                     engine.counters["preemptions"] += 1
                     record.faults.append("preempted")
+                    log("WARNING KV cache pool is full. Retract requests. #retracted_reqs: 1"
+                        if engine.dialect.name == "sglang" else
+                        f"WARNING Sequence group {record.request_id} is preempted by PreemptionMode.RECOMPUTE")
                 if due < engine.blocked_until:
                     due = engine.blocked_until
                 if due > mono() + 20e-6:
@@ -422,6 +432,7 @@ async def stream_answer(
         record.admit_ts, record.queue_wait_s = engine.epoch(admit), admit - arrival
         engine.streams += 1
         first_due = engine.admit(record, prompt.tokens, admit)
+        _log_jit(record)
         if transport is None or transport.is_closing():
             raise ConnectionResetError("client closed the connection")
         plan = plan_stream(p, engine.streams, len(events))

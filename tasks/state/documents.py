@@ -20,6 +20,7 @@ machine or under the run's S3 staging prefix, so a later task finds them from an
     state/<engine>/engine-log.json  ... when it copied it last,
     state/<engine>/keeper.json     ... what another node asks of the keeper (a fresh copy, a stop),
     state/<engine>/exited.json     ... and how the engine ended
+    logs/<engine>.log              the engine's log as its teardown kept it, scrubbed (archived as engine.log)
     state/steps/<step>.json        each step's outcome (run-level) ...
     state/steps/<engine>-<step>.json   ... or per engine: ok, skipped, failed, not_attempted
     summaries/<engine>/<scenario>.json  how a performance scenario measured (design, launches, restarts; its
@@ -81,6 +82,11 @@ def engine_log_doc(engine: str) -> str:
 
 def engine_log_copied_doc(engine: str) -> str:
     return f"state/{engine}/engine-log.json"
+
+
+def kept_log_doc(engine: str) -> str:
+    """The engine's whole log as its teardown kept it, scrubbed (tasks/evidence/engine_log.py); archived."""
+    return f"logs/{engine}.log"
 
 
 def keeper_orders_doc(engine: str) -> str:

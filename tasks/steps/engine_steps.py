@@ -314,8 +314,11 @@ def prefix_cache(ctx: RunContext, engine: str) -> dict[str, Any]:
 
 
 def teardown(ctx: RunContext, engine: str) -> dict[str, Any]:
+    from tasks.evidence.engine_log import keep_engine_log
+
+    kept = keep_engine_log(ctx, engine)  # the engine's whole log, before it goes with the engine
     deleted = ctx.target.teardown(ctx.config, engine, ctx.run_dir)
-    return {"engine": engine, "torn_down": True, "deleted": list(deleted or [])}
+    return {"engine": engine, "torn_down": True, "deleted": list(deleted or []), "log_kept": kept["kept"]}
 
 
 def _watched(ctx: RunContext, ectx: EngineContext, step: str, run: Callable[[], dict[str, Any]],

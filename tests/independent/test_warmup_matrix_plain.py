@@ -85,13 +85,17 @@ def test_the_warmup_covers_the_trace_and_dataset_buckets_so_their_rounds_carry_n
     assert "Warmup matrix for production" in page and "trace, dataset" in page
 
 
-def test_the_warmup_matrix_is_archived(tmp_path):
+def test_the_warmup_matrix_and_the_engine_log_are_archived(tmp_path):
+    from tasks.core.desensitize import register_secret
     from tasks.publish.archive import archive_run
+    from tasks.state.documents import kept_log_doc
 
     cfg = _config(tmp_path)
     run_dir = RunDir("warm", root=tmp_path / "runs")
     run_dir.write_json(WARMUP_MATRIX, {"shapes": [{"input_tokens": 64, "output_tokens": 2, "concurrency": 2,
                                                    "rate_rps": None, "requests": 4, "sources": ["trace"]}]})
+    run_dir.write_bytes(kept_log_doc("plain"), b"INFO 11-30 08:00:01 started with key sk-archivedLogKey0123456789\n")
+    register_secret("sk-archivedLogKey0123456789")  # read by the archive step (ctx.read_api_keys)
 
     class Bucket:
         def __init__(self) -> None:
@@ -118,3 +122,5 @@ def test_the_warmup_matrix_is_archived(tmp_path):
     archive_run(run_dir, cfg, s3)
     (key,) = [k for k in s3.objects if k.endswith("/warmup_matrix.json")]
     assert json.loads(s3.objects[key])["shapes"][0]["sources"] == ["trace"]
+    (log,) = [v for k, v in s3.objects.items() if k.endswith("/engine.log")]
+    assert b"started with key" in log and b"sk-archivedLogKey" not in log

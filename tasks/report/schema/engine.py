@@ -8,7 +8,7 @@ from tasks.report.schema.base import Doc
 from tasks.report.schema.cache import CacheTrial, PrefixCache
 from tasks.report.schema.capacity import Capacity
 from tasks.report.schema.evidence import (EngineMaturity, EngineRestarts, OutcomeSummary, ServedRevision,
-                                          StartupFinding, TtftVerdict)
+                                          StartupFinding, TailCause, TtftVerdict)
 from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
 from tasks.report.schema.perf import PerfLevel, ScenarioResults
 from tasks.report.schema.quality import Quality
@@ -40,6 +40,8 @@ class EngineSummary(Doc):
     restarts_before_ready: StartupFinding | None = None
     served_revision: ServedRevision | None = None  # which weights it served (tasks/evidence/revision.py)
     maturity: EngineMaturity | None = None  # release, preview, nightly or dev, and where that was read
+    log_kept: bool = False  # its own log was kept for the whole run (archived as engine.log)
+    tail_causes: list[TailCause] = Field(default_factory=list)  # its slow rounds held against that log
     engine_rounds: list[EngineRound] = Field(default_factory=list)  # what the engine spent, per round
     client_load: list[ClientLoad] = Field(default_factory=list)  # the CPU the load client got, per scenario
     capacity: Capacity | None = None  # the capacity search's result, when it ran

@@ -65,3 +65,18 @@ class OutcomeSummary(Doc):
 
     status: str | None
     detail: str | None
+
+
+class TailCause(Doc):
+    """A first-encounter or outlier round held against the engine's own log (tasks/evidence/engine_log.py)."""
+
+    scenario: str
+    level: str
+    round: int
+    launch: int
+    warmup: bool
+    first_encounter: bool
+    tail_s: float  # its slowest request, send to last event
+    cause: str  # compile, scheduler, compile and scheduler, or unknown
+    line: str | None  # the first log line that coincides
+    why: str

@@ -18,7 +18,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 LONG_S = 6  # the distributed unit's second test: the other worker runs the rest meanwhile
 NORMAL = [f"tests/test_n{i}.py" for i in range(8)]
-BACKGROUND = "tests/layout/test_layers.py"  # a name from BACKGROUND_UNITS
+BACKGROUND = "tests/test_dag_integrity.py"  # a name from BACKGROUND_UNITS
 
 CONFTEST = f"""
 import json, os, sys, time

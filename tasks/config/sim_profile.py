@@ -94,7 +94,7 @@ class Preemption(_Model):
     recompute_s: float = Field(0.05, ge=0)
 
 
-class Speculative(_Model):
+class SpeculativeProfile(_Model):
     """Speculative decoding: `draft_tokens` drafted per verification step, `acceptance_rate` of them
     accepted (accepted / drafted, as vLLM and SGLang report it). Each step costs one `itl_s` and
     yields 1 + acceptance_rate x draft_tokens tokens, so the gap per token shrinks by that factor."""
@@ -206,7 +206,7 @@ class Profile(_Model):
     quirks: Quirks = Field(default_factory=Quirks)
     # What the engine spends (tasks/telemetry/engine_metrics.py reads it back from /metrics).
     preemption: Preemption | None = Field(None, description="Plant preemptions (retractions on SGLang).")
-    speculative: Speculative | None = Field(None, description="Speculative decoding: its counters and faster TPOT.")
+    speculative: SpeculativeProfile | None = Field(None, description="Speculative decoding: its counters and faster TPOT.")
     gpus: Gpus = Field(default_factory=Gpus, description="The simulated GPUs its DCGM-style exporter reports.")
 
 

@@ -16,9 +16,12 @@ FAMILIES = ("kv_retrieval", "copy_reverse", "arithmetic", "sorting", "json_schem
 # How an answer is held against the expected one (tasks/quality/score.py `is_correct`).
 MATCH_RULES = ("exact", "numeric", "json", "tool_args", "regex")  # regex: the user's eval set only
 
-# a table line "key K3F9QX: 481273\n" is 19 characters; about 4 characters make a token
+# A table line "key K3F9QX: 481273\n" is 19 characters. Where the engine has no tokenize endpoint, a line is
+# estimated at 19 / 4 tokens (4 characters a token); real BPE tokenizers cut random keys and digits finer (about
+# 11 tokens a line on SmolLM2's), so the engine's own count sizes the table wherever it can (quality/run.py).
 _KV_CHARS_PER_LINE = 19
 _KV_CHARS_PER_TOKEN = 4
+ESTIMATED_TOKENS_PER_LINE = _KV_CHARS_PER_LINE / _KV_CHARS_PER_TOKEN
 
 JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -63,8 +66,15 @@ def _token(rng: random.Random, n: int, alphabet: str = string.ascii_uppercase + 
     return "".join(rng.choice(alphabet) for _ in range(n))
 
 
-def kv_retrieval(rng: random.Random, i: int, context_tokens: int) -> Item:
-    n = max(4, context_tokens * _KV_CHARS_PER_TOKEN // _KV_CHARS_PER_LINE)
+def table_line(rng: random.Random) -> str:
+    """One line of a kv_retrieval table, as the tables write them."""
+    return f"key {_token(rng, 6)}: {rng.randint(100_000, 999_999)}"
+
+
+def kv_retrieval(rng: random.Random, i: int, context_tokens: int,
+                 tokens_per_line: float = ESTIMATED_TOKENS_PER_LINE) -> Item:
+    """`context_tokens` of table (at `tokens_per_line`), then the question."""
+    n = max(4, int(context_tokens / tokens_per_line))
     keys: list[str] = []
     while len(keys) < n:
         key = _token(rng, 6)
@@ -136,14 +146,17 @@ _MAKERS = {"copy_reverse": copy_reverse, "arithmetic": arithmetic, "sorting": so
            "multi_turn_recall": multi_turn_recall, "tool_call": tool_call}
 
 
-def generate(seed: int, items_per_family: int, kv_context_tokens: list[int] | tuple[int, ...]) -> list[Item]:
-    """The task set of a seed: the same items, in the same order, on every engine and every run.
-    kv_retrieval has `items_per_family` items at each of `kv_context_tokens`."""
+def generate(seed: int, items_per_family: int, kv_context_tokens: list[int] | tuple[int, ...],
+             tokens_per_line: float = ESTIMATED_TOKENS_PER_LINE) -> list[Item]:
+    """The task set of a seed: the same items, in the same order, on every engine and every run with the same
+    tokenizer. kv_retrieval has `items_per_family` items at each of `kv_context_tokens`, its tables sized at
+    `tokens_per_line` (the engine's measure, or the estimate)."""
     items: list[Item] = []
     for family in FAMILIES:
         rng = random.Random(f"{seed}:{family}")  # a family's items do not move when another family changes
         if family == "kv_retrieval":
-            items += [kv_retrieval(rng, i, length) for length in kv_context_tokens for i in range(items_per_family)]
+            items += [kv_retrieval(rng, i, length, tokens_per_line) for length in kv_context_tokens
+                      for i in range(items_per_family)]
             continue
         items += [_MAKERS[family](rng, i) for i in range(items_per_family)]
     return items

@@ -21,22 +21,25 @@ def _plain(api_client: k8s.ApiClient, obj: Any) -> dict[str, Any]:
     return api_client.sanitize_for_serialization(obj)
 
 
-def create_objects(api_client: k8s.ApiClient, objects: list[dict[str, Any]]) -> list[str]:
-    """Create Deployments, Services and Secrets (OpenWebUI's); returns `Kind/name` for each created object."""
+def create_object(api_client: k8s.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
+    """Create a Deployment, a Service or a Secret (OpenWebUI's); the object as the API server made it (its
+    uid, and its name where it was generated)."""
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
-    made = []
-    for obj in objects:
-        ns, kind = obj["metadata"]["namespace"], obj["kind"]
-        if kind == "Deployment":
-            apps.create_namespaced_deployment(ns, obj)
-        elif kind == "Service":
-            core.create_namespaced_service(ns, obj)
-        elif kind == "Secret":
-            core.create_namespaced_secret(ns, obj)
-        else:
-            raise ValueError(f"cannot create {kind}: DayOne only makes Deployments, Services and Secrets")
-        made.append(f"{kind}/{obj['metadata']['name']}")
-    return made
+    ns, kind = obj["metadata"]["namespace"], obj["kind"]
+    if kind == "Deployment":
+        made = apps.create_namespaced_deployment(ns, obj)
+    elif kind == "Service":
+        made = core.create_namespaced_service(ns, obj)
+    elif kind == "Secret":
+        made = core.create_namespaced_secret(ns, obj)
+    else:
+        raise ValueError(f"cannot create {kind}: DayOne only makes Deployments, Services and Secrets")
+    return _plain(api_client, made)
+
+
+def create_objects(api_client: k8s.ApiClient, objects: list[dict[str, Any]]) -> list[str]:
+    """Create each object in turn; returns `Kind/name` for each created object."""
+    return [f"{obj['kind']}/{create_object(api_client, obj)['metadata']['name']}" for obj in objects]
 
 
 def read_deployment(api_client: k8s.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
@@ -89,12 +92,13 @@ def container_log(api_client: k8s.ApiClient, namespace: str, pod: str, container
     return r.data.decode("utf-8", errors="replace")
 
 
-def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str, secrets: bool = False) -> list[str]:
-    """Delete the Deployments, Services and Pods (and with `secrets`, Secrets) matching `selector`; returns
-    what was deleted.
+def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str) -> list[str]:
+    """Delete the Deployments, Services and Pods matching `selector`; returns what was deleted.
 
     Deployments go first with background propagation (their ReplicaSets and Pods follow); Pods
-    still listed are deleted directly, so nothing holding GPUs outlives a teardown.
+    still listed are deleted directly, so nothing holding GPUs outlives a teardown. A Secret DayOne made
+    (OpenWebUI's) is owned by its Service: the garbage collector deletes it with the Service, and DayOne
+    never lists Secrets (a list returns their data).
     """
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
     deleted = []
@@ -104,8 +108,6 @@ def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str, se
         ("Service", core.list_namespaced_service, core.delete_namespaced_service),
         ("Pod", core.list_namespaced_pod, core.delete_namespaced_pod),
     )
-    if secrets:
-        kinds += (("Secret", core.list_namespaced_secret, core.delete_namespaced_secret),)
     for kind, lister, deleter in kinds:
         for item in lister(namespace, label_selector=selector).items:
             name = item.metadata.name
@@ -119,9 +121,9 @@ def delete_selected(api_client: k8s.ApiClient, namespace: str, selector: str, se
 
 
 def list_managed(api_client: k8s.ApiClient, namespace: str) -> list[dict[str, Any]]:
-    """Every Deployment, Service, Pod and Secret of a DayOne run's engines (and their OpenWebUIs) in the
-    namespace, as plain dicts with kind. Only objects with a run label: the runner's own task pods
-    (KubernetesExecutor) carry none, nor do the Secrets a deployment gives DayOne."""
+    """Every Deployment, Service and Pod of a DayOne run's engines (and their OpenWebUIs) in the namespace,
+    as plain dicts with kind. Only objects with a run label: the runner's own task pods (KubernetesExecutor)
+    carry none. OpenWebUI's Secret goes with its Service (its owner), through the garbage collector."""
     apps, core = k8s.AppsV1Api(api_client), k8s.CoreV1Api(api_client)
     selector = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_RUN}"
     out = []
@@ -129,7 +131,6 @@ def list_managed(api_client: k8s.ApiClient, namespace: str) -> list[dict[str, An
         ("Deployment", apps.list_namespaced_deployment),
         ("Service", core.list_namespaced_service),
         ("Pod", core.list_namespaced_pod),
-        ("Secret", core.list_namespaced_secret),
     ):
         for item in _plain(api_client, lister(namespace, label_selector=selector)).get("items") or []:
             out.append({**item, "kind": kind})
@@ -143,7 +144,6 @@ def delete_object(api_client: k8s.ApiClient, kind: str, namespace: str, name: st
         "Deployment": apps.delete_namespaced_deployment,
         "Service": core.delete_namespaced_service,
         "Pod": core.delete_namespaced_pod,
-        "Secret": core.delete_namespaced_secret,
     }[kind]
     try:
         deleter(name, namespace, body=k8s.V1DeleteOptions(propagation_policy="Background"))

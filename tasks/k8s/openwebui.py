@@ -1,9 +1,11 @@
 """OpenWebUI's Kubernetes objects beside an engine, as plain API dicts: pure functions.
 
-A Secret DayOne fills with random values (OpenWebUI's session key, the admin's password, the engine's
-API key), a Deployment of one locked-down pod that reads them by secretKeyRef, and a Service. Labelled
-with the run like the engine's objects, but not with the engine's label: the engine's Service and
-rollout select by that label, and must never count OpenWebUI's pod as the engine's.
+A Service, a Secret DayOne fills with random values (OpenWebUI's session key, the admin's password, the
+engine's API key) under a generated name and owned by that Service (the garbage collector deletes it with
+the Service: the worker never lists or deletes Secrets), and a Deployment of one locked-down pod that
+reads them by secretKeyRef. Labelled with the run like the engine's objects, but not with the engine's
+label: the engine's Service and rollout select by that label, and must never count OpenWebUI's pod as
+the engine's.
 """
 
 from __future__ import annotations
@@ -65,17 +67,23 @@ def pod_env(config: RunConfig, engine: str, secret: str) -> list[dict[str, Any]]
     return _env(values) + [{"name": var, "valueFrom": {"secretKeyRef": ref}} for var, ref in sorted(refs.items())]
 
 
-def render_secret(config: RunConfig, engine: str, values: dict[str, str]) -> dict[str, Any]:
-    """The Secret of `values` (variable -> value, SECRET_KEYS' variables); never recorded by the run."""
-    name = openwebui_name(config.run_id, engine)
+def render_secret(config: RunConfig, engine: str, values: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:
+    """The Secret of `values` (variable -> value, SECRET_KEYS' variables), owned by `owner` (OpenWebUI's Service
+    as the API server made it), its name generated: a Secret of an earlier try that the garbage collector has not
+    removed yet never holds the name. Never recorded by the run."""
+    meta = owner["metadata"]
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
-            "metadata": {"name": name, "namespace": config.kubernetes.namespace,
-                         "labels": _labels(config.run_id, engine)},
+            "metadata": {"generateName": openwebui_name(config.run_id, engine) + "-",
+                         "namespace": config.kubernetes.namespace, "labels": _labels(config.run_id, engine),
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": meta["name"],
+                                              "uid": meta["uid"]}]},
             "data": {SECRET_KEYS[var]: base64.b64encode(value.encode()).decode() for var, value in values.items()}}
 
 
-def render_openwebui(config: RunConfig, engine: str, image_ref: str) -> list[dict[str, Any]]:
-    """[Deployment, Service] of OpenWebUI in front of `engine`, running `image_ref` (pinned by digest)."""
+def render_openwebui(config: RunConfig, engine: str, image_ref: str, secret: str | None = None
+                     ) -> list[dict[str, Any]]:
+    """[Deployment, Service] of OpenWebUI in front of `engine`, running `image_ref` (pinned by digest), its keys
+    read from the Secret `secret` (the name the API server gave it; a dry run shows OpenWebUI's own name)."""
     if "@sha256:" not in image_ref:
         from tasks.k8s.manifests import ManifestError
 
@@ -91,7 +99,7 @@ def render_openwebui(config: RunConfig, engine: str, image_ref: str) -> list[dic
         "imagePullPolicy": "IfNotPresent",
         "command": serve_argv("python", "0.0.0.0", PORT),
         "workingDir": WORKDIR,
-        "env": pod_env(config, engine, name),
+        "env": pod_env(config, engine, secret or name),
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "resources": RESOURCES,
         "volumeMounts": [{"name": n, "mountPath": path} for n, path in WRITABLE.items()],

@@ -1,7 +1,9 @@
 """OpenWebUI beside the engine on Kubernetes: pinned by digest in the pin step; in the openwebui step its
-Secret (random values), Deployment and Service made in the engine's namespace, its rollout and /health
-awaited, and all three removed when the checks end (the engine's teardown, and the nightly's cleanup for a
-killed run, remove by label what a stopped step left)."""
+Service, Secret (random values, owned by the Service) and Deployment made in the engine's namespace, its
+rollout and /health awaited, and all removed when the checks end (the engine's teardown, and the nightly's
+cleanup for a killed run, remove by label what a stopped step left; the Secret goes with its Service).
+The step runs on the worker, also under kubernetes.measure_from: cluster (tasks/steps/runner_pods.py): the
+worker's Role makes these objects, the runner pods' reads restarts only."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from tasks.core.polling import TimedOut, poll
 from tasks.state.documents import OPENWEBUI_PINNED, openwebui_objects_doc
 
 
-class RunContext(Protocol):
+class ClusterRun(Protocol):
     """What OpenWebUI's deployment needs of a run (tasks/steps/context.py's RunContext has it)."""
 
     config: Any
@@ -46,7 +48,7 @@ class OpenWebUIPod:
     admin_password: str
 
 
-def pin_openwebui(ctx: RunContext) -> dict[str, Any]:
+def pin_openwebui(ctx: ClusterRun) -> dict[str, Any]:
     """OpenWebUI's image pinned to its digests (through the registry unless the reference names one),
     kept for the step and recorded in the manifest beside the engines' pins."""
     cfg = ctx.config
@@ -56,11 +58,10 @@ def pin_openwebui(ctx: RunContext) -> dict[str, Any]:
 
 
 @contextmanager
-def openwebui_beside_engine(ctx: RunContext, engine: str, timeout_s: float | None = None) -> Iterator[OpenWebUIPod]:
+def openwebui_beside_engine(ctx: ClusterRun, engine: str, timeout_s: float | None = None) -> Iterator[OpenWebUIPod]:
     """Deploy OpenWebUI in front of `engine`'s Service, wait until it serves, remove it afterwards."""
     from tasks.k8s import api
-    from tasks.k8s.openwebui import (PORT, STARTUP_TIMEOUT_S, openwebui_name, openwebui_selector, render_openwebui,
-                                     render_secret)
+    from tasks.k8s.openwebui import PORT, STARTUP_TIMEOUT_S, openwebui_name, openwebui_selector, render_openwebui
     from tasks.engines.readiness import DeployError
     from tasks.targets.kubernetes import _without_env_values
 
@@ -74,13 +75,13 @@ def openwebui_beside_engine(ctx: RunContext, engine: str, timeout_s: float | Non
         values["OPENAI_API_KEYS"] = ctx.endpoint_access(engine).api_key or "none"
     for value in values.values():
         register_secret(value)  # scrubbed from any error or log DayOne writes
-    objects = render_openwebui(cfg, engine, pinned["pinned_ref"])
+    render_openwebui(cfg, engine, pinned["pinned_ref"])  # a reference not pinned fails before anything is made
     name, selector = openwebui_name(cfg.run_id, engine), openwebui_selector(cfg.run_id, engine)
     client = target.client(k8s.conn_id)
-    api.delete_selected(client, k8s.namespace, selector, secrets=True)  # what an earlier try left
+    api.delete_selected(client, k8s.namespace, selector)  # what an earlier try left (its Secret goes with it)
     started = time.monotonic()
     try:
-        api.create_objects(client, [render_secret(cfg, engine, values), *objects])
+        objects = create_openwebui(client, cfg, engine, pinned["pinned_ref"], values)
         ctx.run_dir.write_json(openwebui_objects_doc(engine), _without_env_values(objects))  # the Secret never
         base_url = target.service_address(name, k8s.namespace, PORT)
         _wait_serving(target, client, k8s.namespace, name, selector, base_url, timeout_s or STARTUP_TIMEOUT_S)
@@ -89,7 +90,21 @@ def openwebui_beside_engine(ctx: RunContext, engine: str, timeout_s: float | Non
         raise DeployError(f"OpenWebUI in front of {engine}: the cluster refused it in namespace "
                           f"{k8s.namespace}: {exc.status} {exc.reason}") from exc
     finally:
-        api.delete_selected(client, k8s.namespace, selector, secrets=True)
+        api.delete_selected(client, k8s.namespace, selector)
+
+
+def create_openwebui(client: Any, cfg: Any, engine: str, image_ref: str, values: dict[str, str]
+                     ) -> list[dict[str, Any]]:
+    """OpenWebUI's objects made in order: the Service, the Secret of `values` it owns (the garbage collector
+    deletes it with the Service), then the Deployment reading that Secret. [Deployment, Service] as applied."""
+    from tasks.k8s import api
+    from tasks.k8s.openwebui import render_openwebui, render_secret
+
+    service = api.create_object(client, render_openwebui(cfg, engine, image_ref)[1])
+    secret = api.create_object(client, render_secret(cfg, engine, values, owner=service))
+    deployment, rendered_service = render_openwebui(cfg, engine, image_ref, secret["metadata"]["name"])
+    api.create_object(client, deployment)
+    return [deployment, rendered_service]
 
 
 def _wait_serving(target: Any, client: Any, namespace: str, name: str, selector: str, base_url: str,

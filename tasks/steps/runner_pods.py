@@ -17,9 +17,13 @@ from tasks.core.names import PERF_SCENARIOS
 from tasks.steps.context import NOT_ATTEMPTED_EXIT
 from tasks.steps.registry import SCENARIO_STEPS
 
-# The steps that measure an engine: with measure_from: cluster each runs in a runner pod. The startup
-# findings read the engine's log through the API, which the worker's Role grants and the runner's does not.
-RUNNER_STEPS = tuple(s for s in SCENARIO_STEPS if s != "startup_findings")
+# The steps that measure an engine: with measure_from: cluster each runs in a runner pod, whose Role reads
+# the engine's restarts and nothing else (tasks/k8s/rbac.py). Two engine steps stay on the worker, whose Role
+# has what they call: the startup findings read the engine's log; the openwebui step makes OpenWebUI's
+# Service, Secret and Deployment (it times no engine request, so a runner pod would gain it nothing but
+# those grants, in the pods that also take connections from their peers).
+WORKER_ENGINE_STEPS = ("startup_findings", "openwebui")
+RUNNER_STEPS = tuple(s for s in SCENARIO_STEPS if s not in WORKER_ENGINE_STEPS)
 LABEL_COMPONENT = "app.kubernetes.io/component"
 RUNNER_COMPONENT = "runner-step"
 LABEL_STEP = "dayone/step"

@@ -270,7 +270,7 @@ class KubernetesTarget:
         if config.scenarios.openwebui.enabled:  # what an openwebui step stopped midway left in front of it
             from tasks.k8s.openwebui import openwebui_selector
 
-            deleted += api.delete_selected(client, k8s.namespace, openwebui_selector(run_id, engine), secrets=True)
+            deleted += api.delete_selected(client, k8s.namespace, openwebui_selector(run_id, engine))
         return deleted
 
     def cleanup(self, config: RunConfig, older_than_s: float | None = None) -> list[str]:

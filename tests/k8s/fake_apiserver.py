@@ -10,7 +10,14 @@ be followed while it grows, and read with each line's time (timestamps) or only 
 (sinceSeconds), as the kubelet serves it.
 
 Clients authenticate with a bearer token, as a kubeconfig user would (the worker's, or the runner
-pods' service account's); anything else gets 401. Each request is recorded with its user.
+pods' service account's); anything else gets 401. Each request is then authorized as the API server's
+RBAC authorizer does it: its verb, API group, resource (and subresource), namespace and name against the
+rules of the Roles and ClusterRoles bound to its user; one no rule allows gets 403 Forbidden with the
+API server's Status. By default DayOne's own Roles (tasks/k8s/rbac.py) are bound in namespace `bench`:
+the worker's and the node ClusterRole to the worker, the runner's to the runner pods (grant() binds those of
+another namespace or config). Each request is recorded with its user and the code it got. Objects named by
+generateName get a generated name; deleting an object deletes what names it its owner (the garbage
+collector), a Deployment's pods and a Service's Secret alike.
 """
 
 from __future__ import annotations
@@ -23,9 +30,12 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from tasks.k8s.rbac import roles
 
 TOKEN = "dayone-test-token"
 RUNNER_TOKEN = "dayone-runner-test-token"  # the runner pods' service account (tests/k8s/fake_kubelet.py)
@@ -77,6 +87,91 @@ def _matches_fields(obj: dict[str, Any], selector: str | None) -> bool:
     return True
 
 
+# ---- authorization, as the API server's RBAC authorizer does it ----------------------------------------
+_RESOURCE_PATH = re.compile(r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?"
+                            r"/(?P<res>[^/]+)(?:/(?P<name>[^/]+)(?:/(?P<sub>[^/]+))?)?$")
+
+
+def request_attributes(method: str, path: str, query: dict[str, str]) -> dict[str, str] | None:
+    """A resource request's verb, apiGroup, resource (with its subresource), namespace and name, as RBAC
+    names them; None for a path that names no resource."""
+    m = _RESOURCE_PATH.match(path)
+    if not m:
+        return None
+    name = m.group("name") or ""
+    if method == "GET":
+        verb = "watch" if query.get("watch") in ("1", "true") else "get" if name else "list"
+    else:
+        verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())
+    if verb in ("list", "watch") and not name:  # a list limited to one name is authorized by that name
+        field = dict(t.split("=", 1) for t in (query.get("fieldSelector") or "").split(",") if "=" in t)
+        name = field.get("metadata.name", "")
+    resource = m.group("res") + (f"/{m.group('sub')}" if m.group("sub") else "")
+    return {"verb": verb, "group": m.group("group") or "", "resource": resource, "namespace": m.group("ns") or "",
+            "name": name}
+
+
+def _allows(rule: dict[str, Any], a: dict[str, str]) -> bool:
+    names = rule.get("resourceNames") or []
+    return (any(g in ("*", a["group"]) for g in rule.get("apiGroups") or [])
+            and any(r in ("*", a["resource"]) for r in rule.get("resources") or [])
+            and any(v in ("*", a["verb"]) for v in rule.get("verbs") or [])
+            and (not names or a["name"] in names))  # a create has no name yet: never allowed by a named rule
+
+
+def forbidden_message(user: str, a: dict[str, str]) -> str:
+    what = a["resource"].split("/")[0] + (f' "{a["name"]}"' if a["name"] else "")
+    where = f'in the namespace "{a["namespace"]}"' if a["namespace"] else "at the cluster scope"
+    return (f'{what} is forbidden: User "{user}" cannot {a["verb"]} resource "{a["resource"]}" in API group '
+            f'"{a["group"]}" {where}')
+
+
+class Rbac:
+    """Roles, ClusterRoles and their bindings to users, and the one question: is this request allowed."""
+
+    def __init__(self) -> None:
+        self.roles: dict[tuple[str, str], list[dict[str, Any]]] = {}  # (namespace or "", name) -> rules
+        self.bindings: list[tuple[str, str, str, str]] = []  # (user, role kind, role name, namespace or "")
+
+    def apply(self, objects: Iterable[dict[str, Any]]) -> None:
+        for o in objects:
+            meta, kind = o["metadata"], o["kind"]
+            if kind in ("Role", "ClusterRole"):
+                self.roles[(meta.get("namespace", "") if kind == "Role" else "", meta["name"])] = o["rules"]
+            elif kind in ("RoleBinding", "ClusterRoleBinding"):
+                ns = meta.get("namespace", "") if kind == "RoleBinding" else ""
+                for subject in o["subjects"]:
+                    binding = (subject["name"], o["roleRef"]["kind"], o["roleRef"]["name"], ns)
+                    if binding not in self.bindings:
+                        self.bindings.append(binding)
+            else:
+                raise ValueError(f"not an RBAC object: {kind}")
+
+    def allowed(self, user: str, a: dict[str, str]) -> bool:
+        for who, kind, name, bound_in in self.bindings:
+            if who != user or (bound_in and bound_in != a["namespace"]):
+                continue  # a RoleBinding grants in its namespace only, a ClusterRoleBinding everywhere
+            rules = self.roles.get((bound_in if kind == "Role" else "", name)) or []
+            if any(_allows(rule, a) for rule in rules):
+                return True
+        return False
+
+
+def dayone_bindings(namespace: str) -> list[dict[str, Any]]:
+    """DayOne's Roles bound as docs/deploy.md says: the worker's and the node reader to the worker, the
+    runner's to the runner pods' service account."""
+    def binding(kind: str, name: str, user: str, role_kind: str) -> dict[str, Any]:
+        meta = {"name": name, **({"namespace": namespace} if kind == "RoleBinding" else {})}
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": meta,
+                "subjects": [{"kind": "User", "name": user}],
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": name}}
+
+    return [binding("RoleBinding", "dayone-worker", "worker", "Role"),
+            binding("ClusterRoleBinding", "dayone-worker-nodes", "worker", "ClusterRole"),
+            binding("RoleBinding", "dayone-runner", "runner", "Role")]
+
+
 def _timed_log(lines: list[tuple[float, str]], query: dict[str, str]) -> str:
     """The lines written in the last sinceSeconds, each after its RFC3339Nano time with timestamps=true."""
     since = time.time() - float(query["sinceSeconds"]) if "sinceSeconds" in query else 0.0
@@ -86,12 +181,15 @@ def _timed_log(lines: list[tuple[float, str]], query: dict[str, str]) -> str:
 
 
 class FakeApiServer:
-    def __init__(self) -> None:
+    def __init__(self, namespace: str = "bench") -> None:
+        self.rbac = Rbac()
+        self.grant(roles(namespace))
         self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}  # (resource, namespace, name)
         self.logs: dict[tuple[str, str, str, bool], str] = {}  # (namespace, pod, container, previous)
         # the same key: each line with when it was written (a kubelet's), for timestamps and sinceSeconds
         self.log_lines: dict[tuple[str, str, str, bool], list[tuple[float, str]]] = {}
         self.requests: list[dict[str, Any]] = []
+        self.on_request: list[Any] = []  # called with each request as recorded, before it is answered
         self.watchers: list[Any] = []  # called (event, resource, object) on pod and Deployment create and delete
         self.finished_logs: set[tuple[str, str]] = set()  # (namespace, pod) whose log will not grow
         self.lock = threading.Lock()
@@ -103,6 +201,18 @@ class FakeApiServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def grant(self, objects: list[dict[str, Any]]) -> None:
+        """DayOne's Roles as rendered (tasks/k8s/rbac.py `roles`, `roles_for`), bound in their namespace as
+        docs/deploy.md says; a Role of the same name is replaced (a config naming other Secrets)."""
+        namespaces = {o["metadata"]["namespace"] for o in objects if o["kind"] == "Role"}
+        self.rbac.apply(objects)
+        for ns in sorted(namespaces):
+            self.rbac.apply(dayone_bindings(ns))
+
+    def forbidden(self) -> list[dict[str, Any]]:
+        """The requests refused for want of a grant."""
+        return [r for r in self.requests if r.get("code") == 403]
 
     def kubeconfig(self, token: str = TOKEN) -> dict[str, Any]:
         return {
@@ -245,6 +355,7 @@ class FakeApiServer:
                 pass
 
             def _send(self, code: int, doc: Any, content_type: str = "application/json") -> None:
+                self._record["code"] = code
                 body = doc.encode() if isinstance(doc, str) else json.dumps(doc).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", content_type)
@@ -252,9 +363,11 @@ class FakeApiServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def _status(self, code: int, reason: str, message: str) -> None:
+            def _status(self, code: int, reason: str, message: str,
+                        details: dict[str, str] | None = None) -> None:
                 self._send(code, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                  "message": message, "reason": reason, "code": code})
+                                  "message": message, "reason": reason, **({"details": details} if details else {}),
+                                  "code": code})
 
             def _handle(self) -> None:
                 url = urlparse(self.path)
@@ -264,10 +377,17 @@ class FakeApiServer:
                 body = json.loads(raw) if raw else None
                 self._body = body
                 user = USERS.get((self.headers.get("Authorization") or "").removeprefix("Bearer "))
-                server.requests.append({"method": self.command, "path": url.path, "query": query,
-                                        "body": copy.deepcopy(body), "user": user})
+                self._record = {"method": self.command, "path": url.path, "query": query,
+                                "body": copy.deepcopy(body), "user": user}
+                server.requests.append(self._record)
+                for hook in list(server.on_request):
+                    hook(self._record)
                 if user is None:
                     return self._status(401, "Unauthorized", "Unauthorized")
+                attributes = request_attributes(self.command, url.path, query)
+                if attributes is not None and not server.rbac.allowed(user, attributes):
+                    return self._status(403, "Forbidden", forbidden_message(user, attributes),
+                                        {"name": attributes["name"], "kind": attributes["resource"].split("/")[0]})
                 node = _NODES.match(url.path)
                 if node and self.command == "GET":
                     with server.lock:
@@ -291,6 +411,7 @@ class FakeApiServer:
                 """The container's log as it grows (chunked), ending when the pod's process ends."""
                 pod = server.get("pods", ns, name) or {}
                 container = query.get("container") or pod["spec"]["containers"][0]["name"]
+                self._record["code"] = 200
                 self.send_response(200)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -324,6 +445,8 @@ class FakeApiServer:
                     if meta.get("namespace", ns) != ns:
                         return self._status(400, "BadRequest", "the namespace of the object does not match the request")
                     meta["namespace"] = ns
+                    if not meta.get("name") and meta.get("generateName"):  # the name made as the API server does
+                        meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
                     if (res, ns, meta.get("name")) in server.objects:
                         return self._status(409, "AlreadyExists", f'{res} "{meta["name"]}" already exists')
                     if res == "deployments":
@@ -366,11 +489,13 @@ class FakeApiServer:
                     del server.objects[key]
                     if res in ("pods", "deployments"):
                         server._tell("deleted", res, obj)
-                    if res == "deployments":  # the garbage collector removes what the Deployment owned
-                        uid = obj["metadata"]["uid"]
+                    owners = [obj["metadata"]["uid"]]
+                    while owners:  # the garbage collector removes what the object owned, and what that owned
+                        uid = owners.pop()
                         for k, o in list(server.objects.items()):
                             if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or []):
                                 del server.objects[k]
+                                owners.append(o["metadata"].get("uid"))
                     return self._send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                             "details": {"name": name, "kind": res, "uid": obj["metadata"]["uid"]}})
                 return self._status(405, "MethodNotAllowed", self.command)

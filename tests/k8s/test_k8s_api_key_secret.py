@@ -1,5 +1,6 @@
 """An engine's API key read from a Kubernetes Secret through the run's cluster connection (the provider's
-KubernetesHook against a local API server), never from the config."""
+KubernetesHook against a local API server), never from the config; the worker's Role reads that Secret by
+its name (tasks/k8s/rbac.py `roles_for`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from k8s_helpers import CONN_ID, MODEL
 
 from tasks.config import parse_run_config
+from tasks.k8s.rbac import roles_for
 from tasks.steps.context import RunContext
 from tasks.state.storage import RunDir
 
@@ -32,7 +34,9 @@ def test_the_key_is_read_from_the_secret_the_engine_names(apiserver, kube_conn, 
     apiserver._store("secrets", {"apiVersion": "v1", "kind": "Secret",
                                  "metadata": {"name": "vllm-key", "namespace": "bench"},
                                  "data": {"api-key": base64.b64encode(KEY.encode()).decode()}})
-    ctx = _ctx(tmp_path, _config(api_key_secret={"name": "vllm-key"}))
+    config = _config(api_key_secret={"name": "vllm-key"})
+    apiserver.grant(roles_for(config))
+    ctx = _ctx(tmp_path, config)
     access = ctx.endpoint_access("vllm")
     assert access.headers() == {"Authorization": f"Bearer {KEY}"}
     assert any(r["path"] == "/api/v1/namespaces/bench/secrets/vllm-key" for r in apiserver.requests)
@@ -41,6 +45,8 @@ def test_the_key_is_read_from_the_secret_the_engine_names(apiserver, kube_conn, 
 def test_a_secret_without_the_key_names_what_is_missing(apiserver, kube_conn, tmp_path):
     apiserver._store("secrets", {"apiVersion": "v1", "kind": "Secret",
                                  "metadata": {"name": "vllm-key", "namespace": "bench"}, "data": {"other": "eA=="}})
-    ctx = _ctx(tmp_path, _config(api_key_secret={"name": "vllm-key", "key": "token"}))
+    config = _config(api_key_secret={"name": "vllm-key", "key": "token"})
+    apiserver.grant(roles_for(config))
+    ctx = _ctx(tmp_path, config)
     with pytest.raises(RuntimeError, match="Secret bench/vllm-key has no key 'token'"):
         ctx.endpoint_access("vllm")

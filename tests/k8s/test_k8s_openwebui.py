@@ -1,7 +1,9 @@
 """OpenWebUI beside the engine on "Kubernetes": the local API server (fake_apiserver.py) and, under its
 Deployment, the real OpenWebUI from its own environment as the pod's process (fake_deployments.py plays the
 controller, kubelet, readiness probe and kube-proxy). The openwebui step deploys it, judges it through its
-Service, and removes it; the engine's teardown and the nightly's cleanup remove what a stopped step left."""
+Service, and removes it; the engine's teardown and the nightly's cleanup remove what a stopped step left (its
+Secret with its Service, by the garbage collector). The API server enforces DayOne's Roles: all of it is the
+worker's, whose Role reads and deletes no Secret."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from fake_deployments import DeploymentKubelet, openwebui_from_venv
 from k8s_helpers import MODEL, run_config
 
 from dayone_airflow.connections import hook_api_client
-from tasks.k8s import api
-from tasks.k8s.openwebui import SECRET_KEYS, openwebui_name, render_openwebui, render_secret
+from tasks.k8s.openwebui import SECRET_KEYS, openwebui_name, render_openwebui
+from tasks.openwebui.cluster import create_openwebui
 from tasks.openwebui.server import venv_path
 from tasks.steps.context import RunContext
 from tasks.state.storage import RunDir
@@ -75,14 +77,21 @@ def test_the_openwebui_step_deploys_openwebui_beside_the_engine_judges_it_throug
             ({c: r["evidence"] for c, r in rows.items()}, kubelet.errors)
         assert result.data["checks_failed"] == 0
 
-        # what was applied: a Secret with random values, the Deployment reading them by reference only
-        created = {b["kind"]: b for b in apiserver.created() if b["metadata"]["name"] == OWUI}
-        assert set(created) == {"Secret", "Deployment", "Service"}
+        # what was applied: the Service, a Secret with random values it owns, the Deployment reading them by
+        # reference only; the worker did it all, and nothing was refused
+        made = [b for b in apiserver.created()
+                if (b["metadata"].get("name") or b["metadata"].get("generateName", "")).startswith(OWUI)]
+        assert [b["kind"] for b in made] == ["Service", "Secret", "Deployment"]
+        created = {b["kind"]: b for b in made}
+        assert created["Secret"]["metadata"]["ownerReferences"][0]["kind"] == "Service"
         secret_values = [base64.b64decode(v).decode() for v in created["Secret"]["data"].values()]
         [container] = created["Deployment"]["spec"]["template"]["spec"]["containers"]
         assert container["image"] == IMAGE
         refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
-        assert refs == {var: {"name": OWUI, "key": key} for var, key in SECRET_KEYS.items()}
+        [secret_name] = {r["name"] for r in refs.values()}
+        assert secret_name.startswith(OWUI + "-")  # generated: never an earlier try's
+        assert refs == {var: {"name": secret_name, "key": key} for var, key in SECRET_KEYS.items()}
+        assert apiserver.forbidden() == [] and {r["user"] for r in apiserver.requests} == {"worker"}
         env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
         assert env["OPENAI_API_BASE_URLS"] == "http://dayone-sglang-run-1.bench.svc.cluster.local:30000/v1"
         password = base64.b64decode(created["Secret"]["data"]["admin-password"]).decode()
@@ -115,18 +124,20 @@ def leftover(apiserver, kube_conn, tmp_path, monkeypatch):
     execute(ctx, "deploy", "sglang")
     cfg = ctx.config.model_copy(update={"run_id": "run-1"})
     client = ctx.target.client(cfg.kubernetes.conn_id)
-    api.create_objects(client, [render_secret(cfg, "sglang", {"WEBUI_SECRET_KEY": "k" * 32}),
-                                *render_openwebui(cfg, "sglang", IMAGE)])
+    create_openwebui(client, cfg, "sglang", IMAGE, {"WEBUI_SECRET_KEY": "k" * 32})
     apiserver._store("secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "vllm-key", "namespace": NS},
                                  "data": {"api-key": "eA=="}})  # a deployment's own Secret: never DayOne's to delete
-    assert owui_objects(apiserver) == {"deployments": [OWUI], "services": [OWUI], "secrets": [OWUI], "pods": []}
+    left = owui_objects(apiserver)
+    assert left == {"deployments": [OWUI], "services": [OWUI], "secrets": left["secrets"], "pods": []}
+    assert [s[:len(OWUI) + 1] for s in left["secrets"]] == [OWUI + "-"]
     return ctx
 
 
 def test_the_engines_teardown_deletes_the_openwebui_a_stopped_step_left(apiserver, leftover):
     result = execute(leftover, "teardown", "sglang").data
     assert owui_objects(apiserver) == {"deployments": [], "services": [], "secrets": [], "pods": []}
-    assert {f"Deployment/{OWUI}", f"Service/{OWUI}", f"Secret/{OWUI}"} <= set(result["deleted"])
+    assert {f"Deployment/{OWUI}", f"Service/{OWUI}"} <= set(result["deleted"])  # the Secret went with its Service
+    assert apiserver.forbidden() == []
     assert apiserver.list("deployments", NS) == []
     assert [s["metadata"]["name"] for s in apiserver.list("secrets", NS)] == ["vllm-key"]
 
@@ -134,7 +145,8 @@ def test_the_engines_teardown_deletes_the_openwebui_a_stopped_step_left(apiserve
 def test_the_nightly_cleanup_deletes_a_killed_runs_openwebui_by_its_labels(apiserver, leftover):
     aged = KubernetesTarget(ClusterAccess(api_client=hook_api_client), clock=lambda: time.time() + 7 * 86400)
     deleted = aged.cleanup(leftover.config)
-    assert {f"Deployment/{OWUI}", f"Service/{OWUI}", f"Secret/{OWUI}"} <= set(deleted)
+    assert {f"Deployment/{OWUI}", f"Service/{OWUI}"} <= set(deleted)  # the Secret went with its Service
+    assert apiserver.forbidden() == []
     assert owui_objects(apiserver) == {"deployments": [], "services": [], "secrets": [], "pods": []}
     assert [s["metadata"]["name"] for s in apiserver.list("secrets", NS)] == ["vllm-key"]
 

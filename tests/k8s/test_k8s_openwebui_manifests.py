@@ -17,9 +17,17 @@ SECRET_VALUES = {"WEBUI_SECRET_KEY": "planted-session-key-0123", "WEBUI_ADMIN_PA
                  "OPENAI_API_KEYS": "planted-engine-key-89ab"}
 
 
+SECRET_NAME = "dayone-vllm-openwebui-nightly-2026-11-30-x7k2p"  # as the API server generated it
+SERVICE_UID = "4f1c2e9a-0d3b-4c55-9a1e-5b7d8c9e0f12"
+
+
 def objects():
+    """[Secret, Deployment, Service] as OpenWebUI's step makes them: the Secret owned by the Service as the
+    API server made it, the Deployment reading the Secret by the name the API server gave it."""
     config = seed_config()
-    return [render_secret(config, "vllm", SECRET_VALUES), *render_openwebui(config, "vllm", IMAGE)]
+    dep, svc = render_openwebui(config, "vllm", IMAGE, SECRET_NAME)
+    made = {**svc, "metadata": {**svc["metadata"], "uid": SERVICE_UID}}
+    return [render_secret(config, "vllm", SECRET_VALUES, owner=made), dep, svc]
 
 
 def _pod(objs):
@@ -50,10 +58,20 @@ def test_the_pod_is_locked_down_with_resources_and_writes_only_to_empty_dirs():
 def test_keys_reach_the_pod_only_by_reference():
     objs = objects()
     [c] = _pod(objs)["containers"]
-    refs = {e["name"]: e["valueFrom"]["secretKeyRef"]["key"] for e in c["env"] if "valueFrom" in e}
-    assert refs == SECRET_KEYS and set(objs[0]["data"]) == set(SECRET_KEYS.values())
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
+    assert refs == {var: {"name": SECRET_NAME, "key": key} for var, key in SECRET_KEYS.items()}
+    assert set(objs[0]["data"]) == set(SECRET_KEYS.values())
     spec = str(objs[1:])
     assert not any(value in spec for value in SECRET_VALUES.values())
+
+
+def test_the_secret_has_a_generated_name_and_goes_with_its_service():
+    """Owned by the Service, the garbage collector deletes it with the Service: the worker's Role needs no
+    list, read or delete of Secrets (tasks/k8s/rbac.py); a generated name is never an earlier try's."""
+    secret, _, svc = objects()
+    assert "name" not in secret["metadata"] and secret["metadata"]["generateName"] == svc["metadata"]["name"] + "-"
+    assert secret["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Service",
+                                                      "name": svc["metadata"]["name"], "uid": SERVICE_UID}]
 
 
 def test_the_pod_and_the_local_process_share_the_offline_settings():

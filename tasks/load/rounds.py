@@ -92,7 +92,7 @@ async def run_round(
             queued.write(row)
             rows.append(row)
             if progress is not None:
-                progress.advance(r.status == "ok", tag)
+                progress.answered(r, tag)
 
         arrivals = None
         if shape.rate_rps is not None:

@@ -23,6 +23,8 @@ machine or under the run's S3 staging prefix, so a later task finds them from an
     logs/<engine>.log              the engine's log as its teardown kept it, scrubbed (archived as engine.log)
     state/steps/<step>.json        each step's outcome (run-level) ...
     state/steps/<engine>-<step>.json   ... or per engine: ok, skipped, failed, not_attempted
+    progress/<engine>-<step>.json  a step running or ended, its load so far: for watching the run, never read as
+                                   evidence (tasks/state/progress.py)
     summaries/<engine>/<scenario>.json  how a performance scenario measured (design, launches, restarts; its
                                    figures are the rounds table's); the capacity search's result
     verdicts/<engine>/prefix_cache.json the prefix-cache verdict

@@ -17,6 +17,7 @@ from tasks.steps.context import NotAttempted, RunContext
 from tasks.core.names import PERF_SCENARIOS
 from tasks.state.storage import RunDir
 from tasks.state.documents import VALIDATION, StepOutcome, manifest, outcome_doc, outcomes, write_outcome
+from tasks.state.progress import step_running, step_skipped
 from tasks.steps.engine_steps import keep_perf_summary, measure_together
 from tasks.steps.protocol import Step, StepResult
 from tasks.steps.registry import STEPS
@@ -50,6 +51,7 @@ def execute(ctx: RunContext, name: str, engine: str | None = None) -> StepResult
     if not step.enabled(ctx.config):
         reason = f"{name} disabled in the run config"
         write_outcome(ctx.run_dir, StepOutcome(step=name, engine=engine, status="skipped", detail=reason))
+        step_skipped(ctx.run_dir, name, engine, reason)
         return StepResult(step=name, engine=engine, status="skipped", detail=reason)
 
     def run() -> dict[str, Any]:
@@ -79,21 +81,22 @@ def execute_group(ctx: RunContext, name: str, engines: list[str]) -> StepResult:
     if not ready:
         raise NotAttempted(f"{name}: no engine of {', '.join(engines)} is ready")
     names = [r.endpoint.engine for r in ready]
-    try:
-        _failed_before(ctx, step, list(names))
-        summaries = measure_together(ctx, ready, name)
-    except Exception as exc:
-        for e in names:  # the engines were measured together: the failure is each one's
-            with contextlib.suppress(Exception):
-                record(ctx.run_dir, name, e, lambda exc=exc: _raise(exc))
-        raise
     data: dict[str, Any] = {}
     failures: list[Exception] = []
-    for e in names:  # every engine's outcome is recorded before the first failure is raised
+    with step_running(ctx.run_dir, name, list(names)):  # one step of every engine: each records its end
         try:
-            data[e] = record(ctx.run_dir, name, e, lambda e=e: keep_perf_summary(ctx, e, name, summaries[e])).data
-        except Exception as exc:  # noqa: BLE001
-            failures.append(exc)
+            _failed_before(ctx, step, list(names))
+            summaries = measure_together(ctx, ready, name)
+        except Exception as exc:
+            for e in names:  # the engines were measured together: the failure is each one's
+                with contextlib.suppress(Exception):
+                    record(ctx.run_dir, name, e, lambda exc=exc: _raise(exc))
+            raise
+        for e in names:  # every engine's outcome is recorded before the first failure is raised
+            try:
+                data[e] = record(ctx.run_dir, name, e, lambda e=e: keep_perf_summary(ctx, e, name, summaries[e])).data
+            except Exception as exc:  # noqa: BLE001
+                failures.append(exc)
     if failures:
         raise failures[0]
     return StepResult(step=name, data={"engines": data, "design": summaries[names[0]]["design"]})
@@ -127,18 +130,23 @@ def execute_with(build: Callable[[], RunContext], run_dir: RunDir, name: str,
 
 
 def record(run_dir: RunDir, name: str, engine: str | None, call: Callable[[], dict[str, Any]]) -> StepResult:
-    """Run `call` as step `name` and write its outcome; also used by the deferred readiness wait."""
-    try:
-        data = call()
-    except NotAttempted as exc:
-        write_outcome(run_dir, StepOutcome(step=name, engine=engine, status="not_attempted", detail=str(exc)))
-        raise
-    except Exception as exc:
-        write_outcome(run_dir, StepOutcome(
-            step=name, engine=engine, status="failed", detail=desensitize(f"{type(exc).__name__}: {exc}"),
-            trace=desensitize(traceback.format_exc(limit=5))))
-        raise
-    write_outcome(run_dir, StepOutcome(step=name, engine=engine, status="ok"))
+    """Run `call` as step `name` and write its outcome; also used by the deferred readiness wait. The step's
+    progress document (tasks/state/progress.py) says it runs until then, and then how it ended."""
+    with step_running(run_dir, name, [engine]) as progress:
+        try:
+            data = call()
+        except NotAttempted as exc:
+            write_outcome(run_dir, StepOutcome(step=name, engine=engine, status="not_attempted", detail=str(exc)))
+            progress.end(engine, "not_attempted", str(exc))
+            raise
+        except Exception as exc:
+            detail = desensitize(f"{type(exc).__name__}: {exc}")
+            write_outcome(run_dir, StepOutcome(step=name, engine=engine, status="failed", detail=detail,
+                                               trace=desensitize(traceback.format_exc(limit=5))))
+            progress.end(engine, "failed", detail)
+            raise
+        write_outcome(run_dir, StepOutcome(step=name, engine=engine, status="ok"))
+        progress.end(engine, "ok")
     log.info("step %s%s done: %s", f"{engine}/" if engine else "", name, desensitize(data))
     return StepResult(step=name, engine=engine, data=data)
 

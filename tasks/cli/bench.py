@@ -153,7 +153,9 @@ def write_tables(run_dir: RunDir, out: Path, engine: str) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from tasks.cli.live import watched
     from tasks.core.desensitize import desensitize, shown_endpoint
+    from tasks.state.progress import step_running
     from tasks.evidence.restarts import restart_summary, watch_step
     from tasks.scenarios.perf import run_perf
     from tasks.scenarios.warmup import reset_shapes, run_warmup
@@ -174,14 +176,17 @@ def run(args: argparse.Namespace) -> int:
                                "model": args.model, "slo": config.slo.model_dump(), "scenarios": {}}
     # An external endpoint's restart count is only known when it is DayOne's simulator; /metrics speaks for any.
     restart_count = lambda: SimLauncher().restart_count(args.endpoint.rstrip("/"))  # noqa: E731
-    if config.scenarios.warmup:
-        summary["warmup"] = watch_step(ctx, "warmup", restart_count, lambda: run_warmup(ctx))
     failed_rounds = 0
-    for name in PERF_SCENARIOS:
-        if getattr(config.scenarios, name).enabled:
-            result = watch_step(ctx, name, restart_count, lambda: run_perf(ctx, name))
-            summary["scenarios"][name] = result
-            failed_rounds += sum(level["failed_rounds"] for level in result["levels"])
+    with watched(run_dir, lambda: out / "bench.log", "dayone bench"):
+        if config.scenarios.warmup:
+            with step_running(run_dir, "warmup", [engine]):
+                summary["warmup"] = watch_step(ctx, "warmup", restart_count, lambda: run_warmup(ctx))
+        for name in PERF_SCENARIOS:
+            if getattr(config.scenarios, name).enabled:
+                with step_running(run_dir, name, [engine]):
+                    result = watch_step(ctx, name, restart_count, lambda: run_perf(ctx, name))
+                summary["scenarios"][name] = result
+                failed_rounds += sum(level["failed_rounds"] for level in result["levels"])
     _apply_stream_rule(summary, run_dir, engine)
     summary["restarts"] = restart_summary(run_dir.read_rows("checks", engine))
     summary["send_brackets"] = send_brackets(

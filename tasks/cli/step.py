@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
+from tasks.cli.live import watched
 from tasks.config import RunConfig, read_config_file
 from tasks.load import pod_shards
 from tasks.load.pod_shards import PodShards, parse_shard, pod_group, serve_peer
@@ -16,7 +18,6 @@ from tasks.steps.context import NOT_ATTEMPTED_EXIT, NotAttempted, RunContext, lo
 from tasks.core.names import PERF_SCENARIOS
 from tasks.steps.execution import execute, execute_group
 from tasks.steps.registry import STEPS
-
 
 
 def register(sub: Any) -> None:
@@ -58,6 +59,11 @@ def _planned_config(run_id: str) -> dict[str, Any]:
     return doc["config"]
 
 
+def _log_path(ctx: RunContext, name: str, engines: list[str]) -> Path:
+    """Where a step run on a terminal logs: beside the engines' logs on this machine."""
+    return ctx.run_dir.node_dir("logs") / ("-".join(["step", name, *engines]) + ".log")
+
+
 def _run_cli(args: Any) -> int:
     from tasks.publish.archive import client_from_env
 
@@ -86,7 +92,8 @@ def _run_cli(args: Any) -> int:
     leading = contextlib.nullcontext() if pods == 1 else pod_shards.leading(PodShards(
         ctx.run_dir, group, pods, config.kubernetes.runner.cpu, config.load.streams_per_process, join_s))
     try:
-        with leading:
+        with leading, watched(ctx.run_dir, lambda: _log_path(ctx, args.name, engines),
+                              f"dayone step {args.name}"):
             if len(engines) > 1:
                 result = execute_group(ctx, args.name, engines)
             else:

@@ -2,7 +2,8 @@
 
 A small FastAPI app mounted on Airflow's API server at /dayone serves report.html from the write-once
 archive (falling back to the run's state before it is archived), behind Airflow's login and with a
-Content-Security-Policy that allows no script; a global operator extra link points every task of a
+Content-Security-Policy that allows no script; before the report exists, a page of what the run has measured
+so far, from its steps' progress documents (tasks/state/progress.py); a global operator extra link points every task of a
 DayOne DAG at it, computed from the DAG id and run id alone. Why this and not a presigned S3 URL, and
 how a run id maps to a path: docs/ARCHITECTURE.md, "How a reader reaches the report".
 """
@@ -147,6 +148,12 @@ def local_object(run_id: str, name: str) -> bytes | None:
 
 def staged_object(run_id: str, name: str) -> bytes | None:
     """`name` from the run's state under DAYONE_STAGING, or None when run state is not in S3 or lacks it."""
+    run_dir = staged_run(run_id)
+    return None if run_dir is None else run_dir.read_bytes(name)
+
+
+def staged_run(run_id: str) -> Any:
+    """The run's state under DAYONE_STAGING (a RunDir), or None when run state is not in S3."""
     from tasks.state.storage import RunDir
     from tasks.state.object_store import STAGING_ENV, S3Access, staging_from_env
 
@@ -159,7 +166,49 @@ def staged_object(run_id: str, name: str) -> bytes | None:
     conn = Connection.get_connection_from_secrets(STAGING_CONN_ID)
     extra = conn.extra_dejson or {}
     access = S3Access(extra.get("endpoint_url"), conn.login, conn.password, extra.get("region_name"))
-    return RunDir(run_id, staging_from_env(access)).read_bytes(name)  # run_id: one key segment, no dots first
+    return RunDir(run_id, staging_from_env(access))  # run_id: one key segment, no dots first
+
+
+def find_progress(airflow_run_id: str) -> list[Any]:
+    """The run's progress documents (tasks/state/progress.py) where its tasks write them: under the S3 staging
+    prefix, else this machine's run directory; empty where neither holds any."""
+    from tasks.state.progress import read_progress
+
+    from dayone_airflow.glue import dayone_run_id
+
+    run_id = dayone_run_id(airflow_run_id)
+    try:
+        staged = staged_run(run_id)
+        if staged is not None:
+            return read_progress(staged)
+    except Exception as exc:  # noqa: BLE001  (staging not reachable: said, and the local copy may serve)
+        log.warning("progress of %s: run state in S3 not readable (%s)", run_id, exc)
+    return local_progress(run_id)
+
+
+def local_progress(run_id: str) -> list[Any]:
+    """The progress documents in the run directory, none of them resolving outside the runs root; nothing is
+    created where the run has no directory."""
+    from tasks.core.progress import StepProgress
+    from tasks.state.progress import PROGRESS_DIR, in_start_order
+    from tasks.state.storage import default_root
+
+    try:
+        root = Path(os.environ.get("DAYONE_WORKDIR") or default_root()).resolve()
+        folder = (root / run_id / PROGRESS_DIR).resolve()
+        if not folder.is_relative_to(root) or not folder.is_dir():
+            return []
+        found = []
+        for doc in folder.glob("*.json"):
+            path = doc.resolve()
+            if path.is_relative_to(root) and path.is_file():
+                try:
+                    found.append(StepProgress.model_validate_json(path.read_bytes()))
+                except ValueError:
+                    continue  # being replaced, or not a progress document
+    except (OSError, RuntimeError):  # a symlink loop
+        return []
+    return in_start_order(found)
 
 
 def find_report(dag_id: str, airflow_run_id: str, name: str = REPORT) -> tuple[bytes, str] | None:
@@ -248,6 +297,8 @@ def build_report_app() -> Any:
     from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
     from airflow.api_fastapi.core_api.security import requires_access_dag
 
+    from dayone_airflow.glue import dayone_run_id
+
     # No trailing-slash redirects: `/reports/d/%2E%2E%2F` answers 404, not a redirect to a `..` URL.
     app = FastAPI(title="DayOne reports", docs_url=None, redoc_url=None, openapi_url=None, redirect_slashes=False)
     can_read_run = Depends(requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN))
@@ -267,6 +318,14 @@ def build_report_app() -> Any:
         if not is_dayone_dag(dag_id, _dag_tags(dag_id)):
             raise HTTPException(404, f"{dag_id} is not a DayOne DAG")
         found = find_report(dag_id, run_id, name)
+        if found is None and name == REPORT:
+            steps = find_progress(run_id)
+            if steps:  # the run is under way (or stopped before its report): what it has measured so far
+                from tasks.report.html import render_progress
+
+                return HTMLResponse(render_progress(dayone_run_id(run_id), steps), headers={
+                    "Content-Security-Policy": REPORT_CSP, "X-Content-Type-Options": "nosniff",
+                    "Cache-Control": "no-store", "X-DayOne-Report-Source": "progress"})
         if found is None:
             raise HTTPException(404, f"no {name} for run {run_id} of {dag_id} yet: its report task has not "
                                      "finished, or the run was never archived")

@@ -2,7 +2,9 @@
 
 Every bar or point that carries a median also shows its round values (small dots) and a red
 "spread" mark when they spread more than 25% of the median. The first-encounter round's P95/P99
-sits beside the medians. An engine whose TTFT is not published never appears on a TTFT axis: it
+sits beside the medians. A chart draws what its data can show: a line joins load levels only where an
+engine has two or more (one level: each engine's point with its interval), and a log axis carries
+points with whiskers, never bars (a bar's length means nothing on it). An engine whose TTFT is not published never appears on a TTFT axis: it
 gets an E2E panel instead, with the reason in its title. A forest plot per scenario shows each
 engine against the base engine: the ratio and its confidence interval, with the line at 1.
 
@@ -23,8 +25,9 @@ from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.perf import PerfLevel
 from tasks.stats.reliability import WITHHELD
 from tasks.report.frontier import frontier_chart
-from tasks.report.plotting import (bar_with_rounds, empty_axes, engine_colors, legend, new_figure, png_bytes,
-                                   round_dot_legend, round_values, spread_mark, style_axes)
+from tasks.report.plotting import (bar_with_rounds, empty_axes, engine_colors, legend, mean_with_interval,
+                                   median_with_range, new_figure, one_level, png_bytes, round_dot_legend,
+                                   round_values, spread_mark, style_axes)
 
 PASS_COLOR, FAIL_COLOR = "#2e7d32", "#c62828"
 # Ratio ticks: fine for narrow intervals, coarse when an interval spans more than a factor of 3
@@ -58,15 +61,20 @@ def render_charts(summary: RunSummary) -> dict[str, bytes]:
 # ---- charts ----------------------------------------------------------------------------------------
 
 
+THROUGHPUT_PANELS = (("output_tps", "output tokens/s"), ("request_tps", "requests/s"))
+
+
 def throughput_chart(summary: RunSummary) -> bytes | None:
-    """Output tokens/s against concurrency (short scenario), per engine: median line, round dots."""
+    """Output tokens/s against concurrency (short scenario), per engine: median line, round dots. Where no
+    engine measured two levels there is nothing to join: each engine's point with its interval instead."""
     engines = summary.engines
     if not any(e.levels("short") for e in engines.values()):
         return None
+    if one_level(engines, "short"):
+        return one_level_throughput_chart(summary)
     colors = engine_colors(summary)
     fig, axes = new_figure(11, 4.0, ncols=2)
-    for ax, figure_name, ylabel in ((axes[0][0], "output_tps", "output tokens/s"),
-                                    (axes[0][1], "request_tps", "requests/s")):
+    for ax, (figure_name, ylabel) in zip(axes[0], THROUGHPUT_PANELS):
         ticks: set[int] = set()
         for k, (name, e) in enumerate(engines.items()):
             levels = [lv for lv in e.levels("short") if lv.median(figure_name) and lv.concurrency is not None]
@@ -100,8 +108,35 @@ def throughput_chart(summary: RunSummary) -> bytes | None:
     return png_bytes(fig)
 
 
+def one_level_throughput_chart(summary: RunSummary) -> bytes:
+    """The short scenario at one level per engine: each engine's output tokens/s and requests/s as the
+    geometric mean of its rounds with its interval, the rounds beside it. No line: one level has no trend."""
+    colors = engine_colors(summary)
+    shown = {n: e.levels("short")[0] for n, e in summary.engines.items() if e.levels("short")}
+    labels = one_level(summary.engines, "short") or []
+    at = f" at {labels[0]}" if len(labels) == 1 else ""
+    fig, axes = new_figure(11, 3.8, ncols=2)
+    for ax, (figure_name, ylabel) in zip(axes[0], THROUGHPUT_PANELS):
+        for i, (name, lv) in enumerate(shown.items()):
+            firsts = tuple(r in lv.first_encounter_rounds for r in lv.rounds)
+            mean_with_interval(ax, i, lv.figures.get(figure_name), colors[name], summary.confidence,
+                               first_rounds=firsts)
+        ax.scatter([], [], s=16, marker="o", facecolors="none", edgecolors="gray", label="round values")
+        ax.scatter([], [], s=16, marker="^", facecolors="none", edgecolors="gray", label="first-encounter round")
+        ax.errorbar([], [], yerr=[], fmt="o", color="gray", capsize=5,
+                    label=f"geometric mean, {summary.confidence:.0%} interval")
+        ax.set_xticks(range(len(shown)), [n if at else f"{n}\n{lv.label}" for n, lv in shown.items()])
+        ax.set_xlim(-0.6, len(shown) - 0.4)
+        ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.15)
+        style_axes(ax, f"short scenario{at}: {ylabel}", ylabel)
+        legend(ax, loc="lower right")
+    return png_bytes(fig)
+
+
 def ttft_chart(summary: RunSummary) -> bytes | None:
-    """Per engine: P50/P95/P99 medians with round dots, first-encounter P95/P99 hatched beside them.
+    """Per engine: P50/P95/P99 as points at the median over rounds, each whisker spanning its rounds, on a log
+    axis (first-encounter tails can be tens of times the steady figures); the first-encounter round's P95/P99
+    as triangles beside them.
 
     An engine whose TTFT is not published shows the same for E2E, titled with the reason.
     """
@@ -114,31 +149,43 @@ def ttft_chart(summary: RunSummary) -> bytes | None:
         ax = axes[row][0]
         metric = "ttft" if e.ttft_published else "e2e"
         levels = e.levels("short")
-        width = 0.15
+        step = 0.15
         drawn = [v for lv in levels for p in ("p50", "p95", "p99")
                  for v in round_values(lv.figures.get(f"{metric}_{p}_s")) if v > 0]
+        ticks: list[tuple[float, str]] = []
         for i, lv in enumerate(levels):
             for j, p in enumerate(("p50", "p95", "p99")):
-                bar_with_rounds(ax, i + (j - 2) * width, width, lv.figures.get(f"{metric}_{p}_s"), shades[p],
-                                  label=f"{p.upper()} (median of rounds)")
+                median_with_range(ax, i + (j - 2) * step, lv.figures.get(f"{metric}_{p}_s"), shades[p])
+                ticks.append((i + (j - 2) * step, p.upper()))
             first = lv.first_encounter
             for j, p in enumerate(("p95", "p99")):
                 v = None if first is None else first.figure(f"{metric}_{p}_s")
                 if v is not None:
-                    ax.bar(i + (j + 1) * width, v, width, color="#ef6c00", alpha=0.4 if p == "p95" else 0.7,
-                           hatch="//", edgecolor="#ef6c00", label=f"first-encounter round {p.upper()}")
+                    ax.plot([i + (j + 1) * step], [v], "^", color="#ef6c00", alpha=0.5 if p == "p95" else 0.9,
+                            markersize=8)
+                    ticks.append((i + (j + 1) * step, f"first\n{p.upper()}"))
+                    drawn.append(v)
+        ax.errorbar([], [], yerr=[], fmt="o", color="gray", capsize=4, label="median of rounds, whisker: lowest "
+                    "to highest round")
+        ax.plot([], [], "^", color="#ef6c00", markersize=8, label="first-encounter round")
         round_dot_legend(ax)
-        ax.set_xticks(range(len(levels)), [lv.label for lv in levels])
+        ax.set_xticks([x for x, _ in ticks], [t for _, t in ticks], fontsize=7)
+        ax.set_xlim(-0.6, len(levels) - 0.4)
+        by_level = ax.secondary_xaxis(-0.16)  # the load level under its marks
+        by_level.set_xticks(range(len(levels)), [lv.label for lv in levels])
+        by_level.tick_params(length=0, labelsize=9)
+        by_level.spines["bottom"].set_visible(False)
         if drawn:  # a level whose rounds all failed draws nothing, and a log axis needs a value
             ax.set_yscale("log")  # first-encounter tails can be tens of times the steady figures
-            ax.set_ylim(bottom=min(drawn) / 2)  # a log axis has no zero: show every bar's foot
+            ax.set_ylim(min(drawn) / 1.5, max(drawn) * 1.5)
             _seconds_axis(ax)
+        where = f"at {levels[0].label}" if len(levels) == 1 else "by concurrency"
         if metric == "ttft":
-            title = f"{name}: TTFT by concurrency (short)"
+            title = f"{name}: TTFT {where} (short)"
         else:
-            title = f"{name}: E2E by concurrency (short)\nTTFT not published: {_short(e.ttft.reason, 110)}"
+            title = f"{name}: E2E {where} (short)\nTTFT not published: {_short(e.ttft.reason, 110)}"
         style_axes(ax, title, f"{metric.upper()} (log scale)")
-        legend(ax, loc="best", ncols=3)
+        legend(ax, loc="best")
     return png_bytes(fig)
 
 
@@ -425,5 +472,5 @@ def _short(text: Any, limit: int = 70) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
-__all__ = ["render_charts", "throughput_chart", "ttft_chart", "decode_prefill_chart", "long_context_chart",
+__all__ = ["render_charts", "throughput_chart", "one_level_throughput_chart", "ttft_chart", "decode_prefill_chart", "long_context_chart",
            "prefix_cache_chart", "capacity_chart", "telemetry_chart", "forest_chart"]

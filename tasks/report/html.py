@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import base64
 import functools
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
+from tasks.core.progress import RUNNING, StepProgress, clock
 from tasks.report.decision import LEAD_WORDS
 from tasks.report.frontier import frontier, frontier_scenarios
+from tasks.report.plotting import one_level
 from tasks.report.schema import RunSummary
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.functional import Needle
@@ -67,6 +70,50 @@ def render_html(summary: RunSummary, charts: dict[str, bytes] | None = None) -> 
     return _environment().get_template("report.html").render(summary=summary, charts=encoded)
 
 
+PROGRESS_REFRESH_S = 15  # the in-progress page reloads itself (a meta refresh: the page runs no script)
+
+
+@dataclass(frozen=True)
+class EngineProgress:
+    steps: list[StepProgress]  # in the order they started
+
+    @property
+    def done(self) -> list[StepProgress]:
+        return [p for p in self.steps if p.state != RUNNING]
+
+    @property
+    def running(self) -> list[StepProgress]:
+        return [p for p in self.steps if p.state == RUNNING]
+
+    @property
+    def states(self) -> dict[str, int]:
+        return dict(Counter(p.state for p in self.done))
+
+    @property
+    def requests(self) -> int:
+        return sum(p.load.done for p in self.steps if p.load)
+
+    @property
+    def failed_requests(self) -> int:
+        return sum(p.load.failed for p in self.steps if p.load)
+
+
+def render_progress(run_id: str, steps: list[StepProgress], now: float | None = None) -> str:
+    """The page a reader gets before the run's report exists: each engine's steps done, the step running now
+    with its round, and the requests failed so far (tasks/state/progress.py)."""
+    import datetime as dt
+    import time
+
+    now = time.time() if now is None else now
+    engines: dict[str, list[StepProgress]] = {}
+    for p in steps:
+        engines.setdefault(p.who, []).append(p)
+    at = dt.datetime.fromtimestamp(now, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return _environment().get_template("progress.html").render(
+        run_id=run_id, engines={who: EngineProgress(s) for who, s in engines.items()}, at=at, now=now,
+        refresh_s=PROGRESS_REFRESH_S)
+
+
 @functools.cache
 def _environment() -> Environment:
     env = Environment(
@@ -77,13 +124,14 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(num=num, percent=percent, clip=clip, ttft_reason=ttft_reason)
+    env.filters.update(num=num, percent=percent, clip=clip, ttft_reason=ttft_reason, clock=clock)
     env.globals.update(ratio_interval=ratio_interval)
     env.globals.update(
         TOPICS=TOPICS, FIGURE_WORDS=FIGURE_WORDS, LEAD_WORDS=LEAD_WORDS, BADGE_CLASSES=BADGE_CLASSES,
         SEVERITY_CLASSES=SEVERITY_CLASSES,
         measured=measured, comparison_rows=comparison_rows, needle_table=needle_table, check_matrix=check_matrix,
-        frontier=frontier, frontier_scenarios=frontier_scenarios,
+        frontier=frontier, frontier_scenarios=frontier_scenarios, one_level=one_level,
+        answered_none=answered_none,
     )
     return env
 
@@ -194,6 +242,17 @@ def needle_table(engine: EngineSummary) -> NeedleTable:
 
 def _needle_detail(n: Needle) -> str:
     return f"answer {n.answer!r}" if n.status == "ok" else f"{n.status}: {n.error or ''}"
+
+
+def answered_none(engines: dict[str, EngineSummary]) -> list[tuple[str, int]] | None:
+    """(engine, items asked) for each engine that ran the answers step, when none of them answered any item
+    right: nothing tells the engines apart on answers then, so the report says so instead of comparing them.
+    None when some engine answered an item right, or none ran the step."""
+    asked = {n: sum(a.items for a in e.quality.families.values()) for n, e in engines.items() if e.quality}
+    if not sum(asked.values()) or any(a.correct for e in engines.values() if e.quality
+                                      for a in e.quality.families.values()):
+        return None
+    return list(asked.items())
 
 
 def check_matrix(engines: dict[str, EngineSummary]) -> tuple[list[str], list[str]]:

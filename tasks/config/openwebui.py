@@ -27,6 +27,15 @@ def offline_settings(engine_v1_url: str) -> dict[str, str]:
     }
 
 
+def tls_settings(ca_bundle: str | None, verify: bool) -> dict[str, str]:
+    """OpenWebUI's trust of the engine's certificate, as every DayOne path to the engine has it (the engine's
+    tls_ca_bundle and tls_verify): AIOHTTP_CLIENT_SESSION_SSL (open_webui/env.py), which its model list and
+    chat requests to the engine use; a CA bundle path, or False for no check."""
+    if not verify:
+        return {"AIOHTTP_CLIENT_SESSION_SSL": "False"}
+    return {"AIOHTTP_CLIENT_SESSION_SSL": ca_bundle} if ca_bundle else {}
+
+
 def serve_argv(python: str, host: str, port: int) -> list[str]:
     """OpenWebUI's server, as `open-webui serve` and the image's start.sh run it."""
     return [python, "-m", "uvicorn", "open_webui.main:app", "--host", host, "--port", str(port)]

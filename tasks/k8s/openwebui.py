@@ -14,7 +14,7 @@ import base64
 from typing import Any
 
 from tasks.config import RunConfig
-from tasks.config.openwebui import ADMIN, offline_settings, serve_argv
+from tasks.config.openwebui import ADMIN, offline_settings, serve_argv, tls_settings
 from tasks.engines import adapter_for
 from tasks.k8s.manifests import (LABEL_MANAGED_BY, LABEL_RUN, MANAGED_BY, PORT_NAME, _env, _pod_spec, _probe,
                                  _security, label_value, object_name, service_url)
@@ -27,6 +27,8 @@ WORKDIR = "/app/backend"  # the image's WORKDIR: `python -m uvicorn open_webui.m
 # Where it writes, each an emptyDir: its database and uploads, the static files it copies at start, temp files.
 WRITABLE = {"data": "/var/lib/openwebui/data", "static": "/var/lib/openwebui/static", "tmp": "/tmp"}
 # The Secret's keys and the variables that read them (the engine's key from its api_key_secret where it has one).
+# The engine's CA bundle (its tls_ca_bundle, read where DayOne runs) as a key of the Secret, mounted as a file.
+CA_KEY, CA_DIR, CA_FILE = "engine-ca.pem", "/etc/dayone/engine-ca", "ca.pem"
 SECRET_KEYS = {"WEBUI_SECRET_KEY": "webui-secret-key", "WEBUI_ADMIN_PASSWORD": "admin-password",
                "OPENAI_API_KEYS": "openai-api-keys"}
 # About 880 MiB resident after start, more while it streams a chat; no CPU limit (throttling slows its start).
@@ -49,16 +51,21 @@ def _labels(run_id: str, engine: str) -> dict[str, str]:
             LABEL_FOR: engine}
 
 
-def engine_v1_url(config: RunConfig, engine: str) -> str:
-    """The engine's Service as a pod in the namespace reaches it (cluster DNS), with OpenAI's /v1."""
+def engine_v1_url(config: RunConfig, engine: str, scheme: str = "http") -> str:
+    """The engine's Service as a pod in the namespace reaches it (cluster DNS), with OpenAI's /v1; `scheme`: the
+    one DayOne reaches the engine with (https where it serves TLS)."""
     port = adapter_for(config.engine(engine).dialect).default_port
-    return service_url(object_name(config.run_id, engine), config.kubernetes.namespace, port) + "/v1"
+    url = service_url(object_name(config.run_id, engine), config.kubernetes.namespace, port) + "/v1"
+    return scheme + url.removeprefix("http")
 
 
-def pod_env(config: RunConfig, engine: str, secret: str) -> list[dict[str, Any]]:
-    """The local process's offline settings (tasks/openwebui/server.py), the pod's paths, keys by reference."""
-    values = {**offline_settings(engine_v1_url(config, engine)), "DATA_DIR": WRITABLE["data"],
-              "STATIC_DIR": WRITABLE["static"], "HOME": WRITABLE["tmp"],
+def pod_env(config: RunConfig, engine: str, secret: str, engine_url: str | None = None) -> list[dict[str, Any]]:
+    """The local process's offline settings (tasks/openwebui/server.py), the pod's paths, keys by reference, and
+    the engine's TLS trust (its CA bundle mounted from the Secret)."""
+    spec = config.engine(engine)
+    values = {**offline_settings(engine_url or engine_v1_url(config, engine)),
+              **tls_settings(f"{CA_DIR}/{CA_FILE}" if spec.tls_ca_bundle else None, spec.tls_verify),
+              "DATA_DIR": WRITABLE["data"], "STATIC_DIR": WRITABLE["static"], "HOME": WRITABLE["tmp"],
               "WEBUI_ADMIN_EMAIL": ADMIN["email"], "WEBUI_ADMIN_NAME": ADMIN["name"]}
     refs = {var: {"name": secret, "key": key} for var, key in SECRET_KEYS.items()}
     engine_key = config.engine(engine).api_key_secret
@@ -67,23 +74,28 @@ def pod_env(config: RunConfig, engine: str, secret: str) -> list[dict[str, Any]]
     return _env(values) + [{"name": var, "valueFrom": {"secretKeyRef": ref}} for var, ref in sorted(refs.items())]
 
 
-def render_secret(config: RunConfig, engine: str, values: dict[str, str], owner: dict[str, Any]) -> dict[str, Any]:
-    """The Secret of `values` (variable -> value, SECRET_KEYS' variables), owned by `owner` (OpenWebUI's Service
-    as the API server made it), its name generated: a Secret of an earlier try that the garbage collector has not
-    removed yet never holds the name. Never recorded by the run."""
+def render_secret(config: RunConfig, engine: str, values: dict[str, str], owner: dict[str, Any],
+                  ca_pem: str | None = None) -> dict[str, Any]:
+    """The Secret of `values` (variable -> value, SECRET_KEYS' variables) and the engine's CA bundle `ca_pem`,
+    owned by `owner` (OpenWebUI's Service as the API server made it), its name generated: a Secret of an earlier
+    try that the garbage collector has not removed yet never holds the name. Never recorded by the run."""
     meta = owner["metadata"]
+    data = {SECRET_KEYS[var]: base64.b64encode(value.encode()).decode() for var, value in values.items()}
+    if ca_pem is not None:
+        data[CA_KEY] = base64.b64encode(ca_pem.encode()).decode()
     return {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
             "metadata": {"generateName": openwebui_name(config.run_id, engine) + "-",
                          "namespace": config.kubernetes.namespace, "labels": _labels(config.run_id, engine),
                          "ownerReferences": [{"apiVersion": "v1", "kind": "Service", "name": meta["name"],
                                               "uid": meta["uid"]}]},
-            "data": {SECRET_KEYS[var]: base64.b64encode(value.encode()).decode() for var, value in values.items()}}
+            "data": data}
 
 
-def render_openwebui(config: RunConfig, engine: str, image_ref: str, secret: str | None = None
-                     ) -> list[dict[str, Any]]:
-    """[Deployment, Service] of OpenWebUI in front of `engine`, running `image_ref` (pinned by digest), its keys
-    read from the Secret `secret` (the name the API server gave it; a dry run shows OpenWebUI's own name)."""
+def render_openwebui(config: RunConfig, engine: str, image_ref: str, secret: str | None = None,
+                     engine_url: str | None = None) -> list[dict[str, Any]]:
+    """[Deployment, Service] of OpenWebUI in front of `engine` (at `engine_url`, default its Service over http),
+    running `image_ref` (pinned by digest), its keys and the engine's CA bundle read from the Secret `secret`
+    (the name the API server gave it; a dry run shows OpenWebUI's own name)."""
     if "@sha256:" not in image_ref:
         from tasks.k8s.manifests import ManifestError
 
@@ -99,7 +111,7 @@ def render_openwebui(config: RunConfig, engine: str, image_ref: str, secret: str
         "imagePullPolicy": "IfNotPresent",
         "command": serve_argv("python", "0.0.0.0", PORT),
         "workingDir": WORKDIR,
-        "env": pod_env(config, engine, secret or name),
+        "env": pod_env(config, engine, secret or name, engine_url),
         "ports": [{"name": PORT_NAME, "containerPort": PORT, "protocol": "TCP"}],
         "resources": RESOURCES,
         "volumeMounts": [{"name": n, "mountPath": path} for n, path in WRITABLE.items()],
@@ -109,7 +121,11 @@ def render_openwebui(config: RunConfig, engine: str, image_ref: str, secret: str
         "securityContext": container_security,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    volumes = [{"name": n, "emptyDir": {}} for n in WRITABLE]
+    volumes: list[dict[str, Any]] = [{"name": n, "emptyDir": {}} for n in WRITABLE]
+    if config.engine(engine).tls_ca_bundle:  # the engine's CA, from the Secret, where tls_settings points
+        volumes.append({"name": "engine-ca", "secret": {"secretName": secret or name,
+                                                        "items": [{"key": CA_KEY, "path": CA_FILE}]}})
+        container["volumeMounts"].append({"name": "engine-ca", "mountPath": CA_DIR, "readOnly": True})
     pod_spec = _pod_spec(k8s.service_account, pod_security, container, volumes)
     if k8s.tolerations:
         pod_spec["tolerations"] = [dict(t) for t in k8s.tolerations]

@@ -169,8 +169,10 @@ def check_started(start: StartOpenWebUI, model: str, engine_reasons: bool | None
 def check_endpoint(endpoint: EngineEndpoint, venv: Path, data_dir: Path, engine_reasons: bool | None
                    ) -> tuple[list[CheckResult], dict[str, Any]]:
     """Start OpenWebUI locally in `data_dir` and judge it."""
+    access = endpoint.access
     return check_started(lambda: running_openwebui(venv, data_dir, endpoint.base_url.rstrip("/") + "/v1",
-                                                   endpoint.access.api_key), endpoint.model, engine_reasons)
+                                                   access.api_key, ca_bundle=access.ca_bundle, verify=access.verify),
+                         endpoint.model, engine_reasons)
 
 
 def engine_reasons(ctx: EngineContext) -> bool | None:

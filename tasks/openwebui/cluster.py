@@ -12,7 +12,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -30,6 +32,8 @@ class ClusterRun(Protocol):
     target: Any
 
     def endpoint_access(self, engine: str) -> Any: ...
+
+    def deployment(self, engine: str) -> Any: ...
 
 FIELD = "scenarios.openwebui.image"
 
@@ -61,7 +65,8 @@ def pin_openwebui(ctx: ClusterRun) -> dict[str, Any]:
 def openwebui_beside_engine(ctx: ClusterRun, engine: str, timeout_s: float | None = None) -> Iterator[OpenWebUIPod]:
     """Deploy OpenWebUI in front of `engine`'s Service, wait until it serves, remove it afterwards."""
     from tasks.k8s import api
-    from tasks.k8s.openwebui import PORT, STARTUP_TIMEOUT_S, openwebui_name, openwebui_selector, render_openwebui
+    from tasks.k8s.openwebui import (PORT, STARTUP_TIMEOUT_S, engine_v1_url, openwebui_name, openwebui_selector,
+                                     render_openwebui)
     from tasks.engines.readiness import DeployError
     from tasks.targets.kubernetes import _without_env_values
 
@@ -80,8 +85,9 @@ def openwebui_beside_engine(ctx: ClusterRun, engine: str, timeout_s: float | Non
     client = target.client(k8s.conn_id)
     api.delete_selected(client, k8s.namespace, selector)  # what an earlier try left (its Secret goes with it)
     started = time.monotonic()
-    try:
-        objects = create_openwebui(client, cfg, engine, pinned["pinned_ref"], values)
+    engine_url = engine_v1_url(cfg, engine, urlsplit(ctx.deployment(engine).base_url).scheme or "http")
+    try:  # the engine at its Service, over TLS where DayOne reaches it so
+        objects = create_openwebui(client, cfg, engine, pinned["pinned_ref"], values, engine_url)
         ctx.run_dir.write_json(openwebui_objects_doc(engine), _without_env_values(objects))  # the Secret never
         base_url = target.service_address(name, k8s.namespace, PORT)
         _wait_serving(target, client, k8s.namespace, name, selector, base_url, timeout_s or STARTUP_TIMEOUT_S)
@@ -93,16 +99,19 @@ def openwebui_beside_engine(ctx: ClusterRun, engine: str, timeout_s: float | Non
         api.delete_selected(client, k8s.namespace, selector)
 
 
-def create_openwebui(client: Any, cfg: Any, engine: str, image_ref: str, values: dict[str, str]
-                     ) -> list[dict[str, Any]]:
-    """OpenWebUI's objects made in order: the Service, the Secret of `values` it owns (the garbage collector
-    deletes it with the Service), then the Deployment reading that Secret. [Deployment, Service] as applied."""
+def create_openwebui(client: Any, cfg: Any, engine: str, image_ref: str, values: dict[str, str],
+                     engine_url: str | None = None) -> list[dict[str, Any]]:
+    """OpenWebUI's objects made in order: the Service, the Secret of `values` (and the engine's CA bundle, read
+    here from its tls_ca_bundle) that the Service owns (the garbage collector deletes it with the Service), then
+    the Deployment reading that Secret, in front of the engine at `engine_url`. [Deployment, Service] as applied."""
     from tasks.k8s import api
     from tasks.k8s.openwebui import render_openwebui, render_secret
 
+    ca_bundle = cfg.engine(engine).tls_ca_bundle
+    ca_pem = Path(ca_bundle).read_text() if ca_bundle else None
     service = api.create_object(client, render_openwebui(cfg, engine, image_ref)[1])
-    secret = api.create_object(client, render_secret(cfg, engine, values, owner=service))
-    deployment, rendered_service = render_openwebui(cfg, engine, image_ref, secret["metadata"]["name"])
+    secret = api.create_object(client, render_secret(cfg, engine, values, owner=service, ca_pem=ca_pem))
+    deployment, rendered_service = render_openwebui(cfg, engine, image_ref, secret["metadata"]["name"], engine_url)
     api.create_object(client, deployment)
     return [deployment, rendered_service]
 

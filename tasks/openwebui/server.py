@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 
 from tasks.core.polling import TimedOut, poll
-from tasks.config.openwebui import OPENWEBUI_VERSION, offline_settings, serve_argv
+from tasks.config.openwebui import OPENWEBUI_VERSION, offline_settings, serve_argv, tls_settings
 from tasks.core.ports import free_port
 from tasks.core.processes import start_group, stop_group
 
@@ -40,10 +40,12 @@ def venv_path(configured: str | None = None) -> Path:
 
 
 
-def offline_env(data_dir: Path, engine_v1_url: str, api_key: str | None, secret_key: str) -> dict[str, str]:
-    """The local process's environment: the shared settings, its data directory and keys."""
+def offline_env(data_dir: Path, engine_v1_url: str, api_key: str | None, secret_key: str,
+                ca_bundle: str | None = None, verify: bool = True) -> dict[str, str]:
+    """The local process's environment: the shared settings, its data directory, keys and the engine's TLS trust."""
     return {
         **offline_settings(engine_v1_url),
+        **tls_settings(ca_bundle, verify),
         "FROM_INIT_PY": "true",  # as `open-webui serve` sets it: the pip package's bundled front end and static files
         "DATA_DIR": str(data_dir),
         "WEBUI_SECRET_KEY": secret_key,
@@ -69,12 +71,16 @@ class OpenWebUI:
 
 @contextmanager
 def running_openwebui(venv: Path, data_dir: Path, engine_v1_url: str, api_key: str | None = None,
-                      timeout_s: float = 240.0, secret_key: str | None = None) -> Iterator[OpenWebUI]:
-    """Start OpenWebUI against `engine_v1_url`, wait until /health answers, stop its process group after."""
+                      timeout_s: float = 240.0, secret_key: str | None = None, ca_bundle: str | None = None,
+                      verify: bool = True) -> Iterator[OpenWebUI]:
+    """Start OpenWebUI against `engine_v1_url` (trusting `ca_bundle`, or checking no certificate without
+    `verify`), wait until /health answers, stop its process group after."""
+    if ca_bundle and not Path(ca_bundle).is_file():  # OpenWebUI would ignore it silently, then fail to verify
+        raise OpenWebUIError(f"the engine's tls_ca_bundle {ca_bundle} is not a file OpenWebUI can read")
     data_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log_path = data_dir / "openwebui.log"
-    env = offline_env(data_dir, engine_v1_url, api_key, secret_key or secrets.token_hex(16))
+    env = offline_env(data_dir, engine_v1_url, api_key, secret_key or secrets.token_hex(16), ca_bundle, verify)
     started = time.monotonic()
     proc = start_group(serve_argv(str(venv / "bin" / "python"), "127.0.0.1", port), log_path, env=env, cwd=data_dir)
     ui = OpenWebUI(f"http://127.0.0.1:{port}", data_dir, log_path, proc.pid, 0.0)

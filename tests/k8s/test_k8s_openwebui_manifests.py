@@ -117,3 +117,38 @@ def test_an_engine_key_in_a_secret_is_read_from_that_secret_not_copied():
     refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e}
     assert refs["OPENAI_API_KEYS"] == {"name": "vllm-key", "key": "api-key"}
     assert refs["WEBUI_ADMIN_PASSWORD"]["name"] == dep["metadata"]["name"]
+
+
+@pytest.mark.parametrize("kube_version", KUBE_VERSIONS[::3])
+def test_the_pod_trusts_the_engine_as_every_other_path_does(kube_version):
+    """The engine's CA bundle (tls_ca_bundle, read where DayOne runs) travels in OpenWebUI's Secret, is mounted
+    as a file and named by AIOHTTP_CLIENT_SESSION_SSL, and the pod reaches the engine over https where DayOne
+    does; with tls_verify false OpenWebUI checks no certificate either."""
+    from tasks.config import parse_run_config
+    from tasks.k8s.openwebui import CA_DIR, CA_FILE, CA_KEY, engine_v1_url
+
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB...internal CA...\n-----END CERTIFICATE-----\n"
+    doc = seed_config().model_dump(mode="json", exclude_unset=True)
+    doc["engines"][1]["tls_ca_bundle"] = "/etc/dayone/internal-ca.pem"
+    config = parse_run_config(doc)
+    dep, svc = render_openwebui(config, "vllm", IMAGE, SECRET_NAME, engine_v1_url(config, "vllm", "https"))
+    secret = render_secret(config, "vllm", SECRET_VALUES, {**svc, "metadata": {**svc["metadata"], "uid": SERVICE_UID}},
+                           ca_pem=pem)
+    for obj in (secret, dep):
+        kubernetes_validate.validate(obj, kube_version, strict=True)
+    pod = dep["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["AIOHTTP_CLIENT_SESSION_SSL"] == f"{CA_DIR}/{CA_FILE}"
+    assert env["OPENAI_API_BASE_URLS"] == "https://dayone-vllm-nightly-2026-11-30.bench.svc.cluster.local:8000/v1"
+    [volume] = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"] == {"secretName": SECRET_NAME, "items": [{"key": CA_KEY, "path": CA_FILE}]}
+    assert {"name": volume["name"], "mountPath": CA_DIR, "readOnly": True} in c["volumeMounts"]
+    assert __import__("base64").b64decode(secret["data"][CA_KEY]).decode() == pem
+
+    doc["engines"][1].pop("tls_ca_bundle")
+    doc["engines"][1]["tls_verify"] = False
+    [dep, _] = render_openwebui(parse_run_config(doc), "vllm", IMAGE, SECRET_NAME)
+    pod = dep["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["AIOHTTP_CLIENT_SESSION_SSL"] == "False" and not [v for v in pod["volumes"] if "secret" in v]

@@ -5,7 +5,8 @@ engine already names a digest; `--offline` refuses to touch the network. Every o
 against the official Kubernetes schema before it is written.
 
 `dayone render --runner-pod-template IMAGE --out DIR` writes the KubernetesExecutor pod template
-of the runner image instead (no run config needed).
+of the runner image instead (no run config needed). With a run config it also writes rbac.yaml: the Roles
+a run of it needs (tasks/k8s/rbac.py), the worker's reading the Secrets the config names.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tasks.k8s.images import pinned_from_config
 from tasks.k8s.manifests import ManifestError, render_engine, runner_pod_template, validate_objects
 
 RUNNER_POD_TEMPLATE_FILE = "runner-pod-template.yaml"
+RBAC_FILE = "rbac.yaml"
 
 
 def render_run(
@@ -96,6 +98,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     for p in write_manifests(rendered, args.out):
         print(p)
+    from tasks.k8s.rbac import roles_for
+
+    (args.out / RBAC_FILE).write_text(yaml.safe_dump_all(roles_for(config), sort_keys=False), encoding="utf-8")
+    print(args.out / RBAC_FILE)
     (args.out / "pinned.json").write_text(json.dumps(pinned, indent=2, sort_keys=True), encoding="utf-8")
     return 0
 

@@ -238,3 +238,24 @@ def test_deploy_docs_show_the_roles():
     text = (REPO / "docs" / "deploy.md").read_text()
     [block] = re.findall(r"```yaml\n(# dayone RBAC.*?)```", text, re.S)
     assert list(yaml.safe_load_all(block)) == roles("dayone", ["vllm-key"])
+
+
+def test_dayone_render_writes_the_roles_a_config_needs(tmp_path):
+    """The worker's Role depends on the config (the Secrets its engines name): `dayone render` writes it."""
+    from test_k8s_manifests import seed_config
+
+    from tasks import cli
+    from tasks.config import parse_run_config
+    from tasks.k8s.rbac import roles_for
+
+    doc = seed_config().model_dump(mode="json")
+    for engine in doc["engines"]:
+        engine["digest"] = "sha256:" + "5" * 64
+    doc["engines"][1]["api_key_secret"] = {"name": "vllm-key", "key": "api-key"}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert cli.main(["render", "--config", str(path), "--out", str(tmp_path / "out"), "--offline"]) == 0
+    written = list(yaml.safe_load_all((tmp_path / "out" / "rbac.yaml").read_text()))
+    assert written == roles_for(parse_run_config({**doc, "run_id": "dry-run", "target": "kubernetes"}))
+    [named] = [r for r in written[0]["rules"] if r.get("resourceNames")]
+    assert named == {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["vllm-key"], "verbs": ["get"]}

@@ -4,8 +4,9 @@ The teardown step keeps the log as the platform holds it (the pod's container lo
 first after a restart; a local process's log file, every launch of the run appended, its last 2 MB), scrubbed
 like every record, as logs/<engine>.log; the archive stores it as engine.log beside the tables.
 
-A first-encounter round, or a round whose P99 lies OUTLIER times above its level's median, is held against
-the log: its slowest request's span (send to last event) is searched for the engine's compile, graph-capture
+A first-encounter round whose P99 is FIRST_TAIL times the steady median of its shape (warmup rounds
+included: the compile they paid), or a measured round OUTLIER times it, is held against the log: its slowest
+request's span (send to last event) is searched for the engine's compile, graph-capture
 or JIT lines (the adapter's startup patterns `cuda_graph_capture` and `autotune_jit`) and for its preemption
 or retraction lines (the adapter's word for them). A line coincides when the second its stamp names (engines
 stamp whole seconds) overlaps the span, begun SEND_SLACK_S early (the client stamps a send once it is
@@ -30,7 +31,8 @@ from tasks.state.documents import kept_log_doc
 log = logging.getLogger("dayone.steps")
 
 COMPILE_FINDINGS = ("cuda_graph_capture", "autotune_jit")
-OUTLIER = 2.0  # a round's P99 this many times its level's median is an outlier
+OUTLIER = 2.0  # a round's P99 this many times its shape's steady median is an outlier
+FIRST_TAIL = 1.5  # a first encounter's P99 this many times it is a tail (the decision's first-encounter rule)
 SEND_SLACK_S = 0.05  # the client stamps a send once written: the engine may log it a moment before
 SPAN_MARGIN_S = 600.0  # a log with no stamp within the run's span (this margin either side) is another clock
 _FULL = re.compile(r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?")
@@ -134,21 +136,29 @@ def _label(r: dict[str, Any]) -> str:
 
 
 def _flagged(rounds: Iterable[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """The rounds to explain: first encounters (warmup ones included: the compile they paid), and measured
-    rounds whose P99 (TTFT, else E2E) is OUTLIER times their level's median."""
+    """The rounds to explain, against the steady rounds of their shape (measured, not first encounters): a first
+    encounter (warmup ones included) whose P99 (TTFT, else E2E) is FIRST_TAIL times their median, and a measured
+    round OUTLIER times it."""
     rounds = list(rounds)
-    levels: dict[tuple[Any, ...], list[float]] = {}
+    steady: dict[tuple[Any, ...], list[float]] = {}
     for r in rounds:
         value = _p99(r)
-        if value is not None and not r.get("warmup"):
-            levels.setdefault(_key(r)[:3], []).append(value)
+        if value is not None and not r.get("warmup") and not r.get("first_encounter"):
+            steady.setdefault(_shape(r), []).append(value)
     out = {}
     for r in rounds:
-        value, peers = _p99(r), levels.get(_key(r)[:3], [])
-        outlier = value is not None and len(peers) >= 3 and value >= OUTLIER * statistics.median(peers)
-        if r.get("first_encounter") or (outlier and not r.get("warmup")):
+        value, peers = _p99(r), steady.get(_shape(r), [])
+        if value is None or not peers:
+            continue
+        median = statistics.median(peers)
+        if (r.get("first_encounter") and value >= FIRST_TAIL * median) or (
+                not r.get("warmup") and len(peers) >= 3 and value >= OUTLIER * median):
             out[_key(r)] = r
     return out
+
+
+def _shape(r: dict[str, Any]) -> tuple[Any, ...]:
+    return (r.get("input_tokens"), r.get("output_tokens"), r.get("concurrency"), r.get("rate_rps"))
 
 
 def _p99(r: dict[str, Any]) -> float | None:

@@ -242,5 +242,6 @@ def _held(a: str, ra: dict[str, Any], b: str, rb: dict[str, Any]) -> tuple[str, 
         return "differ", f"{a} against {b}: {'; '.join(differ)}"
     if both:
         return "same", " and ".join(f"{words} {ra[key]}" for key, words in both)
-    paths = f"{a} loaded {ra.get('model_path') or 'an unnamed path'}, {b} {rb.get('model_path') or 'one unnamed'}"
+    unnamed = "a path it did not name"
+    paths = f"{a} loaded {ra.get('model_path') or unnamed}, {b} {rb.get('model_path') or unnamed}"
     return "unknown", f"neither a commit nor a hash of the config and tokenizer files was reported by both ({paths})"

@@ -113,7 +113,7 @@ def runner_step_pod(config: RunConfig, step: str, engines: list[str], run_id: st
     if shard > 0:
         pod["metadata"]["labels"][LABEL_SHARD_OF] = label_value(pod_group(step, engines))
     spec = pod["spec"]
-    spec["automountServiceAccountToken"] = True  # restart readings: the engine's pods and events, read only
+    spec["automountServiceAccountToken"] = True  # restart readings: the engine's pods, listed (its Role grants no more)
     spec.update(placement(config, run_id, engines))
     spec["tolerations"] = list(k8s.tolerations)
     return pod

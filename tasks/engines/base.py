@@ -22,6 +22,9 @@ class CacheCounters:
 
     queries: str
     hits: str
+    # A labelled prometheus_client counter is absent from the exposition until its first increment (SGLang's:
+    # no sglang:cached_tokens_total before the first hit): absent beside a present `queries` then means 0.
+    absent_until_first: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class RoundMetrics:
     # ... or as last-value gauges (SGLang): mean accepted length (bonus token included), acceptance rate.
     spec_accept_length: str | None = None
     spec_accept_rate: str | None = None
+    # Counters absent from the exposition until their first increment (a labelled prometheus_client counter:
+    # SGLang's retractions): absent from a scrape that holds the engine's other metrics means 0.
+    absent_until_first: tuple[str, ...] = ()
 
     @property
     def counters(self) -> tuple[str, ...]:
@@ -91,10 +97,15 @@ class StartupPattern:
     finding: str
     severity: str  # info | warning | error
     regex: re.Pattern[str]
+    unless: re.Pattern[str] | None = None  # a line that also says this is no such event (e.g. "disabling")
+
+    def finds(self, line: str) -> bool:
+        return self.regex.search(line) is not None and not (self.unless and self.unless.search(line))
 
 
-def _pattern(finding: str, severity: str, regex: str) -> StartupPattern:
-    return StartupPattern(finding, severity, re.compile(regex, re.IGNORECASE))
+def _pattern(finding: str, severity: str, regex: str, unless: str | None = None) -> StartupPattern:
+    return StartupPattern(finding, severity, re.compile(regex, re.IGNORECASE),
+                          re.compile(unless, re.IGNORECASE) if unless else None)
 
 
 @dataclass(frozen=True)
@@ -133,7 +144,8 @@ COMMON_STARTUP_PATTERNS: tuple[StartupPattern, ...] = (
     # SGLang: "Capture cuda graph begin" (older), "Capture target decode CUDA graph begin" (role and
     # phase between); vLLM: "Capturing CUDA graphs (decode, FULL)", "Graph capturing finished in".
     _pattern("cuda_graph_capture", "info", r"\bcaptur\w*(?: \w+){0,2} cuda graph|cuda graph captur|\bgraph capturing finished"),
-    _pattern("autotune_jit", "info", r"autotun|\bJIT\b|compiling kernel|torch\.compile"),
+    # Not on a line that says compiling is off (vLLM's --enforce-eager: "disabling torch.compile, ... JIT").
+    _pattern("autotune_jit", "info", r"autotun|\bJIT\b|compiling kernel|torch\.compile", unless=r"\bdisabl|\bskipp"),
     _pattern("fallback_backend", "warning", r"fall(?:s|ing)? ?back|fallback"),
     _pattern("missing_tuned_config", "warning", r"(?:no|missing|not found).{0,40}(?:tun(?:ed|ing)) config|using default .{0,30}config"),
 )
@@ -163,6 +175,9 @@ class EngineAdapter:
     # Fields of a message/delta that may carry reasoning text, read in this order.
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
     startup_patterns: ClassVar[tuple[StartupPattern, ...]] = ()
+    # Startup lines that echo the engine's settings (a config dump names every switch, on or off): not events,
+    # so never a finding.
+    startup_settings_lines: ClassVar[re.Pattern[str] | None] = None
     # Directories the launch command needs to exist (and be writable) in the container: a pod
     # mounts an empty volume at each, since an image has no such directory of DayOne's choosing.
     launch_dirs: ClassVar[tuple[str, ...]] = ()
@@ -238,6 +253,8 @@ class EngineAdapter:
         if self.cache_counters is None:
             return HitRate(None, None)
         q, h = self.cache_counters.queries, self.cache_counters.hits
+        if self.cache_counters.absent_until_first and q in before and q in after:
+            before, after = {h: 0.0, **before}, {h: 0.0, **after}
         if q not in before or q not in after or h not in before or h not in after:
             return HitRate(None, None)
         return HitRate(after[q] - before[q], after[h] - before[h])
@@ -332,10 +349,28 @@ class EngineAdapter:
             found["source"].append(f"GET {self.models_path} root")
         return found
 
+    # ---- what the model takes ------------------------------------------------------------------
+    # The engine's words when it refuses an image because the served model takes text only (a 4xx body).
+    text_only_refusal: ClassVar[re.Pattern[str] | None] = None
+
+    def takes_images(self, client: httpx.Client, base_url: str, model: str) -> tuple[bool | None, str]:
+        """Whether the served model takes images, as the engine reports it, and the endpoint and field that said
+        so; (None, "") where the engine says nothing."""
+        return None, ""
+
     # ---- deployment -------------------------------------------------------------------------
+    # The Python module that serves the engine from a virtual environment of its own on this machine (the local
+    # target's launcher named after the dialect); None where there is no such launcher.
+    local_module: ClassVar[str | None] = None
+
     def launch_command(self, engine: Any, model: Any, port: int) -> list[str]:
         """The engine's container command line (Kubernetes target)."""
         raise NotImplementedError(f"{self.dialect}: no container command")
+
+    def local_command(self, engine: Any, model: Any, port: int, host: str, python: str) -> list[str]:
+        """The engine's command line on this machine: `python -m local_module` with the container command's
+        flags, serving the model directory `model.path`, listening on `host`."""
+        raise NotImplementedError(f"{self.dialect}: no local command")
 
     def launch_env(self, engine: Any) -> dict[str, str]:
         return dict(engine.env)
@@ -349,8 +384,10 @@ class EngineAdapter:
         """Findings in a startup log: one per (pattern, line)."""
         found = []
         for line in text.splitlines():
+            if self.startup_settings_lines and self.startup_settings_lines.search(line):
+                continue
             for p in self.startup_patterns + COMMON_STARTUP_PATTERNS:
-                if p.regex.search(line):
+                if p.finds(line):
                     found.append({"finding": p.finding, "severity": p.severity, "line": line.strip()[:500]})
                     break
         return found

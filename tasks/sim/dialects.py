@@ -11,6 +11,27 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class StreamShape:
+    """A dialect's streamed events, each field where the real server puts it (the recordings in
+    tests/fixtures/wire/<engine>-<version>, which tests/sim/test_sim_wire_fixtures.py holds the simulator to).
+    `{finish}` stands for the finish reason's JSON (null on an event that does not finish)."""
+
+    role_event: str = '{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'  # chat's first
+    delta_head: str = ""  # what every chat delta holds before its text field
+    chat_tail: str = ',"logprobs":null,"finish_reason":{finish}}}]}}'  # after a chat delta
+    chat_finish_tail: str = ',"logprobs":null,"finish_reason":{finish}}}]}}'  # ... on the event that finishes
+    text_tail: str = ',"logprobs":null,"finish_reason":{finish}}}]}}'  # after a completions text
+    text_finish_tail: str = ',"logprobs":null,"finish_reason":{finish}}}]}}'
+    # Finish reasons sent in an event of their own after the output (chat; completions), with its delta or text.
+    chat_finish_alone: tuple[str, ...] = ()
+    text_finish_alone: tuple[str, ...] = ()
+    finish_delta: str = "{}"
+    last_event_tail: str = ""  # top-level fields of the last event before [DONE]
+    tool_header_arguments: bool = True  # the tool-call header delta carries "arguments": ""
+    tool_delta_head: str = ""  # what a tool-call delta holds before "tool_calls"
+
+
+@dataclass(frozen=True)
 class Dialect:
     name: str
     # Before ready: "503" (listening, health 503) or "closed" (port not bound yet, like vLLM).
@@ -29,6 +50,11 @@ class Dialect:
     error_wrapped: bool = True  # {"error": {...}} (vLLM, OpenAI) or flat {"object": "error", ...} (SGLang)
     unknown_model_404: bool = True
     startup_lines: tuple[str, ...] = ()
+    stream: StreamShape = StreamShape()
+    # Where the context check answers (tasks/sim/requests.py check_context): "vllm" (a prompt over the limit is a
+    # 400 with param input_tokens; one that fits with max_tokens over it is cut to the room left), "sglang" (a
+    # 400 either way, in its words) or "plain" (the OpenAI API's 400).
+    context_check: str = "plain"
 
 
 SGLANG = Dialect(
@@ -59,6 +85,20 @@ SGLANG = Dialect(
     renamed={"prompt": "sglang:input_tokens_total", "hits": "sglang:cache_hit_tokens_total"},
     error_wrapped=False,
     unknown_model_404=False,
+    context_check="sglang",
+    # SGLang 0.5.18: every chat delta opens with "reasoning_content": null; the finish comes in an event of its own
+    # (chat), on the last text (completions, whose every event has "usage": null).
+    stream=StreamShape(
+        role_event='{"reasoning_content":null,"role":"assistant","content":""},"logprobs":null,"finish_reason":null,'
+                   '"matched_stop":null}]}',
+        delta_head='"reasoning_content":null,',
+        chat_tail=',"logprobs":null,"finish_reason":{finish},"matched_stop":null}}]}}',
+        chat_finish_tail=',"logprobs":null,"finish_reason":{finish},"matched_stop":null}}]}}',
+        text_tail=',"logprobs":null,"finish_reason":{finish},"matched_stop":null}}],"usage":null}}',
+        text_finish_tail=',"logprobs":null,"finish_reason":{finish},"matched_stop":null}}],"usage":null}}',
+        chat_finish_alone=("stop", "length", "tool_calls"),
+        finish_delta='{"reasoning_content":null}',
+    ),
     startup_lines=(
         "INFO server_args=ServerArgs(model_path='{model}', host='{host}', port={port}, tp_size=1, enable_metrics=True)",
         "INFO Load weight begin. avail mem=139.28 GB",
@@ -103,6 +143,25 @@ VLLM = Dialect(
         "spec_accepted": "vllm:spec_decode_num_accepted_tokens_total",
     },
     renamed={"queries": "vllm:gpu_prefix_cache_queries_total", "hits": "vllm:gpu_prefix_cache_hits_total"},
+    context_check="vllm",
+    # vLLM 0.32: the role event adds prompt_token_ids and prompt_text; "stop" and "tool_calls" finish in an empty
+    # event of their own, "length" on the last output; the stream's last event before [DONE] has the
+    # system_fingerprint; the tool-call header has no "arguments".
+    stream=StreamShape(
+        role_event='{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],'
+                   '"prompt_token_ids":null,"prompt_text":null}',
+        chat_tail=',"logprobs":null,"finish_reason":{finish},"token_ids":null}}]}}',
+        chat_finish_tail=',"logprobs":null,"finish_reason":{finish},"stop_reason":null,"token_ids":null}}]}}',
+        text_tail=',"logprobs":null,"finish_reason":{finish},"stop_reason":null,"prompt_token_ids":null,'
+                  '"token_ids":null}}]}}',
+        text_finish_tail=',"logprobs":null,"finish_reason":{finish},"stop_reason":null,"prompt_token_ids":null,'
+                         '"token_ids":null}}]}}',
+        chat_finish_alone=("stop", "tool_calls"),
+        text_finish_alone=("stop",),
+        last_event_tail=',"system_fingerprint":"vllm-0.32.0-dayone-sim"',
+        tool_header_arguments=False,
+        tool_delta_head='"content":null,',
+    ),
     startup_lines=(
         "INFO vLLM API server version 0.11.0 (DayOne simulator), model={model}",
         "INFO Model loading took 61.20 GiB memory and 42.118803 seconds",

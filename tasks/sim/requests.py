@@ -114,15 +114,43 @@ def _int_field(body: dict[str, Any], name: str, minimum: int) -> int | None:
     return value
 
 
-def check_context(profile: Profile, prompt_tokens: int, max_tokens: int | None) -> str | None:
-    """The real engines' message when a request does not fit the context window, else None."""
+def check_context(profile: Profile, dialect: Dialect, prompt_tokens: int,
+                  max_tokens: int | None) -> tuple[str, str | None] | None:
+    """The real engine's 400 (message, param) when a request does not fit the context window, else None.
+
+    vLLM 0.32 refuses max_tokens over the window, then a prompt over it (counted up to limit + 1), then a prompt
+    that fills it (no room for one token); a prompt that fits with max_tokens over the room left is served, cut
+    to that room (plan_answer). SGLang 0.5.18 refuses a prompt that fills the window, and a prompt plus max_tokens
+    over it. The plain OpenAI API refuses both in one wording."""
     limit = profile.context_limit
+    if dialect.context_check == "vllm":
+        if max_tokens is not None and max_tokens > limit:
+            return (f"max_tokens={max_tokens} cannot be greater than max_model_len={limit}. Please request fewer "
+                    f"output tokens. (parameter=max_tokens, value={max_tokens})", "max_tokens")
+        if prompt_tokens > limit:
+            return (f"This model's maximum context length is {limit} tokens. However, your prompt contains at least "
+                    f"{limit + 1} input tokens, which exceeds this limit even without any output tokens. Please "
+                    f"reduce the length of the input prompt. (parameter=input_tokens, value={limit + 1})",
+                    "input_tokens")
+        if prompt_tokens == limit:
+            return "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)", "max_tokens"
+        return None
     wanted = prompt_tokens + (max_tokens or 0)
+    if dialect.context_check == "sglang":
+        if prompt_tokens >= limit:
+            return (f"The input ({prompt_tokens} tokens) is longer than the model's context length ({limit} tokens).",
+                    None)
+        if wanted > limit:
+            return (f"Requested token count exceeds the model's maximum context length of {limit} tokens. You "
+                    f"requested a total of {wanted} tokens: {prompt_tokens} tokens from the input messages and "
+                    f"{max_tokens} tokens for the completion. Please reduce the number of tokens in the input "
+                    "messages or the completion to fit within the limit.", None)
+        return None
     if prompt_tokens >= limit or wanted > limit:
         return (
             f"This model's maximum context length is {limit} tokens. However, you requested {wanted} tokens "
             f"({prompt_tokens} in the messages, {max_tokens or 0} in the completion). "
-            "Please reduce the length of the messages or completion."
+            "Please reduce the length of the messages or completion.", None
         )
     return None
 
@@ -134,7 +162,10 @@ def max_tokens_of(body: dict[str, Any]) -> int | None:
 
 def plan_answer(profile: Profile, dialect: Dialect, body: dict[str, Any], prompt: Prompt, chat: bool) -> Answer:
     given_max = max_tokens_of(body)
-    limit = given_max if given_max is not None else max(1, profile.context_limit - prompt.count)
+    room = max(1, profile.context_limit - prompt.count)
+    limit = given_max if given_max is not None else room
+    if dialect.context_check == "vllm":
+        limit = min(limit, room)  # vLLM serves what fits and finishes with length
     min_tokens = _int_field(body, "min_tokens", 0) or 0
     ignore_eos = bool(body.get("ignore_eos"))
     thinking = chat and profile.reasoning and (dialect.reasoning_field is not None or profile.quirks.reasoning_field

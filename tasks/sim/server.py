@@ -38,8 +38,9 @@ from tasks.sim import content as answers
 from tasks.sim.loglik import sglang_generate, vllm_echo
 from tasks.sim.tokenizer import decode, encode, piece_ids
 from tasks.sim.wire import (
-    ROLE_DELTA,
     answer_body,
+    finish_alone,
+    finish_payload,
     output_events,
     output_frames,
     output_head,
@@ -66,8 +67,9 @@ def _log_jit(record: Record) -> None:
 
 
 # ---- errors -----------------------------------------------------------------------------------
-def error_response(dialect: Dialect, status: int, message: str, kind: str, request_id: str | None = None) -> web.Response:
-    err = {"message": message, "type": kind, "param": None, "code": status}
+def error_response(dialect: Dialect, status: int, message: str, kind: str, request_id: str | None = None,
+                   param: str | None = None) -> web.Response:
+    err = {"message": message, "type": kind, "param": param, "code": status}
     body = {"error": err} if dialect.error_wrapped else {"object": "error", **err}
     headers = {"X-Request-Id": request_id} if request_id else None
     return web.json_response(body, status=status, headers=headers)
@@ -233,18 +235,18 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
                     clock_offset=engine.epoch_offset)
     engine.record(record)
 
-    def fail(status: int, message: str, fault: str | None = None) -> web.Response:
+    def fail(status: int, message: str, fault: str | None = None, param: str | None = None) -> web.Response:
         record.status, record.error = status, message
         if fault:
             record.faults.append(fault)
-        return error_response(dialect, status, message, _kind(status), request_id)
+        return error_response(dialect, status, message, _kind(status), request_id, param)
 
     burst_status = error_burst_status(profile, engine.arrivals, time.time(), engine.ready_ts)
     if burst_status is not None:
         return fail(burst_status, "Simulated server error (faults.error_burst).", "error_burst")
     model = body.get("model")
     if model and model != profile.model and dialect.unknown_model_404:
-        return fail(404, f"The model `{model}` does not exist.")
+        return fail(404, f"The model `{model}` does not exist. Valid aliases: {profile.model}.", param="model")
     try:
         if chat:
             prompt = render_chat(body.get("messages"), body.get("tools"))
@@ -255,9 +257,9 @@ async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         else:
             prompt = read_completion_prompt(body.get("prompt"))
         record.prompt_tokens = prompt.count
-        too_long = check_context(profile, prompt.count, max_tokens_of(body))
+        too_long = check_context(profile, dialect, prompt.count, max_tokens_of(body))
         if too_long:
-            return fail(400, too_long)
+            return fail(400, too_long[0], param=too_long[1])
         answer = plan_answer(profile, dialect, body, prompt, chat)
     except (RequestError, ValueError) as exc:
         return fail(400, str(exc))
@@ -439,12 +441,15 @@ async def stream_answer(
         record.quirks += plan.quirks
         if chat and answer.reasoning and p.quirks.reasoning_inline:
             record.quirks.append("reasoning_inline")
-        payloads = output_payloads(engine, answer, events, chat, echo, plan.unstreamed)
+        usage_sent = include_usage and not p.quirks.usage_missing
+        alone = finish_alone(engine, answer, chat)
+        payloads = output_payloads(engine, answer, events, chat, echo, plan.unstreamed,
+                                   last_in_stream=not usage_sent and not alone)
         frames = output_frames(head, payloads, plan.malformed_at)
         gaps = _gaps(engine, record, len(events))
         record.faults += plan.faults_from_start
         if chat:
-            _send(engine, record, transport, "role", sse_frame(head + ROLE_DELTA))
+            _send(engine, record, transport, "role", sse_frame(head + engine.dialect.stream.role_event))
         first_output = len(record.event_ts)  # index of the first output event in the ground truth
         finished = _write_on_schedule(engine, record, transport, frames, gaps, plan, first_due)
         try:
@@ -467,10 +472,13 @@ async def stream_answer(
         if record.event_ts:
             record.last_event_ts = engine.epoch(record.event_ts[-1])
             record.e2e_s = record.event_ts[-1] - arrival
+        if alone:
+            _send(engine, record, transport, "finish",
+                  sse_frame(head + finish_payload(engine, answer, chat, last_in_stream=not usage_sent)))
         if include_usage and p.quirks.usage_missing:
             record.quirks.append("usage_missing")
         elif include_usage:
-            usage = usage_payload(envelope, usage_of(engine, record, answer))
+            usage = usage_payload(envelope, usage_of(engine, record, answer, chat), engine.dialect.stream.last_event_tail)
             _send(engine, record, transport, "usage", sse_frame(usage))
         _send(engine, record, transport, "done", sse_frame("[DONE]"))
         await resp.write_eof()

@@ -11,7 +11,6 @@ from tasks.sim.engine import Engine, Record
 from tasks.sim.faults import NEVER
 from tasks.sim.requests import Answer
 
-ROLE_DELTA = '{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'  # a chat stream's first event
 
 
 @functools.lru_cache(maxsize=4096)
@@ -20,14 +19,22 @@ def json_text(text: str) -> str:
     return json.dumps(text)
 
 
-def usage_of(engine: Engine, record: Record, answer: Answer) -> dict[str, Any]:
+def usage_of(engine: Engine, record: Record, answer: Answer, chat: bool = False, streamed: bool = True) -> dict[str, Any]:
+    """The answer's usage as the dialect writes it: vLLM's prompt_tokens_details in every usage (chat adds
+    created_cache_tokens); SGLang's only where tokens were cached (null unstreamed), then reasoning_tokens."""
     usage: dict[str, Any] = {
         "prompt_tokens": record.prompt_tokens,
         "total_tokens": record.prompt_tokens + answer.completion_tokens,
         "completion_tokens": answer.completion_tokens,
     }
-    if engine.dialect.name != "openai":
-        usage["prompt_tokens_details"] = {"cached_tokens": record.cached_tokens}
+    name = engine.dialect.name
+    if name == "vllm":
+        usage["prompt_tokens_details"] = {"cached_tokens": record.cached_tokens} | (
+            {"created_cache_tokens": 0} if chat else {})
+    elif name == "sglang":
+        if record.cached_tokens or not streamed:
+            usage["prompt_tokens_details"] = {"cached_tokens": record.cached_tokens} if record.cached_tokens else None
+        usage["reasoning_tokens"] = len(answer.reasoning)
     return usage
 
 
@@ -64,7 +71,7 @@ def _whole_texts(engine: Engine, answer: Answer) -> tuple[str, str]:
 def answer_body(engine: Engine, record: Record, answer: Answer, chat: bool, echo: str,
                 created: int) -> dict[str, Any]:
     """The whole (not streamed) answer's JSON."""
-    usage = usage_of(engine, record, answer)
+    usage = usage_of(engine, record, answer, chat, streamed=False)
     if chat:
         reasoning, text = _whole_texts(engine, answer)
         message: dict[str, Any] = {"role": "assistant", "content": text if answer.tool is None else None}
@@ -86,44 +93,73 @@ def answer_body(engine: Engine, record: Record, answer: Answer, chat: bool, echo
             "usage": usage}
 
 
+def finish_alone(engine: Engine, answer: Answer, chat: bool) -> bool:
+    """Whether the dialect sends the finish reason in an event of its own after the output (finish_payload)."""
+    shape = engine.dialect.stream
+    return answer.finish_reason in (shape.chat_finish_alone if chat else shape.text_finish_alone)
+
+
 def output_payloads(engine: Engine, answer: Answer, events: list[tuple[str, str, int]], chat: bool, echo: str,
-                    unstreamed: bool) -> list[str]:
-    """Every output event's JSON after its head (output_head), in order."""
+                    unstreamed: bool, last_in_stream: bool = False) -> list[str]:
+    """Every output event's JSON after its head (output_head), in order; `last_in_stream`: nothing but [DONE]
+    follows the last one (it then carries the dialect's last-event fields)."""
+    shape = engine.dialect.stream
     reasoning_key = _reasoning_target(engine)
     inline = reasoning_key == "content"
     whole_reasoning, whole_content = _whole_texts(engine, answer)
     last = len(events) - 1
+    finishes_here = not finish_alone(engine, answer, chat)
     finish_json = json.dumps(answer.finish_reason)
+    tail = (shape.chat_tail if chat else shape.text_tail).format(finish="null")
+    finish_tail = (shape.chat_finish_tail if chat else shape.text_finish_tail).format(finish=finish_json)
+    if last_in_stream and finishes_here:
+        finish_tail = finish_tail[:-1] + shape.last_event_tail + "}"
+    head = shape.delta_head
     out = []
     for i, (name, text, _tokens) in enumerate(events):
-        finish = finish_json if i == last else "null"
         if chat:
             if name == "tool_header":
                 t = answer.tool or {}
-                delta = json.dumps({"tool_calls": [{"index": 0, "id": t.get("id"), "type": "function",
-                                                    "function": {"name": t.get("name"), "arguments": ""}}]})
+                function = {"name": t.get("name")} | ({"arguments": ""} if shape.tool_header_arguments else {})
+                call = ({"id": t.get("id"), "type": "function", "index": 0, "function": function}
+                        if not shape.tool_header_arguments else
+                        {"index": 0, "id": t.get("id"), "type": "function", "function": function})
+                delta = "{" + shape.tool_delta_head + json.dumps({"tool_calls": [call]})[1:]
             elif name == "tool_args":
-                delta = json.dumps({"tool_calls": [{"index": 0, "function": {"arguments": text}}]})
+                delta = "{" + shape.tool_delta_head + json.dumps(
+                    {"tool_calls": [{"index": 0, "function": {"arguments": text}}]})[1:]
             elif unstreamed:
                 whole: dict[str, str] = {"content": whole_content if i == last else ""}
                 if i == last and whole_reasoning:
                     whole[reasoning_key] = whole_reasoning
-                delta = json.dumps(whole)
+                body = json.dumps(whole)
+                delta = body if reasoning_key in whole and head else "{" + head + body[1:]
             elif name == "reasoning" and inline:
                 first = i == 0 or events[i - 1][0] != "reasoning"
                 closes = i == last or events[i + 1][0] != "reasoning"
-                delta = '{"content":' + json_text(("<think>" if first else "") + text + ("</think>" if closes else "")) + "}"
+                piece = ("<think>" if first else "") + text + ("</think>" if closes else "")
+                delta = "{" + head + '"content":' + json_text(piece) + "}"
             elif name == "reasoning":
                 delta = '{"' + reasoning_key + '":' + json_text(text) + "}"
             else:
-                delta = '{"content":' + json_text(text) + "}"
-            out.append(f'{delta},"logprobs":null,"finish_reason":{finish}}}]}}')
+                delta = "{" + head + '"content":' + json_text(text) + "}"
+            out.append(delta + (finish_tail if i == last and finishes_here else tail))
         else:
             piece = ("".join(answer.content) if i == last else "") if unstreamed else text
             if i == 0 and echo:
                 piece = echo + piece
-            out.append(f'{json_text(piece)},"logprobs":null,"finish_reason":{finish}}}]}}')
+            out.append(json_text(piece) + (finish_tail if i == last and finishes_here else tail))
     return out
+
+
+def finish_payload(engine: Engine, answer: Answer, chat: bool, last_in_stream: bool) -> str:
+    """The event that finishes the stream after its output, where the dialect sends one (finish_alone), after its
+    head (output_head): an empty delta (chat) or text (completions) with the finish reason."""
+    shape = engine.dialect.stream
+    tail = (shape.chat_finish_tail if chat else shape.text_finish_tail).format(finish=json.dumps(answer.finish_reason))
+    if last_in_stream:
+        tail = tail[:-1] + shape.last_event_tail + "}"
+    return (shape.finish_delta if chat else '""') + tail
 
 
 def sse_frame(payload: str) -> bytes:
@@ -153,5 +189,5 @@ def output_head(envelope: str, chat: bool) -> str:
     return envelope + '"choices":[{"index":0,' + ('"delta":' if chat else '"text":')
 
 
-def usage_payload(envelope: str, usage: dict[str, Any]) -> str:
-    return envelope + f'"choices":[],"usage":{json.dumps(usage)}}}'
+def usage_payload(envelope: str, usage: dict[str, Any], last_event_tail: str = "") -> str:
+    return envelope + f'"choices":[],"usage":{json.dumps(usage)}{last_event_tail}}}'

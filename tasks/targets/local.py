@@ -38,6 +38,7 @@ from tasks.engines.readiness import DeployError
 from tasks.targets.keeper import exit_record, fresh_log, request_stop, start_kept
 from tasks.targets.llamacpp import LlamaCppLauncher
 from tasks.targets.sim import SimLauncher
+from tasks.targets.venv_engine import ENGINES as VENV_ENGINES, VenvEngineLauncher
 
 
 ENGINE_HOST_ENV = "DAYONE_ENGINE_HOST"  # this node's address, where its local engines listen and are reached
@@ -62,6 +63,8 @@ def launcher_for(launcher: str | None) -> Launcher:
         return SimLauncher()
     if launcher == "llamacpp":
         return LlamaCppLauncher()
+    if launcher in VENV_ENGINES:
+        return VenvEngineLauncher(launcher)
     raise DeployError(f"no launcher {launcher!r} for target local")
 
 

@@ -256,6 +256,8 @@ def engine_round_row(
             return None
         if not published:
             return None
+        if name in names.absent_until_first and b and a:  # registered, absent until its first increment
+            return a.get(name, 0.0) - b.get(name, 0.0)
         if name not in b or name not in a:
             not_exposed[figure] = f"{name} not exposed"
             return None

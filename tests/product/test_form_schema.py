@@ -257,8 +257,8 @@ def test_an_unknown_preset_is_refused_naming_the_field_and_the_choices(served_pa
     with pytest.raises(ConfigError) as error:
         _parsed({**_form_values(served_params), "preset": "laptop"})
     assert error.value.problems == [("preset", "unknown preset 'laptop'",
-                                     "use one of protocol, local-sim, local-llamacpp-ab, spec-decoding-sglang, "
-                                     "spec-decoding-vllm, custom")]
+                                     "use one of protocol, local-sim, local-llamacpp-ab, local-vllm-sglang, "
+                                     "spec-decoding-sglang, spec-decoding-vllm, custom")]
 
 
 def test_the_protocol_preset_names_its_engines_and_refuses_a_run_until_each_has_an_image(served_params):

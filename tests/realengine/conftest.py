@@ -1,4 +1,5 @@
-"""Fixtures: a real llama.cpp server started through DayOne's local target (see llamacpp_helpers)."""
+"""Fixtures: a real llama.cpp server (llamacpp_helpers), and the real vLLM and SGLang (venv_engine_helpers), each
+started through DayOne's local target."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from llamacpp_helpers import RunningEngine, llamacpp_config, running_engine
+from venv_engine_helpers import READY_TIMEOUT_S, venv_config
 
 
 @pytest.fixture(scope="module")
@@ -22,4 +24,20 @@ def smollm2(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]
         },
     )
     with running_engine(tmp_path_factory.mktemp("smollm2"), config) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+    """vLLM 0.32's CPU build from its own environment, started once for the session (45-120 s)."""
+    config = venv_config("vllm")
+    with running_engine(tmp_path_factory.mktemp("vllm"), config, READY_TIMEOUT_S) as engine:
+        yield engine
+
+
+@pytest.fixture(scope="session")
+def real_sglang(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningEngine]:
+    """SGLang 0.5.18's CPU backend from its own environment, started once for the session (30-120 s)."""
+    config = venv_config("sglang")
+    with running_engine(tmp_path_factory.mktemp("sglang"), config, READY_TIMEOUT_S) as engine:
         yield engine

@@ -54,14 +54,15 @@ class RunningEngine:
 
 
 @contextmanager
-def running_engine(root: Path, config: RunConfig) -> Iterator[RunningEngine]:
+def running_engine(root: Path, config: RunConfig, ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[RunningEngine]:
     target = LocalTarget()
     engine = config.engines[0]
     run_dir = RunDir(config.run_id or "realengine", root=root)
     pinned = target.pin(config, engine)
     deployment = target.deploy(config, engine, run_dir, pinned)
     try:
-        target.wait_ready(config, deployment, READY_TIMEOUT_S)
+        state = target.wait_ready(config, deployment, ready_timeout_s)
+        assert state.ready, f"{engine.name} not ready: {state.stage} {state.detail}\n{target.startup_log(deployment)[-3000:]}"
         yield RunningEngine(config, target, deployment, run_dir)
     finally:
         target.teardown(config, engine.name, run_dir)

@@ -72,7 +72,8 @@ def test_quirk_metric_counters_absent_or_renamed(sims, dialect, standard):
     absent = sims(dialect, {**FAST, "quirks": {"metrics": "absent"}})
     renamed = sims(dialect, {**FAST, "quirks": {"metrics": "renamed"}})
     for sim in (absent, renamed):
-        httpx.post(sim.url + "/v1/completions", json={"prompt": "x " * 40, "max_tokens": 1})
+        for _ in range(2):  # a hit too: SGLang's counters appear at their first increment
+            httpx.post(sim.url + "/v1/completions", json={"prompt": "x " * 40, "max_tokens": 1})
     absent_text = httpx.get(absent.url + "/metrics").text
     renamed_text = httpx.get(renamed.url + "/metrics").text
     assert "time_to_first_token_seconds" in absent_text  # the endpoint still serves other metrics
@@ -96,4 +97,4 @@ def test_seed_profiles_load_and_the_vllm_preview_shows_its_traps(sims):
     message = httpx.post(sim.url + "/v1/chat/completions", json=chat("why?", max_tokens=20)).json()["choices"][0]["message"]
     assert "<think>" in message["content"] and not message.get("reasoning")
     streams = [stream(sim.url, "/v1/chat/completions", chat("go", max_tokens=20)) for _ in range(3)]
-    assert sum(all(not d.get("content") for d in s.deltas()[:-1]) for s in streams) == 1
+    assert sum(sum(1 for d in s.deltas() if d.get("content")) == 1 for s in streams) == 1  # one unstreamed

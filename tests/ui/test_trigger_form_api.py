@@ -134,5 +134,5 @@ def test_a_preset_alone_triggers_the_simulator_demo_and_an_unknown_one_is_refuse
     assert r.status_code == 400, r.text
     detail = r.json()["detail"]
     assert ("preset: unknown preset 'laptop'. Fix: use one of protocol, local-sim, local-llamacpp-ab, "
-            "spec-decoding-sglang, spec-decoding-vllm, custom") in detail, detail
+            "local-vllm-sglang, spec-decoding-sglang, spec-decoding-vllm, custom") in detail, detail
     assert len(_runs(client)) == before

@@ -1,8 +1,9 @@
 """Named starting points for a run config: the trigger form's `preset` field, or `preset:` in a config file.
 
 `protocol` is the full method (RunConfig's sizes: a 1M-token context, needles up to 524K tokens) with
-SGLang and vLLM on Kubernetes, whose images the user must give. `local-sim` and `local-llamacpp-ab`
-are sized for a laptop (`make demo` runs them). `custom` sets nothing: RunConfig's own defaults.
+SGLang and vLLM on Kubernetes, whose images the user must give. `local-vllm-sglang` (the real vLLM and SGLang
+on this machine's CPU, `make demo`'s default), `local-sim` and `local-llamacpp-ab` are sized for a laptop
+(`make demo DEMO=<file>` runs them). `custom` sets nothing: RunConfig's own defaults.
 Each is a YAML file beside this module.
 
 A preset lies UNDER the config given with it (sections merge field by field, lists are replaced
@@ -43,6 +44,9 @@ PRESETS = {
                         "sim.yaml"),
     "local-llamacpp-ab": Preset("llama.cpp serving SmolLM2-135M, 1 vs 4 parallel slots; minutes on a laptop CPU",
                                 "llamacpp-ab.yaml"),
+    "local-vllm-sglang": Preset("the real vLLM and SGLang on this machine's CPU, serving the same SmolLM2-135M "
+                                "weights, interleaved; minutes once make vllm-venv and make sglang-venv built them",
+                                "vllm-sglang.yaml"),
     "spec-decoding-sglang": Preset("speculative decoding off vs on (MTP) on SGLang, answers held alike; Kubernetes "
                                    "GPUs, the image and an MTP model to give", "spec-decoding-sglang.yaml"),
     "spec-decoding-vllm": Preset("speculative decoding off vs on (MTP) on vLLM, answers held alike; Kubernetes GPUs, "

@@ -133,6 +133,7 @@ def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side
                 f"effective -> {current.cache_verdict}")
     if "quality" in bases and not current.quality.empty:
         _accuracy_rows(row, cfg, bases["quality"], current)
+        _item_rows(row, bases["quality"], current)
         _nll_rows(row, cfg, bases["quality"], current)
     if "capacity" in bases and current.capacity is not None:
         base = bases["capacity"]
@@ -167,21 +168,44 @@ def _failed_share_row(row: Callable[..., None], cfg: RunConfig, scenario: str, s
         covers=f"the finite number of requests ({n_was} then, {n_now} now), taken as independent")
 
 
+def _shared_items(base: Side, current: Side) -> dict[str, list[tuple[str, bool, bool]]]:
+    """family -> (item id, right then, right now) of the items both runs were sent (same id, same prompt digest):
+    an item added, removed or reworded under the same name is no engine's change."""
+    was, now = base.item_verdicts(), current.item_verdicts()
+    out: dict[str, list[tuple[str, bool, bool]]] = {}
+    for key in sorted(was.keys() & now.keys()):
+        family, right_then = was[key]
+        out.setdefault(family, []).append((key[0], right_then, now[key][1]))
+    return out
+
+
 def _accuracy_rows(row: Callable[..., None], cfg: RunConfig, base: Side, current: Side) -> None:
-    """Each family's accuracy, then and now: a regression when the Newcombe interval of the difference
-    lies wholly below -`accuracy_drop` (docs/PROTOCOL.md, "Answers")."""
+    """Each family's accuracy over the items both runs were sent, then and now: a regression when the Newcombe
+    interval of the difference lies wholly below -`accuracy_drop` (docs/PROTOCOL.md, "Answers"); the interval
+    speaks for the family's other items (an item that changed is `_item_rows`' finding)."""
     t = cfg.thresholds
-    now_counts = current.family_counts()
-    for family, (good_was, n_was) in sorted(base.family_counts().items()):
-        if family not in now_counts or not n_was or not now_counts[family][1]:
-            continue
-        good_now, n_now = now_counts[family]
-        was, now = good_was / n_was, good_now / n_now
-        low, high = newcombe(good_now, n_now, good_was, n_was, t.confidence)
+    for family, items in sorted(_shared_items(base, current).items()):
+        n = len(items)
+        good_was, good_now = sum(then for _, then, _ in items), sum(now for _, _, now in items)
+        was, now = good_was / n, good_now / n
+        low, high = newcombe(good_now, n, good_was, n, t.confidence)
         verdict = "lower" if high < 0 else "higher" if low > 0 else "no detectable difference"
         row("quality", f"accuracy/{family}", base, was, now, now - was, -t.accuracy_drop, high < -t.accuracy_drop,
-            f"{verdict} ({good_was}/{n_was} then, {good_now}/{n_now} now)", interval=(low, high),
-            covers=f"the finite number of items ({n_was} then, {n_now} now), taken as independent")
+            f"{verdict} ({good_was}/{n} then, {good_now}/{n} now)", interval=(low, high),
+            covers=f"the finite number of items ({n} then, {n} now), taken as independent")
+
+
+def _item_rows(row: Callable[..., None], base: Side, current: Side) -> None:
+    """Each family's items, one by one: a fixed item at greedy decoding answered right then and wrong now is a
+    change in itself, not a draw, so any such item regresses (metric `items/<family>`, the items named; the
+    values are the items right then and now among those both runs were sent)."""
+    for family, items in sorted(_shared_items(base, current).items()):
+        lost = [item for item, then, now in items if then and not now]
+        right_then, right_now = sum(then for _, then, _ in items), sum(now for _, _, now in items)
+        verdict = (f"{len(lost)} of {len(items)} item{'s' if len(items) > 1 else ''} right then and wrong now at "
+                   f"greedy decoding: {', '.join(lost)}" if lost else
+                   f"no item right then is wrong now ({right_then}/{len(items)} then, {right_now}/{len(items)} now)")
+        row("quality", f"items/{family}", base, float(right_then), float(right_now), None, 0.0, bool(lost), verdict)
 
 
 def _nll_rows(row: Callable[..., None], cfg: RunConfig, base: Side, current: Side) -> None:
@@ -278,6 +302,8 @@ def _describe(r: dict[str, Any]) -> str:
         return (f"{where} {r['metric']}: {r['baseline_value']:.0%} -> {r['value']:.0%} of items answered right "
                 f"(difference interval {r['ci_low']:+.1%} to {r['ci_high']:+.1%}, threshold "
                 f"{r['threshold']:+.0%}; {r['verdict']}) {vs}")
+    if r["metric"].startswith("items/"):
+        return f"{where} {r['metric']}: {r['verdict']} {vs}"
     if r["metric"].startswith("nll/"):
         return (f"{where} {r['metric']}: {r['baseline_value']:.3f} -> {r['value']:.3f} nats/token of the fixed text "
                 f"({r['change']:+.3f}, tolerance {r['threshold']:g}) {vs}")

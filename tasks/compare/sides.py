@@ -125,10 +125,13 @@ class Side:
         return {str(s) for s in found}
 
     def shape_rounds(self) -> dict[Shape, dict[str, list[float]]]:
-        """(scenario, concurrency, rate) -> each headline metric's values over measured, ok rounds."""
+        """(scenario, concurrency, rate) -> each headline metric's values over the measured, ok, steady rounds: a
+        first-encounter round (with warmup off, a shape's first round on a fresh server; a trace's or dataset's
+        round 1) pays its compilation and is left out, as the report's comparison leaves it out."""
         out: dict[Shape, dict[str, list[float]]] = {}
         for key, rounds in self._by_shape().items():
-            ok = [r for r in rounds if r.get("status") == "ok"]
+            ok = [r for r in rounds if r.get("status") == "ok"
+                  and not (_present(r.get("first_encounter")) and bool(r.get("first_encounter")))]
             if ok:
                 out[key] = {m: [float(r[m]) for r in ok if _present(r.get(m))] for m in HEADLINE_METRICS}
         return out
@@ -157,12 +160,14 @@ class Side:
                                        key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)))
         return self._shapes
 
-    def family_counts(self) -> dict[str, tuple[int, int]]:
-        """family -> (correct, items) of the quality step; a failed request counts as wrong."""
+    def item_verdicts(self) -> dict[tuple[str, str], tuple[str, bool]]:
+        """(item id, prompt digest) -> (family, answered right) of the quality step; a failed request counts as
+        wrong. The digest is of what was sent: an item of the same id whose prompt changed is another item."""
         if self.quality.empty:
             return {}
-        return {str(f): (int(g["correct"].fillna(False).astype(bool).sum()), len(g))
-                for f, g in self.quality.groupby("family")}
+        return {(str(r["item_id"]), str(r["prompt_sha256"])): (str(r["family"]), _present(r["correct"])
+                                                                and bool(r["correct"]))
+                for r in self.quality.to_dict("records")}
 
     def nll_by_length(self) -> dict[int, float]:
         """length -> mean NLL per token (nats) of the lengths scored ok."""

@@ -1,5 +1,6 @@
-"""Answer parity: two engines' verdicts on the same items, per family, compared item by item with
-Newcombe's paired score interval (docs/PROTOCOL.md, "Answer parity")."""
+"""Answer parity: two engines' verdicts on the same items, per family, compared item by item: the items are
+fixed and decoded greedily, so an item right on one engine and wrong on the other is a change in itself;
+Newcombe's paired score interval speaks for the family's other items (docs/PROTOCOL.md, "Answer parity")."""
 
 from __future__ import annotations
 
@@ -44,8 +45,10 @@ def _verdicts(rows: Iterable[dict[str, Any]]) -> dict[str, dict[tuple[str, str],
 def answer_parity(rows: Iterable[dict[str, Any]], engines: list[str],
                   confidence: float = 0.95) -> list[dict[str, Any]]:
     """Per pair of engines (in `engines` order) and family, over the items both were sent (same id, same
-    prompt): the four pair counts, the paired interval of accuracy(a) - accuracy(b), the verdict and
-    the items answered right by one only. A failed request counts as a wrong answer."""
+    prompt): the four pair counts, the paired interval of accuracy(a) - accuracy(b), the items answered right
+    by one only and the verdict: the answers differ where any item is right on one and wrong on the other;
+    `worse` is the engine that answered items wrong the other answered right, where only one did (where both
+    did, the one the interval puts below, if it does). A failed request counts as a wrong answer."""
     verdicts = _verdicts(rows)
     out: list[dict[str, Any]] = []
     for a, b in combinations([e for e in engines if e in verdicts], 2):
@@ -58,9 +61,12 @@ def answer_parity(rows: Iterable[dict[str, Any]], engines: list[str],
             both = sum(verdicts[a][k][1] and verdicts[b][k][1] for k in keys)
             neither = len(keys) - both - len(right_a) - len(right_b)
             low, high = paired_difference(both, len(right_a), len(right_b), neither, confidence)
-            worse = b if low > 0 else a if high < 0 else None
+            if right_a and right_b:  # each answered items the other missed
+                worse = b if low > 0 else a if high < 0 else None
+            else:
+                worse = b if right_a else a if right_b else None
             out.append({"a": a, "b": b, "family": family, "items": len(keys), "both_right": both,
                         "only_a_right": right_a, "only_b_right": right_b, "neither_right": neither,
                         "low": low, "high": high, "confidence": confidence,
-                        "verdict": DIFFER if worse else ALIKE, "worse": worse})
+                        "verdict": DIFFER if right_a or right_b else ALIKE, "worse": worse})
     return out

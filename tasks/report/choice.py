@@ -4,21 +4,27 @@ evidence for and against it (PROTOCOL.md, "The choice by purpose").
 Criteria are weighed in the purpose's order, answers and failed requests first: an engine detectably
 worse than another still standing on a criterion is dropped before the next criterion is read, so a
 later criterion (speed) never rescues an engine an earlier one (answers) dropped. "Detectably" is each
-criterion's own rule, the one the rest of the report uses: an interval that excludes no difference
-(answers, failed requests, speed), a check one engine passed and the other failed, a preview (nightly, dev)
-engine against a release that passed every check it passed, a capacity one engine held that the other did not,
-more restarts and startup warnings (first-encounter tails and rounds that
-spread are shown as caveats, never a reason to drop: one round's tail or a busy client's noise would
-then decide).
+criterion's own rule, the one the rest of the report uses: an item of a fixed set right on one engine and
+wrong on the other at greedy decoding, or a log-likelihood finding (answers), an interval that excludes no
+difference (failed requests, over every load scenario; speed, between every pair of engines), a check one
+engine passed and the other failed, a preview (nightly, dev) engine against a release that passed every check
+it passed, a capacity one engine held that the other did not, more restarts and startup warnings
+(first-encounter tails and rounds that spread are shown as caveats, never a reason to drop: one round's tail
+or a busy client's noise would then decide). A criterion is one entry of CRITERIA: its rule, its words and
+the report section holding its evidence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from tasks.config.maturity import ranks_below_release
+from tasks.core.names import PERF_SCENARIOS, TRACE_SCENARIO, TRAFFIC_SCENARIOS
+from tasks.report.comparisons import comparisons
 from tasks.report.decision import answer_gaps, capacity_order
 from tasks.report.schema import RunSummary
+from tasks.report.schema.comparison import Comparison
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.run import ChoiceReason, PurposeChoice
 from tasks.scenarios.capacity import order
@@ -27,24 +33,30 @@ from tasks.stats.intervals import newcombe
 # (worse engine, better engine, the evidence)
 Gap = tuple[str, str, str]
 
-# Where each criterion's evidence stands in the report (its section's anchor).
-SECTIONS = {"answers": "quality", "failed_requests": "throughput", "functional_checks": "checks",
-            "maturity": "engines", "stability": "startup", "latency": "comparison", "throughput": "comparison",
-            "capacity": "capacity"}
-WORDS = {"answers": "answers", "failed_requests": "failed requests", "functional_checks": "functional checks",
-         "maturity": "maturity", "stability": "stability", "latency": "latency", "throughput": "throughput",
-         "capacity": "capacity under the SLO"}
-# Criteria whose evidence is a whole sentence naming both engines (not "A worse than B (...)").
-SPOKEN = ("maturity",)
-# The figures each speed criterion reads from the comparisons against the base engine.
+# The figures each speed criterion reads from the comparisons between engines.
 SPEED_FIGURES = {"latency": ("ttft_p95_s", "tpot_p50_s"), "throughput": ("output_tps", "goodput_rps")}
+# Every scenario whose requests are counted: a failed request anywhere is a failed request.
+LOAD_SCENARIOS = (*PERF_SCENARIOS, TRACE_SCENARIO, *TRAFFIC_SCENARIOS)
 FIRST_ENCOUNTER_TAIL = 1.5  # a first-encounter P99 this many times the steady median is a finding
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One criterion of the choice: who is detectably worse than whom (`rule`), how the report names it, and
+    the report section holding its evidence (its anchor)."""
+
+    rule: Callable[[RunSummary], list[Gap]]
+    words: str
+    section: str
+    spoken: bool = False  # its evidence is a whole sentence naming both engines, not "A worse than B (...)"
+    # pairs it found better at one level and worse at another: shown beside the choice, ordering neither
+    mixed: Callable[[RunSummary], list[Gap]] | None = None
 
 
 def choose(summary: RunSummary, orders: dict[str, tuple[str, ...]]) -> list[PurposeChoice]:
     """One choice per purpose, from the summary's figures."""
-    gaps = {criterion: rule(summary) for criterion, rule in RULES.items()}
-    mixed = {criterion: mixed_speed(summary, criterion) for criterion in SPEED_FIGURES}
+    gaps = {name: c.rule(summary) for name, c in CRITERIA.items()}
+    mixed = {name: c.mixed(summary) for name, c in CRITERIA.items() if c.mixed is not None}
     choices = [_choose(purpose, order_, summary.engines, gaps, mixed) for purpose, order_ in orders.items()]
     for c in choices:
         if "maturity" in c.order:
@@ -76,13 +88,14 @@ def _choose(purpose: str, criteria: tuple[str, ...], engines: dict[str, EngineSu
                 reasons.append(_reason(g, "for", criterion, ""))
             elif g[0] in standing and g[1] in dropped_by:
                 reasons.append(_reason(g, "against", criterion,
-                                       f"outranked: {g[1]} was dropped on {WORDS[dropped_by[g[1]]]}"))
+                                       f"outranked: {g[1]} was dropped on {CRITERIA[dropped_by[g[1]]].words}"))
     for criterion in criteria:  # speed that went both ways between engines still standing: why none stood out
         for engine, base, evidence in mixed.get(criterion, []):
             if engine in standing and base in standing:
                 reasons.append(ChoiceReason(
-                    engine=engine, stance="mixed", criterion=criterion, section=SECTIONS[criterion],
-                    text=f"{WORDS[criterion]}: {engine} against {base} went both ways ({evidence}); orders neither"))
+                    engine=engine, stance="mixed", criterion=criterion, section=CRITERIA[criterion].section,
+                    text=f"{CRITERIA[criterion].words}: {engine} against {base} went both ways ({evidence}); "
+                         "orders neither"))
     for name in standing:
         caveats = measurement_caveats(engines[name])
         if caveats:
@@ -97,9 +110,10 @@ def _choose(purpose: str, criteria: tuple[str, ...], engines: dict[str, EngineSu
 def _reason(gap: Gap, stance: str, criterion: str, note: str) -> ChoiceReason:
     worse, better, evidence = gap
     engine = worse if stance == "against" else better
-    said = evidence if criterion in SPOKEN else f"{worse} worse than {better} ({evidence})"
-    text = f"{WORDS[criterion]}: {said}" + (f"; {note}" if note else "")
-    return ChoiceReason(engine=engine, stance=stance, criterion=criterion, text=text, section=SECTIONS[criterion])
+    said = evidence if CRITERIA[criterion].spoken else f"{worse} worse than {better} ({evidence})"
+    text = f"{CRITERIA[criterion].words}: {said}" + (f"; {note}" if note else "")
+    return ChoiceReason(engine=engine, stance=stance, criterion=criterion, text=text,
+                        section=CRITERIA[criterion].section)
 
 
 def _verdict(purpose: str, standing: list[str], engines: int) -> str:
@@ -115,25 +129,36 @@ def _verdict(purpose: str, standing: list[str], engines: int) -> str:
 # ---- each criterion's rule: who is detectably worse than whom --------------------------------------
 
 
-def _answers(summary: RunSummary) -> list[Gap]:
-    return answer_gaps(summary)
+def failed_counts(e: EngineSummary) -> dict[str, tuple[int, int]]:
+    """scenario -> (failed, sent) over every level's measured rounds, for every load scenario it measured."""
+    out = {}
+    for scenario in LOAD_SCENARIOS:
+        levels = e.levels(scenario)
+        failed = sum(lv.requests_failed for lv in levels)
+        if levels:
+            out[scenario] = (failed, failed + sum(lv.requests_ok for lv in levels))
+    return out
 
 
 def _failed_requests(summary: RunSummary) -> list[Gap]:
-    """The share of the performance steps' measured requests that failed, Newcombe interval of the
-    difference wholly above 0."""
-    counts = {}
-    for name, e in summary.engines.items():
-        levels = [lv for p in e.perf.values() for lv in p.levels]
-        failed = sum(lv.requests_failed for lv in levels)
-        counts[name] = (failed, failed + sum(lv.requests_ok for lv in levels))
+    """The share of each load scenario's measured requests that failed (performance sweeps, trace, sessions with
+    the turns a broken session never sent, shared prefix, your own prompts), compared scenario by scenario on the
+    traffic both engines were sent: worse where some scenario's Newcombe interval of the difference lies wholly
+    above 0 and none wholly below."""
+    counts = {name: failed_counts(e) for name, e in summary.engines.items()}
     gaps = []
-    for a, (fa, na) in counts.items():
-        for b, (fb, nb) in counts.items():
-            if a != b and na and nb:
+    for a, ca in counts.items():
+        for b, cb in counts.items():
+            if a == b:
+                continue
+            worse, better = [], []
+            for scenario in (s for s in LOAD_SCENARIOS if s in ca and s in cb and ca[s][1] and cb[s][1]):
+                (fa, na), (fb, nb) = ca[scenario], cb[scenario]
                 low, high = newcombe(fa, na, fb, nb, summary.confidence)
-                if low > 0:
-                    gaps.append((a, b, f"{fa}/{na} failed against {fb}/{nb}, difference CI {low:+.0%} to {high:+.0%}"))
+                said = f"{scenario} {fa}/{na} failed against {fb}/{nb}, difference CI {low:+.1%} to {high:+.1%}"
+                (worse if low > 0 else better if high < 0 else []).append(said)
+            if worse and not better:
+                gaps.append((a, b, "; ".join(worse)))
     return gaps
 
 
@@ -171,7 +196,7 @@ def maturity_overridden(summary: RunSummary) -> list[ChoiceReason]:
     release, with the reason given."""
     if not summary.maturity_override:
         return []
-    return [ChoiceReason(engine=n, stance="for", criterion="maturity", section=SECTIONS["maturity"],
+    return [ChoiceReason(engine=n, stance="for", criterion="maturity", section=CRITERIA["maturity"].section,
                          text=f"maturity: {n} is a {e.maturity.maturity} ({e.maturity.source}), not ranked below a "
                               f"release in this run: overridden ({summary.maturity_override})")
             for n, e in summary.engines.items() if e.maturity is not None and ranks_below_release(e.maturity.maturity)]
@@ -194,8 +219,8 @@ def measurement_caveats(e: EngineSummary) -> list[str]:
     round's tail, or a busy client's noise, would then decide the choice)."""
     found = []
     metric = "ttft_p99_s" if e.ttft_published else "e2e_p99_s"
-    for scenario, p in e.perf.items():
-        for level in p.levels:
+    for scenario in LOAD_SCENARIOS:
+        for level in e.levels(scenario):
             tail = None if level.first_encounter is None else level.first_encounter.figure(metric)
             median = level.median(metric)
             if tail and median and tail / median >= FIRST_ENCOUNTER_TAIL:
@@ -211,42 +236,57 @@ def _stability(summary: RunSummary) -> list[Gap]:
             for a, fa in found.items() for b in found if a != b and len(fa) > len(found[b])]
 
 
-def _speed_verdicts(summary: RunSummary, criterion: str) -> dict[tuple[str, str], list]:
-    """(engine, base) -> the comparisons on the criterion's figures that found a difference."""
-    found: dict[tuple[str, str], list] = {}
-    for c in summary.comparisons:
+def speed_comparisons(summary: RunSummary) -> list[Comparison]:
+    """Every pair of engines on the decision's figures: the summary's comparisons with the base engine, and each
+    pair without the base compared the same way (steady rounds; tasks/report/comparisons.py), so two engines are
+    told apart whichever engine is the base, and whatever the base's own fate in the choice."""
+    covered = {frozenset((c.base, c.engine)) for c in summary.comparisons}
+    names = list(summary.engines)
+    return [*summary.comparisons, *(c for i, a in enumerate(names) for b in names[i + 1:]
+                                     if frozenset((a, b)) not in covered
+                                     for c in comparisons(summary.engines, a, summary.confidence, others=(b,)))]
+
+
+def _speed_verdicts(summary: RunSummary, criterion: str) -> dict[tuple[str, str], list[Comparison]]:
+    """(engine, other) -> the comparisons on the criterion's figures that found a difference."""
+    found: dict[tuple[str, str], list[Comparison]] = {}
+    for c in speed_comparisons(summary):
         if c.figure in SPEED_FIGURES[criterion] and c.verdict in ("better", "worse"):
             found.setdefault((c.engine, c.base), []).append(c)
     return found
 
 
-def _speed_evidence(found: list) -> str:
+def _speed_evidence(found: list[Comparison]) -> str:
     return "; ".join(f"{c.scenario} {c.figure} at {c.level} {c.verdict} {c.interval()}" for c in found[:3]) + (
         f" and {len(found) - 3} more" if len(found) > 3 else "")
 
 
 def _speed(criterion: str) -> Callable[[RunSummary], list[Gap]]:
-    """An engine against the base engine on the criterion's figures: worse where some level's interval says
-    worse and none says better (mixed verdicts order nothing; mixed_speed names them)."""
+    """One engine against another on the criterion's figures: worse where some level's interval says worse and
+    none says better (mixed verdicts order nothing; `mixed_speed` names them)."""
 
     def rule(summary: RunSummary) -> list[Gap]:
         gaps = []
-        for (engine, base), found in _speed_verdicts(summary, criterion).items():
+        for (engine, other), found in _speed_verdicts(summary, criterion).items():
             verdicts = {c.verdict for c in found}
             if len(verdicts) == 1:
-                gaps.append((engine, base, _speed_evidence(found)) if verdicts == {"worse"}
-                            else (base, engine, _speed_evidence(found)))
+                gaps.append((engine, other, _speed_evidence(found)) if verdicts == {"worse"}
+                            else (other, engine, _speed_evidence(found)))
         return gaps
 
     return rule
 
 
-def mixed_speed(summary: RunSummary, criterion: str) -> list[Gap]:
-    """(engine, base, evidence) where the criterion's figures found the engine better somewhere and worse
+def mixed_speed(criterion: str) -> Callable[[RunSummary], list[Gap]]:
+    """(engine, other, evidence) where the criterion's figures found the engine better somewhere and worse
     elsewhere: shown beside a choice that could not tell them apart, never a reason to drop either."""
-    return [(engine, base, _speed_evidence(sorted(found, key=lambda c: c.verdict)))
-            for (engine, base), found in _speed_verdicts(summary, criterion).items()
-            if len({c.verdict for c in found}) > 1]
+
+    def mixed(summary: RunSummary) -> list[Gap]:
+        return [(engine, other, _speed_evidence(sorted(found, key=lambda c: c.verdict)))
+                for (engine, other), found in _speed_verdicts(summary, criterion).items()
+                if len({c.verdict for c in found}) > 1]
+
+    return mixed
 
 
 def _capacity(summary: RunSummary) -> list[Gap]:
@@ -259,8 +299,14 @@ def _capacity(summary: RunSummary) -> list[Gap]:
     return gaps
 
 
-RULES: dict[str, Callable[[RunSummary], list[Gap]]] = {
-    "answers": _answers, "failed_requests": _failed_requests, "functional_checks": _functional_checks,
-    "maturity": _maturity, "stability": _stability, "latency": _speed("latency"), "throughput": _speed("throughput"),
-    "capacity": _capacity,
+# The criteria a purpose may order (and answers and failed requests, read first for every purpose).
+CRITERIA: dict[str, Criterion] = {
+    "answers": Criterion(answer_gaps, "answers", "quality"),
+    "failed_requests": Criterion(_failed_requests, "failed requests", "throughput"),
+    "functional_checks": Criterion(_functional_checks, "functional checks", "checks"),
+    "maturity": Criterion(_maturity, "maturity", "engines", spoken=True),
+    "stability": Criterion(_stability, "stability", "startup"),
+    "latency": Criterion(_speed("latency"), "latency", "comparison", mixed=mixed_speed("latency")),
+    "throughput": Criterion(_speed("throughput"), "throughput", "comparison", mixed=mixed_speed("throughput")),
+    "capacity": Criterion(_capacity, "capacity under the SLO", "capacity"),
 }

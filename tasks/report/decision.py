@@ -87,49 +87,71 @@ def _answers_caveat(named: tuple[str, ...], worse_answers: Collection[str]) -> s
 
 
 def answer_gaps(summary: RunSummary) -> list[tuple[str, str, str]]:
-    """(worse engine, better engine, the evidence) for each pair whose answers differ: a family where one
-    answered detectably worse (`parity_gaps`), and an engine whose speculative decoding changed greedy
-    answers against its off twin."""
-    return parity_gaps(summary) + [
+    """(worse engine, better engine, the evidence) for each pair whose answers differ: items of a family right
+    on one and wrong on the other (`parity_gaps`), a log-likelihood finding (`nll_gaps`), and an engine whose
+    speculative decoding changed greedy answers against its off twin."""
+    return parity_gaps(summary) + nll_gaps(summary) + [
         (p.on, p.off, f"speculative decoding changed {len(p.changed)} of {p.items} greedy answers "
                       f"({', '.join(list(p.changed)[:5])})")
         for p in (summary.speculative.pairs if summary.speculative else []) if p.changed]
 
 
 def parity_gaps(summary: RunSummary) -> list[tuple[str, str, str]]:
-    """(worse engine, better engine, the evidence) for each family where one engine answered detectably
-    worse than another on the same items (the paired interval of the difference of accuracies excludes 0;
-    tasks/quality/parity.py)."""
+    """(worse engine, better engine, the evidence) for each pair and family with items right on the better
+    engine and wrong on the worse: the items are fixed and decoded greedily, so each such item is a change in
+    itself, not a draw from a sample, and is named. The paired interval of the difference of accuracies
+    (tasks/quality/parity.py) stands beside it for the question of the family's other items."""
     gaps: list[tuple[str, str, str]] = []
     for p in (summary.parity.answers if summary.parity else []):
-        if p.worse is None:
-            continue
-        other = p.a if p.worse == p.b else p.b
-        mine, theirs = (p.only_b_right, p.only_a_right) if p.worse == p.b else (p.only_a_right, p.only_b_right)
-        low, high = (p.low, p.high) if p.worse == p.a else (-p.high, -p.low)  # accuracy(worse) - accuracy(other)
-        right, other_right = p.both_right + len(mine), p.both_right + len(theirs)
-        gaps.append((p.worse, other,
-                     f"{p.family} {right / p.items:.0%} ({right}/{p.items}) against {other}'s "
-                     f"{other_right / p.items:.0%} ({other_right}/{p.items}), difference CI {low:+.0%} to {high:+.0%} "
-                     f"(paired: {len(theirs)} items right on {other} only, {len(mine)} on {p.worse} only; "
-                     f"{', '.join(theirs[:5])})"))
+        for worse, other, lost, kept in ((p.b, p.a, p.only_a_right, p.only_b_right),
+                                         (p.a, p.b, p.only_b_right, p.only_a_right)):
+            if not lost:
+                continue
+            low, high = (p.low, p.high) if worse == p.a else (-p.high, -p.low)  # accuracy(worse) - accuracy(other)
+            right, other_right = p.both_right + len(kept), p.both_right + len(lost)
+            gaps.append((worse, other,
+                         f"{p.family} {right / p.items:.0%} ({right}/{p.items}) against {other}'s "
+                         f"{other_right / p.items:.0%} ({other_right}/{p.items}), difference CI {low:+.0%} to "
+                         f"{high:+.0%} for other items of the family; {len(lost)} item{'s' if len(lost) > 1 else ''} "
+                         f"right on {other} and wrong on {worse} at greedy decoding, each a change "
+                         f"({', '.join(lost[:5])}{', ...' if len(lost) > 5 else ''})"))
     return gaps
 
 
+def nll_gaps(summary: RunSummary) -> list[tuple[str, str, str]]:
+    """(engine, other, the evidence) for each log-likelihood finding (tasks/quality/loglik.py `nll_findings`):
+    the engine whose NLL of the fixed text lies above the others' (a gap) or rises with depth where theirs does
+    not is worse than each engine that scored that length and served the same weights."""
+    parity = summary.parity
+    if parity is None:
+        return []
+    differ = {frozenset((w.a, w.b)) for w in summary.same_weights if w.verdict == "differ"}
+    scored = {(pt.engine, pt.length_tokens) for pt in parity.nll if pt.status == "ok"}
+    return [(f.engine, other, f"NLL {f.kind} at {f.length_tokens:,} tokens: {f.text}")
+            for f in parity.nll_findings for other in summary.engines
+            if other != f.engine and (other, f.length_tokens) in scored and frozenset((f.engine, other)) not in differ]
+
+
 def _answer_leads(summary: RunSummary) -> tuple[list[str], set[str]]:
-    """The families where one engine answered detectably worse than another on the same items
-    (`parity_gaps`), and the answers speculative decoding changed, first among the leads: answers outrank
-    speed. Also the engines named, whose speed leads then carry the caveat."""
+    """The families where one engine answered items wrong that another answered right (`parity_gaps`), its
+    log-likelihood findings (`nll_gaps`), and the answers speculative decoding changed, first among the leads:
+    answers outrank speed. Also the engines named, whose speed leads then carry the caveat."""
     found: dict[str, list[str]] = {}
     for worse, _, evidence in parity_gaps(summary):
         found.setdefault(worse, []).append(evidence)
     lines = [f"Answers differ: {name} answered worse in " + "; ".join(parts)
              + ". Its answers outrank any speed lead: do not choose it on speed." for name, parts in found.items()]
+    nll: dict[str, list[str]] = {f.engine: [] for f in (summary.parity.nll_findings if summary.parity else [])}
+    for engine, _, evidence in nll_gaps(summary):
+        if evidence not in nll[engine]:
+            nll[engine].append(evidence)
+    lines += [f"Log-likelihood differs: {name}'s " + "; ".join(parts)
+              + ". Its answers outrank any speed lead: do not choose it on speed." for name, parts in nll.items() if parts]
     changed = [p for p in (summary.speculative.pairs if summary.speculative else []) if p.changed]
     lines += [f"Speculative decoding changed answers: {p.on} answered {len(p.changed)} of {p.items} items "
               f"differently from {p.off} (off) at greedy decoding ({', '.join(list(p.changed)[:5])}), where it "
               "must not change any. Its answers outrank any speed lead: do not choose it on speed." for p in changed]
-    return lines, set(found) | {p.on for p in changed}
+    return lines, set(found) | {n for n, parts in nll.items() if parts} | {p.on for p in changed}
 
 
 def _speculative_leads(summary: RunSummary) -> list[str]:

@@ -5,13 +5,12 @@ from this document alone, so what a reader sees and what is archived never disag
 measures. Each figure is the median over rounds with every round's value, a spread flag and the
 first-encounter tail, with TTFT (and TPOT, ITL) withheld where unreliable (PROTOCOL.md section 5).
 Engines are compared with the base engine on the decision's figures (decision.LEAD_FIGURES) as effects
-with an interval (tasks/stats/effects.py), only where a figure is published.
+with an interval (tasks/report/comparisons.py), only where a figure is published.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 from tasks.state import documents as run_documents
@@ -19,14 +18,14 @@ from tasks.config import RunConfig
 from tasks.config.maturity import spec_maturity
 from tasks.core.desensitize import desensitize
 from tasks.evidence.cache import published_verdict
-from tasks.stats.effects import COVERS_ROUNDS, effect
 from tasks.stats.reliability import engine_ttft_verdict, withhold_stream_timed
 from tasks.evidence.restarts import CHECK as RESTARTS_CHECK
 from tasks.evidence.restarts import COLD_START_FINDING
 from tasks.evidence.restarts import restart_summary
 from tasks.stats.figures import client_load, level_figures, withhold_slo_judged
 from tasks.report.choice import choose
-from tasks.report.decision import LEAD_FIGURES, decide
+from tasks.report.comparisons import comparisons
+from tasks.report.decision import decide
 from tasks.report.limits import not_proved
 from tasks.report.parity import build_parity
 from tasks.report.speculative import build_speculative
@@ -34,7 +33,7 @@ from tasks.report.schema import RunSummary
 from tasks.report.schema.cache import CacheTrial, PrefixCache
 from tasks.report.schema.capacity import Capacity, CapacityProbe
 from tasks.report.schema.trace import TraceReplay
-from tasks.report.schema.comparison import Comparison, Regression
+from tasks.report.schema.comparison import Regression
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import EngineMaturity, EngineRestarts, OutcomeSummary, StartupFinding, TtftVerdict
 from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, NeedleCount
@@ -49,7 +48,6 @@ from tasks.report.traffic import traffic_summary
 from tasks.state.storage import RunDir
 
 CONFIDENCE = 0.95  # of every comparison's interval
-SMALL_CHANGE = 0.05  # the change whose rounds needed each comparison states (rounds_needed_for_5pct)
 # What no DayOne run proves, whatever ran (the GLM-5.3-Flash Day 1 Hands-on report's standing
 # caveats): said in every report.
 STANDING_LIMITS = (
@@ -476,71 +474,6 @@ def _clip(text: Any, limit: int = 160) -> str | None:
         return None
     s = str(text)
     return s if len(s) <= limit else s[: limit - 1] + "…"
-
-
-# ---- engine vs base --------------------------------------------------------------------------------
-
-
-def comparisons(engines: dict[str, EngineSummary], base: str, confidence: float) -> list[Comparison]:
-    """Every other engine against `base` per decision figure and level both published."""
-    if base not in engines:
-        return []
-    out = []
-    for scenario, figure, higher_is_better, _ in LEAD_FIGURES:
-        for base_level in engines[base].levels(scenario):
-            base_figure = base_level.figures.get(figure)
-            if base_figure is None:
-                continue  # not published for the base
-            for name, e in engines.items():
-                level = next((lv for lv in e.levels(scenario) if lv.label == base_level.label), None)
-                mine = None if name == base or level is None else level.figures.get(figure)
-                if mine is not None:
-                    base_values, my_values = _steady(base_level, base_figure), _steady(level, mine)
-                    launches = max(1, len(set(base_level.launches)), len(set(level.launches)))
-                    if launches > 1:  # replicated starts: one value per launch, so the interval holds their variation
-                        base_values, my_values = _per_launch(base_level, base_values), _per_launch(level, my_values)
-                    paired = (scenario in engines[base].perf and name in engines[base].perf[scenario].interleaved_with
-                              and list(base_values) == list(my_values))
-                    out.append(_comparison(scenario, base_level.label, figure, higher_is_better, base, name,
-                                           list(base_values.values()), list(my_values.values()), confidence, paired,
-                                           launches))
-    return out
-
-
-def _per_launch(level: PerfLevel, steady: dict[int | None, float | None]) -> dict[int | None, float | None]:
-    """Launch -> the geometric mean of its steady rounds' values (None where none is positive): the launch,
-    not the round, is the replicate when each engine was started several times."""
-    launch_of = dict(zip(level.rounds, level.launches))
-    logs: dict[int | None, list[float]] = {}
-    for r, v in steady.items():
-        logs.setdefault(launch_of.get(r), [])
-        if v is not None and v > 0 and math.isfinite(v):
-            logs[launch_of.get(r)].append(math.log(v))
-    return {launch: math.exp(sum(xs) / len(xs)) if xs else None for launch, xs in logs.items()}
-
-
-def _steady(level: PerfLevel, figure: Figure) -> dict[int | None, float | None]:
-    """Round number -> value, without the first-encounter round (with warmup off, a server's first round
-    of a shape pays its compilation: shown beside the median, never an engine's steady figure)."""
-    return {r: v for r, v in zip(level.rounds, figure.rounds) if r not in level.first_encounter_rounds}
-
-
-def _comparison(scenario: str, level: str, figure: str, higher_is_better: bool, base: str, engine: str,
-                base_values: list[float | None], values: list[float | None], confidence: float,
-                paired: bool, launches: int = 1) -> Comparison:
-    # Interleaved rounds pair by repetition (a drift moves both); engines run one after another do not.
-    # The engines of a position are started anew together, so launch n of each is a pair as well.
-    covers = (f"launch-to-launch variation ({launches} launches of each engine, each the geometric mean of its "
-              "rounds) and the round-to-round noise within them") if launches > 1 else COVERS_ROUNDS
-    e = effect(base_values, values, confidence, paired=paired, covers=covers)
-    if e.verdict in ("higher", "lower"):
-        verdict = "better" if (e.verdict == "higher") == higher_is_better else "worse"
-    else:
-        verdict = e.verdict
-    return Comparison(scenario=scenario, level=level, figure=figure, base=base, engine=engine, ratio=e.ratio,
-                      low=e.low, high=e.high, confidence=confidence, verdict=verdict, detectable=e.detectable,
-                      rounds_needed_for_5pct=e.rounds_needed(SMALL_CHANGE), paired=paired, covers=e.covers,
-                      launches=launches, reason=e.reason)
 
 
 # ---- run level -----------------------------------------------------------------------------------

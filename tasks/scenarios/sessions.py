@@ -196,13 +196,13 @@ def run_sessions(ctx: EngineContext) -> dict[str, Any]:
                         progress.advance(r.status == "ok", f"{SCENARIO}-{level.key}-r{n}")
 
                     run_async(_round_on_session(ctx, s, level, n, plans, seed, on_turn))
-                    for plan in plans:
-                        for turn in range(s.turns):
-                            row = sent.get((plan.index, turn)) or turn_row(
-                                keys, level, plan, turn, plan.think_s[turn], 0, None, False)
-                            out.write(row)
-                            rows.append(row)
-                    rounds_out.write(round_row(keys, level, [sent[k] for k in sorted(sent)], ctx.config))
+                    planned = [sent.get((plan.index, turn)) or turn_row(
+                        keys, level, plan, turn, plan.think_s[turn], 0, None, False)
+                        for plan in plans for turn in range(s.turns)]
+                    for row in planned:
+                        out.write(row)
+                    rows += planned
+                    rounds_out.write(round_row(keys, level, planned, ctx.config))
                     for turn in range(s.turns):
                         mark_seen(ctx.run_dir, engine, sessions_turn_shape(s, turn, level.concurrency, level.rate_rps))
     finally:
@@ -221,14 +221,15 @@ async def _round_on_session(ctx: EngineContext, s: SessionsScenario, level: Leve
 # ---- figures (pure) -------------------------------------------------------------------------------
 
 
-def round_row(keys: dict[str, Any], level: Level, sent: Sequence[dict[str, Any]], config: Any) -> dict[str, Any]:
-    """The round's `rounds` row from its sent turns (a turn never sent is no request): the load figures the
-    engines and the nightly compare, like a performance level's (input and output lengths null: each turn
-    has its own). First encounter: a turn of the round met its shape new to the server."""
-    figures = round_figures(sent, config.slo, config.round_error_rate_max)
+def round_row(keys: dict[str, Any], level: Level, planned: Sequence[dict[str, Any]], config: Any) -> dict[str, Any]:
+    """The round's `rounds` row from its planned turns: the load figures the engines and the nightly compare,
+    like a performance level's (input and output lengths null: each turn has its own). A turn never sent (its
+    session broke at an earlier turn) is a failed request: a session that fails at turn 0 must not hide its later
+    turns from the failed share. First encounter: a turn of the round met its shape new to the server."""
+    figures = round_figures(planned, config.slo, config.round_error_rate_max)
     return {**keys, "concurrency": level.concurrency, "rate_rps": level.rate_rps, "max_in_flight": None,
             "launch": 0, "input_tokens": None, "output_tokens": None,
-            "first_encounter": any(r["first_encounter"] for r in sent), "warmup": False, **figures}
+            "first_encounter": any(r["first_encounter"] for r in planned), "warmup": False, **figures}
 
 
 

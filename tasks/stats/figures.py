@@ -32,26 +32,42 @@ def _clean(values: Iterable[float | None]) -> list[float]:
     return out
 
 
-def percentile(values: Iterable[float | None], p: float) -> float | None:
-    """The p-th percentile (0..100) by linear interpolation; None for no values (None/NaN skipped)."""
+def percentile(values: Iterable[float | None], p: float, unbounded: int = 0) -> float | None:
+    """The p-th percentile (0..100) by linear interpolation; None for no values (None/NaN skipped). `unbounded`
+    more values count as larger than any (`sorted_percentile`)."""
+    return sorted_percentile(sorted(_clean(values)), p, unbounded)
+
+
+def sorted_percentile(xs: Sequence[float], p: float, unbounded: int = 0) -> float | None:
+    """The p-th percentile of the ascending values `xs` and `unbounded` more values larger than any of them (the
+    latencies of requests that never completed: a failed request counts against its round's latency, as a user
+    waiting forever would, so an engine cannot better its tail by failing its slowest requests). None where the
+    percentile falls among the unbounded ones (more than 100 - p percent never completed), or there is nothing."""
     if not 0 <= p <= 100:
         raise ValueError(f"percentile p={p} is outside 0..100")
-    xs = sorted(_clean(values))
-    if not xs:
-        return None
-    pos = (len(xs) - 1) * p / 100.0
+    pos = (len(xs) + unbounded - 1) * p / 100.0
     lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    if lo >= len(xs) or (pos > lo and lo + 1 >= len(xs)):
+        return None  # at, or interpolated towards, a request that never completed (or no value at all)
+    if pos == lo:
+        return float(xs[lo])
+    return float(xs[lo] + (xs[lo + 1] - xs[lo]) * (pos - lo))
 
 
-def summarize(values: Iterable[float | None]) -> dict[str, float | None]:
-    """p50, p90, p95, p99, max and mean of the values (all None when there are none)."""
-    xs = _clean(values)
-    out: dict[str, float | None] = {name: percentile(xs, q) for name, q in _QUANTILES.items()}
-    out["max"] = max(xs) if xs else None
+def summarize(values: Iterable[float | None], unbounded: int = 0) -> dict[str, float | None]:
+    """p50, p90, p95, p99, max and mean of the values (all None when there are none); with `unbounded` requests
+    that never completed, the percentiles count them as larger than any value (`sorted_percentile`), and max and
+    mean are of the values alone."""
+    xs = sorted(_clean(values))
+    out: dict[str, float | None] = {name: sorted_percentile(xs, q, unbounded) for name, q in _QUANTILES.items()}
+    out["max"] = xs[-1] if xs else None
     out["mean"] = sum(xs) / len(xs) if xs else None
     return {name: out[name] for name in PERCENTILES}
+
+
+# Latencies each request has one of: a request that failed counts as unbounded in their percentiles. ITL pools the
+# gaps between events, a request's many or none, so it stays over the gaps the completed requests had.
+PER_REQUEST_LATENCIES = ("ttft", "tpot", "e2e")
 
 
 def median(values: Iterable[float | None]) -> float | None:
@@ -147,8 +163,9 @@ def round_figures(
     """A round's row figures from its request rows (requests table columns).
 
     duration = first send to last completion; output TPS = completion tokens of ok requests over
-    the duration; ITL percentiles pool every gap of the round. `status` is "failed" when the error
-    rate is above `error_rate_max`.
+    the duration; ITL percentiles pool every gap of the round; TTFT, TPOT and E2E percentiles count each
+    failed request as unbounded (`sorted_percentile`). `status` is "failed" when the error rate is above
+    `error_rate_max`.
     """
     ok = [r for r in requests if r.get("status") == "ok"]
     failed = len(requests) - len(ok)
@@ -173,7 +190,7 @@ def round_figures(
         "e2e": [r["e2e_s"] for r in ok if r.get("e2e_s") is not None],
     }
     for lat in LATENCIES:
-        for name, value in summarize(pools[lat]).items():
+        for name, value in summarize(pools[lat], failed if lat in PER_REQUEST_LATENCIES else 0).items():
             fig[f"{lat}_{name}_s"] = value
     fig["goodput_rps"] = goodput_rps(requests, duration, slo)
     fig["length_deviations"] = sum(1 for r in requests if r.get("length_deviation"))

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.stats.figures import LATENCIES, meets_slo
+from tasks.stats.figures import LATENCIES, PER_REQUEST_LATENCIES, meets_slo, sorted_percentile
 
 ITL_KEPT = 1 << 20  # gaps kept for the ITL percentiles: every gap up to this many, a uniform sample past it
 
@@ -76,7 +76,8 @@ class ReplayFigures:
             "output_tps": self.out_tokens / duration if duration else None,
         }
         for lat in LATENCIES:
-            for name, value in summarize_array(self.pools[lat]).items():
+            unbounded = self.failed if lat in PER_REQUEST_LATENCIES else 0  # failed requests count against the tail
+            for name, value in summarize_array(self.pools[lat], unbounded).items():
                 fig[f"{lat}_{name}_s"] = value
         fig["goodput_rps"] = self.good / duration if duration else None
         fig["length_deviations"] = self.deviations
@@ -87,12 +88,13 @@ class ReplayFigures:
         return {"lateness_p50_s": s["p50"], "lateness_p99_s": s["p99"], "lateness_max_s": s["max"]}
 
 
-def summarize_array(values: array) -> dict[str, float | None]:
-    """tasks/stats/figures.py `summarize` (p50, p90, p95, p99 by linear interpolation, max, mean) of an array of
-    doubles, without a Python float per value: a million-request round's percentiles in megabytes."""
+def summarize_array(values: array, unbounded: int = 0) -> dict[str, float | None]:
+    """tasks/stats/figures.py `summarize` (p50, p90, p95, p99 by linear interpolation, `unbounded` failed requests
+    counted as larger than any value; max, mean) of an array of doubles, without a Python float per value: a
+    million-request round's percentiles in megabytes."""
     xs = np.frombuffer(values, dtype=np.float64) if len(values) else np.empty(0)
-    xs = xs[~np.isnan(xs)]
+    xs = np.sort(xs[~np.isnan(xs)])
     if not xs.size:
         return dict.fromkeys(("p50", "p90", "p95", "p99", "max", "mean"))
-    p50, p90, p95, p99 = (float(v) for v in np.percentile(xs, [50, 90, 95, 99], method="linear"))
-    return {"p50": p50, "p90": p90, "p95": p95, "p99": p99, "max": float(xs.max()), "mean": float(xs.mean())}
+    p50, p90, p95, p99 = (sorted_percentile(xs, q, unbounded) for q in (50, 90, 95, 99))
+    return {"p50": p50, "p90": p90, "p95": p95, "p99": p99, "max": float(xs[-1]), "mean": float(xs.mean())}

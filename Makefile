@@ -8,9 +8,10 @@ PY := $(VENV)/bin/python
 # each would compile Airflow, pandas and the rest from source again (3-4 s a process)
 UV := $(PY) -m uv pip install -q --compile-bytecode --python $(PY)
 # The real vLLM against the real SGLang on this machine (tasks/config/presets/vllm-sglang.yaml); DEMO=llamacpp-ab or
-# DEMO=sim run the other presets, without building the engines' environments.
+# DEMO=sim run the other presets without building the engines' environments, DEMO=vllm-compile (compiled against
+# --enforce-eager) and DEMO=vllm-ngram (n-gram speculative decoding off against on) vLLM's alone.
 DEMO ?= vllm-sglang
-DEMO_ENGINES := $(if $(filter vllm-sglang,$(DEMO)),vllm-venv sglang-venv)
+DEMO_ENGINES := $(if $(filter vllm-sglang,$(DEMO)),vllm-venv sglang-venv,$(if $(filter vllm-%,$(DEMO)),vllm-venv))
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 
 .PHONY: venv venv-test openwebui-venv vllm-venv sglang-venv demo test ui bench system-packages clean
@@ -124,7 +125,7 @@ demo: venv $(DEMO_ENGINES)
 # `make test PYTEST_WORKERS=0` runs serially. Plain extra workers on two cores starved the timing-precision
 # tests (bench/RESULTS.md).
 PYTEST_WORKERS ?= $(shell n=$$(nproc); echo $$(( (n < 6 ? n : 6) + 2 )))
-test: venv-test system-packages openwebui-venv
+test: venv-test system-packages openwebui-venv vllm-venv sglang-venv
 	$(PY) -m compileall -q -j 0 tasks plugins dags tests  # DayOne's own bytecode once, for every process the tests start
 	$(PY) -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  --durations=25 $(PYTEST_ARGS)

@@ -45,3 +45,18 @@ def test_a_launcher_of_another_dialect_is_refused_at_parse():
     with pytest.raises(ConfigError, match=r"launcher: 'vllm' starts the engine of that name, and dialect is 'sglang'"):
         parse_run_config({"engines": [{"name": "e", "dialect": "sglang", "launcher": "vllm"}],
                           "scenarios": {"long_context": {"enabled": False}, "boundary": {"enabled": False}}})
+
+
+@pytest.mark.parametrize("preset", ["vllm-sglang", "vllm-compile", "vllm-ngram"])
+def test_the_real_engine_presets_parse_and_interleave(preset):
+    import yaml
+
+    from tasks.config.presets import PRESET_DIR
+    from tasks.steps.lanes import design
+
+    config = parse_run_config(yaml.safe_load((PRESET_DIR / f"{preset}.yaml").read_text(encoding="utf-8")))
+    assert {e.launcher for e in config.engines} <= {"vllm", "sglang"} and design(config) == "interleaved"
+    if preset == "vllm-ngram":
+        from tasks.quality.speculative import off_on_pairs
+
+        assert off_on_pairs(config) == [("vllm", "vllm-ngram")]

@@ -33,6 +33,9 @@ def _airflow_env() -> None:
     os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
     os.environ.setdefault("DAYONE_WORKDIR", str(STATE / "runs"))
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    # The logs go to a file (LogToFile): plain text, not the terminal's colour codes. Airflow's log setup
+    # decides on colour once, before the file takes stdout and stderr over.
+    os.environ.setdefault("NO_COLOR", "1")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,10 +199,34 @@ def _print_result(run, s3, seconds: float) -> None:
         cache = e.prefix_cache.verdict if e.prefix_cache else None
         print(f"  {engine}: checks {passed}/{len(e.checks)} pass, needles {e.needles.passed}/"
               f"{e.needles.total}, prefix cache {cache}")
+        if e.quality is not None:
+            families = e.quality.families.values()
+            print(f"    answers {sum(f.correct for f in families)}/{sum(f.items for f in families)} right ("
+                  + ", ".join(f"{name} {f.correct}/{f.items}" for name, f in e.quality.families.items()) + ")")
     if summary is not None and summary.comparisons:
         print(f"  verdicts ({summary.measurement_design}; {summary.confidence:.0%} intervals):")
         for c in summary.comparisons:
             print(f"    {c.scenario} {c.level} {c.figure}, {c.engine} vs {c.base}: {c.verdict}, {c.interval(covers=True)}")
+    _print_parity(summary)
+
+
+def _print_parity(summary) -> None:
+    """Whether the engines served the same weights, and their answers and log-likelihoods held against each other."""
+    if summary is None:
+        return
+    for pair in summary.same_weights:
+        print(f"  weights, {pair.a} vs {pair.b}: {pair.verdict} ({pair.text})")
+    parity = summary.parity
+    if parity is None:
+        return
+    for g in parity.agreement:
+        print(f"  greedy agreement, {g.a} vs {g.b}: {g.identical}/{g.items} answers identical")
+    for f in parity.answers:
+        print(f"  answer parity {f.family}, {f.a} vs {f.b}: {f.verdict} ({f.both_right} both right of {f.items})")
+    for finding in parity.nll_findings:
+        print(f"  log-likelihood, {finding.engine} at {finding.length_tokens} tokens: {finding.text}")
+    for why in parity.not_compared:
+        print(f"  not compared: {why}")
 
 
 def _stop_local_engines(since: float) -> None:

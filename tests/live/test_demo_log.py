@@ -48,6 +48,26 @@ def test_a_failed_task_tail_is_its_last_try_section_of_the_log(tmp_path):
     assert task_log_tail(log, "conclude", -1, lines=3) == DEMO_LOG.splitlines()[-3:], "no marks: the log's end"
 
 
+def test_the_log_file_gets_no_colour_codes(tmp_path):
+    """Airflow's log records, set up as `make demo` sets Airflow up, then written into the file."""
+    log = tmp_path / "demo.log"
+    script = textwrap.dedent(f"""
+        import logging
+        from dayone_airflow import demo
+        demo._airflow_env()
+        from airflow._shared.logging.structlog import configure_logging
+        with demo.LogToFile(__import__("pathlib").Path({str(log)!r})):
+            configure_logging(log_level="INFO")
+            logging.getLogger("dayone.steps").info("step plan done")
+        """)
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**env, "PYTHONPATH": str(PLUGINS), "FORCE_COLOR": "1", "AIRFLOW_HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    written = log.read_text()
+    assert "step plan done" in written and "\x1b[" not in written, written
+
+
 def test_the_process_and_its_children_write_to_the_file_and_the_view_to_the_terminal(tmp_path):
     """In a process of its own, so that pytest's capture of this one's stdout is left alone."""
     log = tmp_path / "demo.log"

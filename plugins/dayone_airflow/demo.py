@@ -100,9 +100,11 @@ def main(argv: list[str] | None = None) -> int:
 DEMO_LOG = "demo.log"
 FAILED_TAIL_LINES = 15
 FAILED_TASKS_SHOWN = 3
-# dag.test's own log lines around each task it runs (airflow/sdk/definitions/dag.py)
+# dag.test's own log lines around each task it runs (airflow/sdk/definitions/dag.py), and where Airflow's task
+# runner starts its bookkeeping after the task's own work (airflow/sdk/execution_time/task_runner.py)
 TASK_START = "[DAG TEST] starting task_id={task_id} map_index={map_index}"
 TASK_END = "[DAG TEST] end task task_id={task_id} map_index={map_index}"
+TASK_DONE = "::group::Post Execute"
 
 
 class LogToFile:
@@ -158,15 +160,15 @@ def _failed_tasks(run) -> list[FailedTask]:
 
 def task_log_tail(log_path: Path, task_id: str, map_index: int, lines: int = FAILED_TAIL_LINES) -> list[str]:
     """The last `lines` lines the task's last try wrote to the demo's log (dag.test marks each task's start and
-    end); the log's last lines when the marks are not found."""
+    end), up to Airflow's bookkeeping after it; the log's last lines when the marks are not found."""
     text = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     start_mark, end_mark = (m.format(task_id=task_id, map_index=map_index) for m in (TASK_START, TASK_END))
     starts = [i for i, line in enumerate(text) if start_mark in line]
     if not starts:
         return text[-lines:]
     section = text[starts[-1]:]
-    end = next((i for i, line in enumerate(section) if end_mark in line), len(section) - 1)
-    return section[: end + 1][-lines:]
+    end = next((i for i, line in enumerate(section) if TASK_DONE in line or end_mark in line), len(section))
+    return section[:end][-lines:]
 
 
 def _print_failed_task(task: FailedTask, log_path: Path) -> None:

@@ -31,6 +31,8 @@ DEMO_LOG = textwrap.dedent("""\
     2026-12-06T18:45:28Z [info ] [DAG TEST] starting task_id=engines.deploy map_index=1 [airflow.sdk.definitions.dag]
     2026-12-06T18:45:28Z [error] last try: llama-server exited with 1: error loading model [dayone.steps]
     2026-12-06T18:45:28Z [error] Task failed with exception [task]
+    2026-12-06T18:45:28Z [info ] ::group::Post Execute [task]
+    2026-12-06T18:45:28Z [info ] Task instance state updated [airflow.api_fastapi.execution_api.routes.task_instances]
     2026-12-06T18:45:28Z [info ] [DAG TEST] end task task_id=engines.deploy map_index=1 [airflow.sdk.definitions.dag]
     2026-12-06T18:45:29Z [info ] [DAG TEST] starting task_id=engines.wait_ready map_index=0 [airflow.sdk.definitions.dag]
     2026-12-06T18:45:30Z [info ] step llamacpp/wait_ready done [dayone.steps]
@@ -43,6 +45,7 @@ def test_a_failed_task_tail_is_its_last_try_section_of_the_log(tmp_path):
     tail = task_log_tail(log, "engines.deploy", 1)
     assert tail[0].endswith("[DAG TEST] starting task_id=engines.deploy map_index=1 [airflow.sdk.definitions.dag]")
     assert "last try: llama-server exited with 1: error loading model" in tail[1]
+    assert tail[-1].endswith("Task failed with exception [task]"), "the task's own lines, not Airflow's after them"
     assert "first try" not in "\n".join(tail) and "wait_ready" not in "\n".join(tail)
     assert len(task_log_tail(log, "engines.deploy", 1, lines=2)) == 2
     assert task_log_tail(log, "conclude", -1, lines=3) == DEMO_LOG.splitlines()[-3:], "no marks: the log's end"

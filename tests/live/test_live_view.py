@@ -100,3 +100,27 @@ def test_a_terminal_gets_the_running_step_as_a_bar_redrawn_in_place():
     assert "a, b short:" in drawn and "20/48 requests, 1 failed, 21 output tok/s, 0:30 elapsed, ~0:42 left" in drawn
     assert "\r" in drawn, "the bar is redrawn in place"
     view.__exit__(None, None, None)
+
+
+def test_a_command_on_a_terminal_names_its_log_file_first_and_last_and_logs_into_it(tmp_path):
+    import logging
+
+    from tasks.cli.live import watched
+    from tasks.state.storage import RunDir
+
+    out, log_path = Terminal(), tmp_path / "bench.log"
+    before = logging.getLogger().handlers[:]
+    with watched(RunDir("r", root=tmp_path), lambda: log_path, "dayone bench", stream=out):
+        logging.getLogger("dayone.load").info("sglang short: 20/48 requests, 0 failed")
+        logging.getLogger("dayone.load").warning("the load client waited for a core")
+    lines = [line for line in out.getvalue().replace("\r", "\n").splitlines() if line.strip()]
+    assert lines[0] == lines[-1] == f"dayone bench: full log in {log_path}"
+    assert "WARNING dayone.load: the load client waited for a core" in out.getvalue()
+    assert "20/48 requests" not in out.getvalue(), "information goes to the file, the view shows progress"
+    written = log_path.read_text()
+    assert "sglang short: 20/48 requests, 0 failed" in written and "the load client waited" in written
+    assert logging.getLogger().handlers == before, "the command's logging is as it was afterwards"
+    piped = io.StringIO()
+    with watched(RunDir("r", root=tmp_path), lambda: tmp_path / "unused.log", "dayone bench", stream=piped):
+        pass
+    assert piped.getvalue() == "" and not (tmp_path / "unused.log").exists(), "a pipe: nothing changes"

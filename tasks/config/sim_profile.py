@@ -111,7 +111,7 @@ class Gpus(_Model):
     """The GPUs behind the simulator's DCGM-style exporter (GET /dcgm/metrics). They work in step
     (tensor parallel): utilization = running / slots; power per GPU = idle_power_w + (busy_power_w -
     idle_power_w) x utilization; the energy counter is that power integrated over time (mJ, from
-    energy_base_mj); framebuffer used = weights_mib + kv_cache_mib x KV usage."""
+    energy_base_mj); framebuffer used = weights_mib + kv_cache_mib x KV usage, free = memory_total_mib - used."""
 
     count: int = Field(1, ge=1, le=16)
     product: str = Field("NVIDIA H100 80GB HBM3", min_length=1)
@@ -119,6 +119,8 @@ class Gpus(_Model):
     busy_power_w: float = Field(700.0, ge=0)
     weights_mib: float = Field(16_000.0, ge=0)
     kv_cache_mib: float = Field(48_000.0, ge=0)
+    # An H100 80GB's framebuffer as the driver reports it (nvidia-smi memory.total); FB_FREE = this - FB_USED.
+    memory_total_mib: float = Field(81_559.0, gt=0)
     energy_base_mj: float = Field(1e9, ge=0, description="The energy counter at start (it counts since boot).")
     energy_reset_after_requests: int | None = Field(
         None, ge=1, description="After this many finished requests the energy counter starts again from 0 (a "

@@ -7,9 +7,12 @@ from __future__ import annotations
 # dcgm-exporter's default counters (NVIDIA/dcgm-exporter etc/default-counters.csv), with their units.
 GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # gauge, percent
 FB_USED = "DCGM_FI_DEV_FB_USED"  # gauge, MiB
+FB_FREE = "DCGM_FI_DEV_FB_FREE"  # gauge, MiB (a default counter: total = FB_FREE + FB_USED, reserved aside)
+# Not a default counter, exposed where the exporter's counters file adds it; preferred to FREE + USED when there.
+FB_TOTAL = "DCGM_FI_DEV_FB_TOTAL"  # gauge, MiB
 POWER_USAGE = "DCGM_FI_DEV_POWER_USAGE"  # gauge, W
 TOTAL_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # counter, mJ since boot
-NAMES = (GPU_UTIL, FB_USED, POWER_USAGE, TOTAL_ENERGY)
+NAMES = (GPU_UTIL, FB_USED, FB_FREE, FB_TOTAL, POWER_USAGE, TOTAL_ENERGY)
 UUID_LABEL = "UUID"
 INDEX_LABEL = "gpu"
 # Where the simulator serves its exporter (a real exporter is its own endpoint, usually :9400/metrics).

@@ -192,6 +192,9 @@ class EngineAdapter:
     # with why not (the step records not_applicable with that reason).
     prompt_logprobs_path: ClassVar[str | None] = None
     prompt_logprobs_missing: ClassVar[str] = "the OpenAI API returns log-probabilities of generated tokens only"
+    # Whether startup_memory's weights and KV are one card's (each tensor-parallel rank logs its own share and the
+    # first rank's line is read) or the whole engine's (a card's share: divided by the tensor-parallel size).
+    startup_memory_per_card: ClassVar[bool] = False
 
     def launch_setting(self, args: list[str], names: tuple[str, ...]) -> str | None:
         """The value of the first of `names` among engine arguments (`--x v` or `--x=v`; "on" for a bare

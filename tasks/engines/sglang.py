@@ -31,6 +31,7 @@ class SGLangAdapter(EngineAdapter):
     # SageMaker's /ping answers from the HTTP server alone, on every version: cheap under any load.
     pod_liveness_path: ClassVar[str | None] = "/ping"
     tokenize_path: ClassVar[str | None] = "/tokenize"
+    startup_memory_per_card: ClassVar[bool] = True  # "[TP0] Load weight end", "[TP0] KV Cache is allocated": per rank
     local_module: ClassVar[str | None] = "sglang.launch_server"  # the container's command too
     # 0.5.18: 400 "Model only supports text input; received unsupported content type 'image_url'."
     text_only_refusal: ClassVar[re.Pattern[str] | None] = re.compile(r"only supports text input")

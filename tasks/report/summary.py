@@ -15,6 +15,7 @@ from typing import Any
 
 from tasks.state import documents as run_documents
 from tasks.config import RunConfig
+from tasks.config.engines import EngineSpec
 from tasks.config.maturity import spec_maturity
 from tasks.core.desensitize import desensitize
 from tasks.evidence.cache import published_verdict
@@ -40,8 +41,8 @@ from tasks.report.schema.functional import Boundary, CheckEvidence, Needle, Need
 from tasks.report.schema.perf import Figure, FirstEncounter, Launch, PerfLevel, ScenarioResults
 from tasks.report.schema.quality import FamilyAccuracy, Quality, WrongAnswer
 from tasks.report.schema.run import ExperimentSummary, NotTested, ScenarioSettings, Slo, Validation, Variant
-from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, KvCapacity, KvPeak, TelemetryRound,
-                                           TelemetryWindow)
+from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, KvCapacity, KvPeak, MemoryPerCard,
+                                           MemoryPoint, TelemetryRound, TelemetryWindow)
 from tasks.core.names import PERF_SCENARIOS, SCENARIO_SWITCHES, TRAFFIC_SCENARIOS
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.report.traffic import traffic_summary
@@ -191,6 +192,7 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         hardware=_hardware(run_dir, engine),
         telemetry_rounds=_telemetry_rounds(run_dir.read_rows("telemetry_rounds", engine)),
         telemetry_windows=_telemetry_windows(run_dir.read_rows("telemetry_rounds", engine)),
+        memory_per_card=_memory_per_card(run_dir, engine, spec),
         quality=_quality(run_dir.read_rows("quality", engine)),
         traffic=traffic_summary(run_dir, cfg, engine, published, ttft.reason),
         trace=_trace(run_dir, engine, cfg, published, ttft.reason),
@@ -405,6 +407,29 @@ def _telemetry_windows(rows: list[dict[str, Any]]) -> list[TelemetryWindow]:
     return [TelemetryWindow(level=f"{w['rate_rps']:g} req/s" if w["rate_rps"] is not None else f"c={w['concurrency']}",
                             **{k: w[k] for k in TelemetryWindow.model_fields if k != "level"})
             for w in energy_windows(rows)]
+
+
+def _memory_per_card(run_dir: RunDir, engine: str, spec: EngineSpec) -> MemoryPerCard | None:
+    """Memory per card from the DCGM readings around the rounds, set against the startup log's weights and KV
+    as one card's share: the first rank's own line where the engine logs per rank, else the log's / tensor parallel."""
+    from tasks.engines import adapter_for
+    from tasks.telemetry.gpu import memory_per_card
+
+    per_card = adapter_for(spec.dialect).startup_memory_per_card
+    divisor = 1 if per_card else spec.tp
+    kv = (run_dir.read_rows("kv_capacity", engine) or [{}])[-1]
+    share = {name: None if kv.get(name) is None else float(kv[name]) * 1024.0 / divisor
+             for name in ("weights_gib", "kv_cache_gib")}
+    pool = None  # no adapter reads a state pool (a Mamba/KDA recurrent state) from its startup log yet
+    points = memory_per_card(run_dir.read_rows("telemetry_rounds", engine), share["weights_gib"], share["kv_cache_gib"],
+                             pool)
+    if not points:
+        return None
+    basis = ("the first tensor-parallel rank's own lines (each rank logs its share)" if per_card
+             else f"the log's figures / {spec.tp} (tensor parallel)")
+    return MemoryPerCard(tensor_parallel=spec.tp, share_basis=basis, weights_per_card_mib=share["weights_gib"],
+                         kv_cache_per_card_mib=share["kv_cache_gib"], state_pool_per_card_mib=pool,
+                         points=[MemoryPoint.model_validate(p) for p in points])
 
 
 def _kv_capacity(run_dir: RunDir, engine: str) -> KvCapacity | None:

@@ -4,7 +4,7 @@ labels its series. What the numbers are lives in engine.py and gpus.py; this is 
 
 from __future__ import annotations
 
-from tasks.core.dcgm import FB_USED, GPU_UTIL, POWER_USAGE, TOTAL_ENERGY
+from tasks.core.dcgm import FB_FREE, FB_USED, GPU_UTIL, POWER_USAGE, TOTAL_ENERGY
 from tasks.sim.engine import Engine
 from tasks.sim.gpus import SimGpus
 
@@ -59,7 +59,9 @@ def engine_metrics_text(engine: Engine) -> str:
 def dcgm_metrics_text(gpus: SimGpus, kv_usage: float, host: str) -> str:
     """One series per GPU and field, with the values the exporter took at its last refresh."""
     utilization, memory_mib, power_w, energy_mj = gpus.exporter_readings(kv_usage)
-    values = ((GPU_UTIL, "gauge", 100.0 * utilization), (FB_USED, "gauge", memory_mib),
+    # FB_FREE and FB_USED as dcgm-exporter's default counters give them (no FB_TOTAL by default).
+    free_mib = max(0.0, gpus.spec.memory_total_mib - memory_mib)
+    values = ((GPU_UTIL, "gauge", 100.0 * utilization), (FB_USED, "gauge", memory_mib), (FB_FREE, "gauge", free_mib),
               (POWER_USAGE, "gauge", power_w), (TOTAL_ENERGY, "counter", energy_mj))
     spec = gpus.spec
     out = []

@@ -389,6 +389,9 @@ TELEMETRY_ROUNDS = Table(
         Column("energy_per_output_token_j", "float", min_value=0.0, description="Joules per output token: energy_j / ok_output_tokens."),
         Column("readings", "json", description="[seconds from the first reading, utilization %, power W, memory MiB] "
                "per reading."),
+        Column("memory_cards", "json", description="Memory per GPU UUID, [used MiB, total MiB], at the reading before "
+               "the round (\"before\") and after it (\"after\"): DCGM_FI_DEV_FB_USED, and DCGM_FI_DEV_FB_TOTAL or "
+               "FB_FREE + FB_USED (total null where neither is exposed)."),
         Column("unavailable", "str", description="Why there are no figures: the exporter unreadable, none of the GPUs."),
         Column("not_exposed", "json", description="Figures the exporter did not give, with why."),
     ),

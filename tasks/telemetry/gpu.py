@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tasks.core.dcgm import (FB_USED, GPU_UTIL, INDEX_LABEL, NAMES, POWER_USAGE, SIMULATOR_PATH, TOTAL_ENERGY,
-                                 UUID_LABEL)
+from tasks.core.dcgm import (FB_FREE, FB_TOTAL, FB_USED, GPU_UTIL, INDEX_LABEL, NAMES, POWER_USAGE, SIMULATOR_PATH,
+                             TOTAL_ENERGY, UUID_LABEL)
 from tasks.telemetry.window import gaps
 
 SAMPLE_INTERVAL_S = 0.5
@@ -90,9 +90,20 @@ class GpuReading:
         values = [g[name] for g in self.gpus.values() if name in g]
         return sum(values) / len(values) if values else None
 
+    def cards_memory(self) -> dict[str, list[float | None]]:
+        """Per GPU (by UUID) [used MiB, total MiB]: total is FB_TOTAL where the exporter gives it, else
+        FB_FREE + FB_USED (the driver's reserved memory aside), None where neither."""
+        out: dict[str, list[float | None]] = {}
+        for uuid, g in sorted(self.gpus.items()):
+            if FB_USED not in g:
+                continue
+            total = g.get(FB_TOTAL, g[FB_USED] + g[FB_FREE] if FB_FREE in g else None)
+            out[uuid] = [g[FB_USED], total]
+        return out
+
 
 def _ours(text: str) -> str:
-    """Only the lines of the four names (and their TYPE/HELP), so a node's full exporter or a wide
+    """Only the lines of DayOne's names (and their TYPE/HELP), so a node's full exporter or a wide
     federate answer costs the parser little while a round is being timed."""
     keep = []
     for line in text.splitlines():
@@ -240,6 +251,9 @@ def telemetry_round_row(
         "energy_void": None, "energy_first_mj": None, "energy_last_mj": None,
         "ok_output_tokens": None, "usage_unknown": None, "energy_per_output_token_j": None, "readings": None,
         "unavailable": None,
+        # Memory per card before the round's first send and after its last completion (memory_per_card).
+        "memory_cards": {"before": None if before is None else before.cards_memory() or None,
+                         "after": None if after is None else after.cards_memory() or None},
     }
     tokens, unknown = ok_output_tokens(request_rows)
     row["ok_output_tokens"], row["usage_unknown"] = tokens, unknown
@@ -374,6 +388,34 @@ def _window_void(members: list[Mapping[str, Any]]) -> str | None:
             return (f"{TOTAL_ENERGY} of {fell[0]} fell from {e_end[fell[0]]:.0f} to {e_start[fell[0]]:.0f} mJ between "
                     f"rounds {a.get('round')} and {b.get('round')}: the counter was reset")
     return None
+
+
+# ---- memory per card ----------------------------------------------------------------------------
+
+def memory_per_card(rows: Iterable[Mapping[str, Any]], weights_mib: float | None, kv_cache_mib: float | None,
+                    state_pool_mib: float | None = None) -> list[dict[str, Any]]:
+    """Used, total and headroom per card, and "other" = used - (weights + KV + state pool), at points of
+    the run: "after readiness" (the reading before the engine's first round, warmup included: no load
+    had run yet) and "after <scenario>" (the reading after that scenario's last measured round).
+
+    `weights_mib`, `kv_cache_mib`, `state_pool_mib`: one card's share as the startup log states it; weights
+    or KV not stated leave "other" None, never a guess (a state pool not stated counts in "other")."""
+    rows = sorted((r for r in rows if r.get("started_ts") is not None), key=lambda r: r["started_ts"])
+    points: list[tuple[str, dict[str, Any]]] = []
+    if rows and (first := (_json(rows[0].get("memory_cards")) or {}).get("before")):
+        points.append(("after readiness", first))
+    last: dict[str, Mapping[str, Any]] = {}
+    for r in rows:
+        if not r.get("warmup"):
+            last[r["scenario"]] = r  # its last round in time
+    for scenario in sorted(last, key=lambda s: last[s].get("ended_ts") or 0.0):
+        if after := (_json(last[scenario].get("memory_cards")) or {}).get("after"):
+            points.append((f"after {scenario}", after))
+    known = None if weights_mib is None or kv_cache_mib is None else weights_mib + kv_cache_mib + (state_pool_mib or 0.0)
+    return [{"when": when, "cards": [
+        {"uuid": uuid, "used_mib": used, "total_mib": total, "headroom_mib": None if total is None else total - used,
+         "other_mib": None if known is None else used - known}
+        for uuid, (used, total) in sorted(cards.items())]} for when, cards in points]
 
 
 # ---- sampling while the round runs ---------------------------------------------------------------

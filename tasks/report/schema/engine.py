@@ -14,7 +14,8 @@ from tasks.report.schema.perf import PerfLevel, ScenarioResults
 from tasks.report.schema.quality import Quality
 from tasks.report.schema.trace import TraceReplay
 from tasks.report.schema.traffic import Traffic
-from tasks.report.schema.telemetry import ClientLoad, EngineRound, Hardware, KvCapacity, TelemetryRound, TelemetryWindow
+from tasks.report.schema.telemetry import (ClientLoad, EngineRound, Hardware, KvCapacity, MemoryPerCard, TelemetryRound,
+                                          TelemetryWindow)
 
 
 class EngineSummary(Doc):
@@ -49,6 +50,7 @@ class EngineSummary(Doc):
     hardware: Hardware | None = None  # where the engine ran
     telemetry_rounds: list[TelemetryRound] = Field(default_factory=list)  # what its GPUs spent, per round
     telemetry_windows: list[TelemetryWindow] = Field(default_factory=list)  # energy per scenario and load level
+    memory_per_card: MemoryPerCard | None = None  # used, total, headroom and other per GPU (DCGM), when read
     quality: Quality | None = None  # the answers checked, when the quality step ran
     traffic: Traffic | None = None  # multi-turn sessions and shared-prefix reuse, when they ran
     trace: TraceReplay | None = None  # the trace replayed, when the trace step ran

@@ -71,6 +71,37 @@ class TelemetryWindow(Doc):
     why_missing: str | None
 
 
+class CardMemory(Doc):
+    """One GPU's memory at one point of the run, from the DCGM exporter (MiB)."""
+
+    uuid: str
+    used_mib: float
+    total_mib: float | None  # DCGM_FI_DEV_FB_TOTAL, else FB_FREE + FB_USED; None where neither is exposed
+    headroom_mib: float | None  # total - used
+    other_mib: float | None  # used - (weights + KV + state pool) per card: activations, graphs, allocator, draft
+
+
+class MemoryPoint(Doc):
+    """Memory per card "after readiness" or "after <scenario>"."""
+
+    when: str
+    cards: list[CardMemory]
+
+
+class MemoryPerCard(Doc):
+    """Memory per card (tasks/telemetry/gpu.py memory_per_card): the DCGM exporter's used and total per
+    GPU after readiness and after each load step, with one card's share of the startup log's weights,
+    KV cache and state pool (share_basis). Version 1; absent from older summaries (None)."""
+
+    version: int = 1
+    tensor_parallel: int
+    share_basis: str  # how weights and KV per card were read from the startup log
+    weights_per_card_mib: float | None
+    kv_cache_per_card_mib: float | None
+    state_pool_per_card_mib: float | None = None  # where the engine's startup log states its state pool
+    points: list[MemoryPoint]
+
+
 class KvPeak(Doc):
     """The highest KV usage the engine's gauge read in one scenario's rounds."""
 

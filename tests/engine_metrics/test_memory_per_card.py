@@ -1,0 +1,91 @@
+"""Memory per card: the DCGM exporter's used and total per GPU after readiness and after each load step,
+headroom, and "other" = used - (the startup log's weights + KV per card), on the simulator with its
+DCGM exporter on; the report's "Memory per card" section shows them."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from engine_rounds_helpers import one_round
+from test_telemetry_sim import SHAPE, context, gpus
+from tasks.config import parse_run_config
+from tasks.evidence.startup_facts import record_startup_facts
+from tasks.report import write_report
+from tasks.telemetry import gpu as telemetry
+from tasks.telemetry.hardware import empty_record
+
+KV_TOKENS = 65_536  # x 131,072 bytes per token (the simulated model): the log's KV pool is 8.00 GiB
+LOG_WEIGHTS_MIB = 61.20 * 1024  # the simulated vLLM's "Model loading took 61.20 GiB"
+LOG_KV_MIB = 8.0 * 1024
+OTHER_MIB = 3000.0  # what the profile's cards hold beyond the log's weights and KV (graphs, activations, ...)
+IDLE_USED_MIB = LOG_WEIGHTS_MIB + LOG_KV_MIB + OTHER_MIB  # the profile's weights_mib: used with no KV in use
+KV_GROWTH_MIB = 4000.0  # the profile's kv_cache_mib: used grows by it x KV usage
+TOTAL_MIB = 81_559.0
+
+
+def test_the_report_shows_each_cards_used_total_headroom_and_other_after_readiness_and_load(sims, tmp_path):
+    sim = sims("vllm", {"slots": 8, "itl_s": 0.01, "cache_capacity_tokens": KV_TOKENS,
+                        "gpus": gpus(weights_mib=IDLE_USED_MIB, kv_cache_mib=KV_GROWTH_MIB, memory_total_mib=TOTAL_MIB)})
+    ctx = context(sim.url, tmp_path)
+    run_ctx = SimpleNamespace(engine=lambda name: ctx, run_dir=ctx.run_dir, deployment=lambda name: None,
+                              target=SimpleNamespace(hardware=lambda config, deployment: empty_record()),
+                              config=parse_run_config({"engines": [{"name": "eng", "dialect": "vllm"}]}))
+    record_startup_facts(run_ctx, "eng", sim.log())
+    one_round(ctx, SHAPE, 12, round_=1)
+    built = write_report(ctx.run_dir, ctx.config)
+
+    memory = built["summary"].engines["eng"].memory_per_card
+    assert memory is not None and memory.version == 1
+    assert memory.weights_per_card_mib == pytest.approx(LOG_WEIGHTS_MIB)
+    assert memory.kv_cache_per_card_mib == pytest.approx(LOG_KV_MIB)
+    assert "rank" in memory.share_basis  # vLLM logs each worker's own share
+    assert [p.when for p in memory.points] == ["after readiness", "after short"]
+    ready, loaded = memory.points
+    assert len(ready.cards) == 2 and all(c.uuid.startswith("GPU-") for c in ready.cards)
+    for card in ready.cards:  # no KV in use yet: the numbers the profile implies, exactly
+        assert card.used_mib == pytest.approx(IDLE_USED_MIB)
+        assert card.total_mib == pytest.approx(TOTAL_MIB)  # FB_FREE + FB_USED
+        assert card.headroom_mib == pytest.approx(TOTAL_MIB - IDLE_USED_MIB)
+        assert card.other_mib == pytest.approx(OTHER_MIB)
+    for card in loaded.cards:  # after the round: what KV was still in use when the exporter last refreshed
+        assert IDLE_USED_MIB <= card.used_mib <= IDLE_USED_MIB + KV_GROWTH_MIB
+        assert card.total_mib == pytest.approx(TOTAL_MIB)
+        assert card.other_mib == pytest.approx(card.used_mib - LOG_WEIGHTS_MIB - LOG_KV_MIB)
+
+    page = built["page"]
+    assert "<h2 id='memory-per-card'>Memory per card</h2>" in page
+    section = page[page.index("id='memory-per-card'"):]
+    for figure in (IDLE_USED_MIB, TOTAL_MIB, TOTAL_MIB - IDLE_USED_MIB, OTHER_MIB):
+        assert f"{figure:.0f} MiB" in section, figure
+    assert f"{LOG_WEIGHTS_MIB:.0f} + {LOG_KV_MIB:.0f} MiB" in section
+    assert "after readiness" in section and "after short" in section
+    assert ready.cards[0].uuid in section
+
+
+EXPOSITION = """\
+DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a"} 70000
+DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-a"} 9000
+DCGM_FI_DEV_FB_TOTAL{gpu="0",UUID="GPU-a"} 81559
+DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-b"} 60000
+DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-b"} 20000
+DCGM_FI_DEV_FB_USED{gpu="2",UUID="GPU-c"} 50000
+"""
+
+
+def test_a_cards_total_is_fb_total_where_exposed_else_free_plus_used_else_unknown():
+    cards = telemetry.parse_reading(EXPOSITION).cards_memory()
+    # FB_TOTAL counts the driver's reserved memory that FREE + USED leave out: it wins where exposed.
+    assert cards == {"GPU-a": [70000.0, 81559.0], "GPU-b": [60000.0, 80000.0], "GPU-c": [50000.0, None]}
+
+
+def test_other_is_unknown_where_the_log_did_not_state_weights_or_kv():
+    row = {"scenario": "short", "started_ts": 1.0, "ended_ts": 2.0, "warmup": False,
+           "memory_cards": {"before": {"GPU-a": [70000.0, 81559.0]}, "after": {"GPU-a": [71000.0, None]}}}
+    points = telemetry.memory_per_card([row], None, 8192.0)
+    assert [p["when"] for p in points] == ["after readiness", "after short"]
+    assert points[0]["cards"][0] == {"uuid": "GPU-a", "used_mib": 70000.0, "total_mib": 81559.0,
+                                     "headroom_mib": 11559.0, "other_mib": None}
+    assert points[1]["cards"][0]["headroom_mib"] is None
+    assert telemetry.memory_per_card([row], 60000.0, 8192.0, 1000.0)[0]["cards"][0]["other_mib"] == 808.0

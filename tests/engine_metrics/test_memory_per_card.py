@@ -89,3 +89,29 @@ def test_other_is_unknown_where_the_log_did_not_state_weights_or_kv():
                                      "headroom_mib": 11559.0, "other_mib": None}
     assert points[1]["cards"][0]["headroom_mib"] is None
     assert telemetry.memory_per_card([row], 60000.0, 8192.0, 1000.0)[0]["cards"][0]["other_mib"] == 808.0
+
+
+def _engine(used: float, total: float):  # noqa: ANN202
+    from tasks.report.schema.telemetry import CardMemory, MemoryPerCard, MemoryPoint
+
+    cards = [CardMemory(uuid=f"GPU-{i}", used_mib=used + i, total_mib=total, headroom_mib=total - used - i,
+                        other_mib=None) for i in range(2)]
+    return SimpleNamespace(memory_per_card=MemoryPerCard(
+        tensor_parallel=2, share_basis="test", weights_per_card_mib=None, kv_cache_per_card_mib=None,
+        points=[MemoryPoint(when="after readiness", cards=cards)]))
+
+
+def test_speculative_off_against_on_compares_the_most_used_per_card_and_the_least_headroom():
+    from tasks.report.html import _environment
+
+    engines = {"vllm": _engine(70_000.0, 81_559.0), "vllm-mtp": _engine(72_500.0, 81_559.0)}
+    pair = SimpleNamespace(off="vllm", on="vllm-mtp")
+    page = _environment().get_template("memory_per_card.html").render(
+        s=SimpleNamespace(speculative=SimpleNamespace(pairs=[pair])), engines=engines)
+    section = page[page.index("id='memory-speculative'"):]
+    # the most used card: 70,001 off, 72,501 on; the least headroom: 11,558 off, 9,058 on
+    assert ("<td class='num'>70001 MiB</td><td class='num'>72501 MiB</td>\n<td class='num'>+2500 MiB</td>\n"
+            "<td class='num'>11558 MiB</td>\n<td class='num'>9058 MiB</td>") in section
+    alone = _environment().get_template("memory_per_card.html").render(s=SimpleNamespace(speculative=None),
+                                                                      engines=engines)
+    assert "memory-speculative" not in alone and "Memory per card" in alone

@@ -1,6 +1,6 @@
-"""Speculative decoding off against on: which engines of a run differ in it alone, whether it changed any
-greedy answer (it must not), and its acceptance per load level with a t-interval over rounds
-(docs/PROTOCOL.md, "Speculative decoding off against on")."""
+"""Speculative decoding off against on: which engines of a run differ in it alone, whether it made any greedy
+answer wrong (it must not; an answer that changed and stayed right is a diagnostic), and its acceptance per load
+level with a t-interval over rounds (docs/PROTOCOL.md, "Speculative decoding off against on")."""
 
 from __future__ import annotations
 
@@ -45,15 +45,25 @@ def off_on_pairs(cfg: RunConfig) -> list[tuple[str, str]]:
     return out
 
 
-def changed_answers(rows: Iterable[dict[str, Any]], off: str, on: str) -> dict[str, Any]:
-    """The items both answered whose greedy answers differ between `off` and `on`, with where they part."""
-    answers: dict[str, dict[tuple[str, str], str]] = {off: {}, on: {}}
+def answers_off_on(rows: Iterable[dict[str, Any]], off: str, on: str) -> dict[str, Any]:
+    """The items both engines were sent, judged for correctness first: `wrong`, the items answered right with
+    the switch off and wrong with it on (a fault: at greedy decoding speculative decoding must not make an
+    answer wrong); `not_checked`, the items whose off answer is empty or failed (a reasoning model that spent its
+    max_tokens thinking: nothing to hold the on answer against, never "identical"); `items`, the others, checked;
+    `changed`, a diagnostic among those: item -> where the two answer texts part (an answer that changed and is
+    still right is no fault: kernels may part after some tokens)."""
+    answers: dict[str, dict[tuple[str, str], tuple[str, bool]]] = {off: {}, on: {}}
     for r in rows:
-        if r["engine"] in answers and r.get("status") == "ok" and r.get("answer") is not None:
-            answers[r["engine"]][(r["item_id"], r["prompt_sha256"])] = r["answer"]
+        if r["engine"] in answers:
+            text = r.get("answer") if r.get("status") == "ok" else None
+            answers[r["engine"]][(r["item_id"], r["prompt_sha256"])] = (text or "", bool(r.get("correct")))
     shared = sorted(answers[off].keys() & answers[on].keys())
-    parted = {k[0]: first_divergence(answers[off][k], answers[on][k]) for k in shared}
-    return {"off": off, "on": on, "items": len(shared),
+    not_checked = [k for k in shared if not answers[off][k][0]]
+    checked = [k for k in shared if answers[off][k][0]]
+    parted = {k[0]: first_divergence(answers[off][k][0], answers[on][k][0]) for k in checked}
+    return {"off": off, "on": on, "items": len(checked),
+            "wrong": [k[0] for k in checked if answers[off][k][1] and not answers[on][k][1]],
+            "not_checked": [k[0] for k in not_checked],
             "changed": {item: at for item, at in parted.items() if at is not None}}
 
 

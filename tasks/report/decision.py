@@ -20,6 +20,7 @@ from tasks.report.schema.comparison import Comparison, Regression
 from tasks.report.schema.engine import EngineSummary
 from tasks.report.schema.evidence import StartupFinding
 from tasks.report.schema.run import DecisionLine
+from tasks.report.schema.speculative import OffOnPair
 from tasks.evidence.startup_facts import CAPS_PERFORMANCE
 from tasks.stats.effects import ratio_interval
 from tasks.scenarios.capacity import decisive_bracket, order
@@ -89,11 +90,11 @@ def _answers_caveat(named: tuple[str, ...], worse_answers: Collection[str]) -> s
 def answer_gaps(summary: RunSummary) -> list[tuple[str, str, str]]:
     """(worse engine, better engine, the evidence) for each pair whose answers differ: items of a family right
     on one and wrong on the other (`parity_gaps`), a log-likelihood finding (`nll_gaps`), and an engine whose
-    speculative decoding changed greedy answers against its off twin."""
+    speculative decoding made greedy answers wrong that its off twin answered right."""
     return parity_gaps(summary) + nll_gaps(summary) + [
-        (p.on, p.off, f"speculative decoding changed {len(p.changed)} of {p.items} greedy answers "
-                      f"({', '.join(list(p.changed)[:5])})")
-        for p in (summary.speculative.pairs if summary.speculative else []) if p.changed]
+        (p.on, p.off, f"speculative decoding made {len(p.wrong)} of {p.items} greedy answers wrong "
+                      f"({', '.join(p.wrong[:5])})")
+        for p in (summary.speculative.pairs if summary.speculative else []) if p.wrong]
 
 
 def parity_gaps(summary: RunSummary) -> list[tuple[str, str, str]]:
@@ -147,11 +148,11 @@ def _answer_leads(summary: RunSummary) -> tuple[list[str], set[str]]:
             nll[engine].append(evidence)
     lines += [f"Log-likelihood differs: {name}'s " + "; ".join(parts)
               + ". Its answers outrank any speed lead: do not choose it on speed." for name, parts in nll.items() if parts]
-    changed = [p for p in (summary.speculative.pairs if summary.speculative else []) if p.changed]
-    lines += [f"Speculative decoding changed answers: {p.on} answered {len(p.changed)} of {p.items} items "
-              f"differently from {p.off} (off) at greedy decoding ({', '.join(list(p.changed)[:5])}), where it "
-              "must not change any. Its answers outrank any speed lead: do not choose it on speed." for p in changed]
-    return lines, set(found) | {n for n, parts in nll.items() if parts} | {p.on for p in changed}
+    wrong = [p for p in (summary.speculative.pairs if summary.speculative else []) if p.wrong]
+    lines += [f"Speculative decoding changed answers: {p.on} answered {len(p.wrong)} of {p.items} items wrong that "
+              f"{p.off} (off) answered right at greedy decoding ({', '.join(p.wrong[:5])}), where it must not make "
+              "any wrong. Its answers outrank any speed lead: do not choose it on speed." for p in wrong]
+    return lines, set(found) | {n for n, parts in nll.items() if parts} | {p.on for p in wrong}
 
 
 def _speculative_leads(summary: RunSummary) -> list[str]:
@@ -166,9 +167,25 @@ def _speculative_leads(summary: RunSummary) -> list[str]:
                     if a.accepted_length_low is not None else "") for a in p.acceptance]
         text = f"Speculative decoding, {p.on} ({p.on_setting}) vs {p.off} (off): acceptance " + (
             "; ".join(parts) if parts else "not measured (no rounds with drafts)")
-        kept = f"; greedy answers identical on all {p.items} items" if p.items and not p.changed else ""
-        lines.append(text + kept + ".")
+        lines.append(text + _answers_kept(p) + ".")
     return lines
+
+
+def _answers_kept(p: OffOnPair) -> str:
+    """What the pair's greedy answers say beside its acceptance, where none was made wrong: identical only where
+    every item was checked and none parted; a changed answer still right is a diagnostic; an empty off answer is
+    not checked."""
+    if p.wrong:
+        return ""
+    parts = []
+    if p.items:
+        parts.append(f"greedy answers identical on all {p.items} items" if not p.changed else
+                     f"no greedy answer made wrong on {p.items} items ({len(p.changed)} worded otherwise: a "
+                     "diagnostic, kernels may part after some tokens)")
+    if p.not_checked:
+        parts.append(f"{len(p.not_checked)} items not checked: {p.off}'s answer was empty or failed (a reasoning "
+                     "model that spent scenarios.quality.max_tokens thinking; raise it)")
+    return "".join(f"; {part}" for part in parts)
 
 
 def _capacity_leads(summary: RunSummary, worse_answers: Collection[str] = ()) -> list[str]:

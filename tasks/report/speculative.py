@@ -1,10 +1,10 @@
 """summary.json's `speculative`: each off/on pair of the run, the greedy answers speculative decoding
-changed and the on engine's acceptance per level (tasks/quality/speculative.py)."""
+made wrong (and changed, a diagnostic; those not checked) and the on engine's acceptance per level (tasks/quality/speculative.py)."""
 
 from __future__ import annotations
 
 from tasks.config import RunConfig
-from tasks.quality.speculative import acceptance_by_level, changed_answers, off_on_pairs, speculative_setting
+from tasks.quality.speculative import acceptance_by_level, answers_off_on, off_on_pairs, speculative_setting
 from tasks.report.schema.speculative import Acceptance, OffOnPair, Speculative
 from tasks.state.storage import RunDir
 
@@ -17,9 +17,9 @@ def build_speculative(run_dir: RunDir, cfg: RunConfig, confidence: float) -> Spe
     out = []
     for off, on in pairs:
         answers = run_dir.read_rows("quality", off) + run_dir.read_rows("quality", on)
-        changed = changed_answers(answers, off, on)
-        out.append(OffOnPair(off=off, on=on, on_setting=speculative_setting(cfg, on) or "", items=changed["items"],
-                             changed=changed["changed"],
+        judged = answers_off_on(answers, off, on)
+        out.append(OffOnPair(off=off, on=on, on_setting=speculative_setting(cfg, on) or "", items=judged["items"],
+                             wrong=judged["wrong"], changed=judged["changed"], not_checked=judged["not_checked"],
                              acceptance=[Acceptance.model_validate(a) for a in
                                          acceptance_by_level(run_dir.read_rows("engine_rounds", on), confidence)]))
     return Speculative(pairs=out)

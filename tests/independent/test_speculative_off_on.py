@@ -1,5 +1,5 @@
 """Speculative decoding off against on (docs/PROTOCOL.md, "Speculative decoding off against on"): the
-presets pair each engine with its MTP variant, any greedy answer the switch changes is named, and the
+presets pair each engine with its MTP variant, any greedy answer the switch makes wrong is named, and the
 acceptance per level carries its interval over rounds."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from tasks.config import parse_run_config
 from tasks.config.presets import preset_config
-from tasks.quality.speculative import acceptance_by_level, changed_answers, off_on_pairs, speculative_setting
+from tasks.quality.speculative import acceptance_by_level, answers_off_on, off_on_pairs, speculative_setting
 
 
 def _preset_run(name: str, image: str):  # noqa: ANN202
@@ -38,11 +38,13 @@ def test_engines_that_differ_in_more_than_the_switch_are_no_pair():
     assert off_on_pairs(cfg) == []
 
 
-def test_a_changed_greedy_answer_is_named_with_where_it_parts():
-    rows = [{"engine": e, "item_id": i, "prompt_sha256": "p" + i, "status": "ok", "answer": a}
-            for e, i, a in (("off", "a-1", "482913"), ("on", "a-1", "482913"), ("off", "a-2", "[1, 2, 3]"),
-                            ("on", "a-2", "[1, 3, 2]"), ("off", "a-3", "x"))]
-    assert changed_answers(rows, "off", "on") == {"off": "off", "on": "on", "items": 2, "changed": {"a-2": 4}}
+def test_a_greedy_answer_made_wrong_is_named_and_a_changed_one_with_where_it_parts():
+    rows = [{"engine": e, "item_id": i, "prompt_sha256": "p" + i, "status": "ok", "answer": a, "correct": ok}
+            for e, i, a, ok in (("off", "a-1", "482913", True), ("on", "a-1", "482913", True),
+                                ("off", "a-2", "[1, 2, 3]", True), ("on", "a-2", "[1, 3, 2]", False),
+                                ("off", "a-3", "x", True), ("off", "a-4", "", False), ("on", "a-4", "", False))]
+    assert answers_off_on(rows, "off", "on") == {"off": "off", "on": "on", "items": 2, "wrong": ["a-2"],
+                                                 "not_checked": ["a-4"], "changed": {"a-2": 4}}
 
 
 def test_acceptance_per_level_is_the_mean_over_rounds_with_a_t_interval():

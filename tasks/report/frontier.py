@@ -1,6 +1,7 @@
 """The throughput–latency frontier: per engine, across a scenario's load levels, what one user gets
 (output tokens/s per user, 1/TPOT) against what the server delivers (output tokens/s in all, per GPU
-where the GPU count is known), each point with its interval over rounds (PROTOCOL.md, "The frontier").
+where every engine's GPU count is known), each point with its interval over the level's steady rounds
+(PROTOCOL.md, "The frontier").
 
 Read from the summary's published figures alone, so the TTFT rule holds: an engine whose stream timing
 is withheld has no TPOT and so no point, and the chart says why.
@@ -30,22 +31,29 @@ class FrontierPoint:
     per_gpu: bool
 
 
-def frontier(engine: EngineSummary, scenario: str, confidence: float) -> list[FrontierPoint]:
-    """The engine's points over the scenario's levels (per GPU where its hardware record counts them)."""
-    gpus = engine.hardware.gpu_count if engine.hardware and engine.hardware.gpu_count else None
-    return level_points(engine.levels(scenario), gpus, confidence)
+def frontier(summary: RunSummary, name: str, scenario: str) -> list[FrontierPoint]:
+    """Engine `name`'s points over the scenario's levels: per GPU only where every engine's hardware record
+    counts its GPUs (one engine per GPU beside another's whole server would compare apples with crates)."""
+    gpus = _gpu_count(summary.engines[name]) if all(map(_gpu_count, summary.engines.values())) else None
+    return level_points(summary.engines[name].levels(scenario), gpus, summary.confidence)
+
+
+def _gpu_count(engine: EngineSummary) -> int | None:
+    return engine.hardware.gpu_count if engine.hardware and engine.hardware.gpu_count else None
 
 
 def level_points(levels: Sequence[PerfLevel], gpus: int | None, confidence: float) -> list[FrontierPoint]:
-    """A point per level with two good rounds of both figures or more (a level whose TPOT the TTFT rule
-    withholds has none): each round's output tokens/s (over `gpus` where given) and 1/TPOT."""
+    """A point per level with two good steady rounds of both figures or more (a level whose TPOT the TTFT rule
+    withholds has none): each round's output tokens/s (over `gpus` where given) and 1/TPOT. A first-encounter
+    round pays its compilation and is left out, as the comparisons leave it out."""
     points = []
     for level in levels:
         total, tpot = level.figures.get(TOTAL), level.figures.get(PER_TOKEN)
         if total is None or tpot is None:
             continue
-        per_user = [None if v is None or v <= 0 else 1.0 / v for v in tpot.rounds]
-        totals = [None if v is None else v / (gpus or 1) for v in total.rounds]
+        steady = [r not in level.first_encounter_rounds for r in level.rounds]
+        per_user = [None if v is None or v <= 0 or not s else 1.0 / v for v, s in zip(tpot.rounds, steady)]
+        totals = [None if v is None or not s else v / (gpus or 1) for v, s in zip(total.rounds, steady)]
         t, u = level_interval(totals, confidence), level_interval(per_user, confidence)
         if t is not None and u is not None:
             points.append(FrontierPoint(level.label, t, u, gpus is not None))
@@ -70,7 +78,7 @@ def frontier_chart(summary: RunSummary) -> bytes | None:
         drawn, withheld = False, []
         per_gpu = False
         for name, engine in summary.engines.items():
-            points = frontier(engine, scenario, summary.confidence)
+            points = frontier(summary, name, scenario)
             if not points:
                 if engine.levels(scenario) and not engine.ttft_published:
                     withheld.append(name)

@@ -54,7 +54,7 @@ def test_the_frontier_puts_the_faster_token_gap_above_at_every_level_and_the_cho
 
     summary, html = two_engine_run
     run = read_summary(summary)
-    points = {name: {p.level: p for p in frontier(e, "short", run.confidence)} for name, e in run.engines.items()}
+    points = {name: {p.level: p for p in frontier(run, name, "short")} for name in run.engines}
     assert set(points["base"]) == set(points["faster"]) == {"c=1", "c=2"}, points
     for level in ("c=1", "c=2"):
         base, faster = points["base"][level], points["faster"][level]

@@ -53,4 +53,4 @@ def test_a_traffic_scenario_swept_over_levels_has_a_frontier_panel():
         "dataset": [_level(2, [200.0, 210.0, 190.0], [0.01] * 3)]}, hardware=None)
     summary = RunSummary.model_construct(engines={"vllm": engine}, confidence=0.95)
     assert frontier_scenarios(summary) == ["sessions"]  # one level is no sweep
-    assert [p.level for p in frontier(engine, "sessions", 0.95)] == ["c=1", "c=4"]
+    assert [p.level for p in frontier(summary, "vllm", "sessions")] == ["c=1", "c=4"]

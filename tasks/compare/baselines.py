@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 from tasks.compare.sides import (Side, archived_manifest, archived_side, engine_lineage, gpu_product, scenario_settings,
-                                 served_weights, setting_differences)
+                                 served_weights, setting_differences, traffic_content)
 from tasks.config import RunConfig
 from tasks.core.desensitize import desensitize
 from tasks.stats.history import HISTORY_RUNS
@@ -45,6 +45,8 @@ class Candidates:
         self.gpu = gpu_product(manifest, engine)
         self.weights = served_weights(manifest, engine)
         self.weights_then: dict[str, tuple[str | None, bool]] = {}
+        self.content = traffic_content(manifest)  # the traffic this run sent, by its hash
+        self.content_then: dict[str, dict[str, str]] = {}
         self.skipped: list[str] = []
         self._read: dict[str, tuple[dict[str, Any] | None, Side | None]] = {}
 
@@ -58,6 +60,7 @@ class Candidates:
         if run_id not in self._read:
             manifest = archived_manifest(self.s3, self.cfg.archive.bucket, doc["prefixes"][self.engine])
             then = (manifest or {}).get("config")
+            self.content_then[run_id] = traffic_content(manifest)
             if not isinstance(then, dict):
                 self._skip(f"baseline {run_id} skipped for {self.engine}: its manifest.json records no run config")
                 self._read[run_id] = (None, None)
@@ -100,7 +103,10 @@ class Candidates:
             for scenario in sorted(scenarios & side.scenarios()):
                 if len(found.get(scenario, [])) >= per_scenario:
                     continue
-                differs = setting_differences(scenario_settings(self.now, scenario), scenario_settings(then, scenario))
+                now_c, then_c = self.content.get(scenario), self.content_then.get(side.run_id, {}).get(scenario)
+                both = bool(now_c and then_c)  # an older archive without the hash compares by its settings
+                differs = setting_differences(scenario_settings(self.now, scenario, now_c if both else None),
+                                              scenario_settings(then, scenario, then_c if both else None))
                 if differs:
                     self._skip(f"baseline {side.run_id} skipped for {self.engine}/{scenario}: other scenario "
                                f"settings ({differs})")

@@ -169,8 +169,8 @@ def _failed_share_row(row: Callable[..., None], cfg: RunConfig, scenario: str, s
 
 
 def _shared_items(base: Side, current: Side) -> dict[str, list[tuple[str, bool, bool]]]:
-    """family -> (item id, right then, right now) of the items both runs were sent (same id, same prompt digest):
-    an item added, removed or reworded under the same name is no engine's change."""
+    """family -> (item id, right then, right now) of the items both runs were sent (same id, prompt digest,
+    expected answer and rule): an item added, removed or reworded under the same name is no engine's change."""
     was, now = base.item_verdicts(), current.item_verdicts()
     out: dict[str, list[tuple[str, bool, bool]]] = {}
     for key in sorted(was.keys() & now.keys()):

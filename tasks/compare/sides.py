@@ -16,7 +16,7 @@ import pandas as pd
 from tasks.state import documents as run_documents
 from tasks.publish.archive import model_slug
 from tasks.config import RunConfig
-from tasks.compare.traffic import LOAD_SCENARIOS, TRAFFIC_SETTINGS
+from tasks.compare.traffic import CONTENT_COVERS, LOAD_SCENARIOS, TRAFFIC_SETTINGS
 from tasks.core.names import CAPACITY_SCENARIO
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.state.storage import RunDir
@@ -38,7 +38,8 @@ SCENARIO_SETTINGS: dict[str, tuple[str, ...]] = {
     "long_context": ("output_tokens", "prompt_style"),
     "prefix_cache": ("prompt_tokens", "output_tokens"),
     "capacity": ("mode", "input_tokens", "output_tokens", "target_goodput_share", "start", "max", "step"),
-    "quality": ("seed", "items_per_family", "kv_context_tokens", "max_tokens", "eval_set"),  # the same items, answered alike
+    # the same items, answered alike; an eval set is compared item by item, by content (nightly.py `_shared_items`)
+    "quality": ("seed", "items_per_family", "kv_context_tokens", "max_tokens"),
     **TRAFFIC_SETTINGS,
 }
 
@@ -160,13 +161,14 @@ class Side:
                                        key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)))
         return self._shapes
 
-    def item_verdicts(self) -> dict[tuple[str, str], tuple[str, bool]]:
-        """(item id, prompt digest) -> (family, answered right) of the quality step; a failed request counts as
-        wrong. The digest is of what was sent: an item of the same id whose prompt changed is another item."""
+    def item_verdicts(self) -> dict[tuple[str, ...], tuple[str, bool]]:
+        """(item id, prompt digest, expected answer, match rule) -> (family, answered right) of the quality step;
+        a failed request counts as wrong. An item is its content, not its name: one whose prompt, answer key or
+        rule changed under the same id (an eval set edited in place) is another item."""
         if self.quality.empty:
             return {}
-        return {(str(r["item_id"]), str(r["prompt_sha256"])): (str(r["family"]), _present(r["correct"])
-                                                                and bool(r["correct"]))
+        return {tuple(str(r.get(k)) for k in ("item_id", "prompt_sha256", "expected", "match_rule")):
+                (str(r["family"]), _present(r["correct"]) and bool(r["correct"]))
                 for r in self.quality.to_dict("records")}
 
     def nll_by_length(self) -> dict[int, float]:
@@ -310,9 +312,21 @@ def served_weights(manifest: dict[str, Any] | None, engine: str) -> tuple[str | 
     return record.get("identity") or None, bool(record.get("moving"))
 
 
-def scenario_settings(config: dict[str, Any], scenario: str) -> dict[str, Any]:
+def traffic_content(manifest: dict[str, Any] | None) -> dict[str, str]:
+    """scenario -> the sha256 of the traffic the plan read (a trace's window, a dataset's rows), where recorded."""
+    return {s: doc["content_sha256"] for s in CONTENT_COVERS
+            if isinstance(doc := (manifest or {}).get(s), dict) and doc.get("content_sha256")}
+
+
+def scenario_settings(config: dict[str, Any], scenario: str, content: str | None = None) -> dict[str, Any]:
+    """What the scenario's figures of two runs must share; with `content` (the traffic's hash, given where both
+    runs recorded one) the hash stands for where the traffic was read from and what it held: the same file
+    moved compares, new rows under the same name do not."""
     settings = (config.get("scenarios") or {}).get(scenario) or {}
-    out = {k: settings.get(k) for k in SCENARIO_SETTINGS.get(scenario, ())}
+    covered = CONTENT_COVERS.get(scenario, ()) if content else ()
+    out = {k: settings.get(k) for k in SCENARIO_SETTINGS.get(scenario, ()) if k not in covered}
+    if content:
+        out["content sha256"] = content
     if scenario == "capacity":  # a capacity is the load that met the SLO: another SLO, another figure
         out["slo"] = config.get("slo")
     return out

@@ -23,6 +23,15 @@ TRAFFIC_SETTINGS: dict[str, tuple[str, ...]] = {
 }
 
 
+# What the hash of a trace window's or a dataset's rows as the plan read them (the manifest's content_sha256)
+# stands for, where both runs recorded one: where the traffic was read from, and which of its rows were sent.
+CONTENT_COVERS: dict[str, tuple[str, ...]] = {
+    TRACE_SCENARIO: ("path", "s3_key", "s3_bucket", "synthetic", "format", "window_start_s", "window_length_s",
+                     "max_requests"),
+    "dataset": ("path", "s3_key", "s3_bucket", "max_requests"),
+}
+
+
 def planned_load(cfg: RunConfig) -> set[str]:
     """The load scenarios this run measures: a level of theirs the baseline has must be here."""
     return {s for s in LOAD_SCENARIOS if getattr(cfg.scenarios, s).enabled}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -92,13 +93,17 @@ def _as_config_errors(rows: Iterator[DatasetRow], source: str) -> Iterator[Datas
 
 
 def check_dataset(config: RunConfig, s3: Callable[[], Any] | None) -> dict[str, Any]:
-    """Read the rows once, as the plan does, before anything deploys; what the manifest records of them."""
+    """Read the rows once, as the plan does, before anything deploys; what the manifest records of them: the
+    rows, the chats among them, and the sha256 of the rows as sent (`content_sha256`: two runs sent the same
+    prompts when it matches, wherever the file was read from)."""
     d = config.scenarios.dataset
     rows = chats = 0
+    content = hashlib.sha256()
     with dataset_rows(config, s3) as stream:
         for row in stream:
             rows += 1
             chats += row.messages is not None
+            content.update(json.dumps([row.prompt, row.messages, row.max_tokens], sort_keys=True).encode() + b"\n")
     if not rows:
         raise ConfigError([(FIELD, f"the dataset ({d.source_name()}) holds no row", ROW_FIX)])
-    return {"source": d.source_name(), "rows": rows, "chat_rows": chats}
+    return {"source": d.source_name(), "rows": rows, "chat_rows": chats, "content_sha256": content.hexdigest()}

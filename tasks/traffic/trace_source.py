@@ -4,6 +4,7 @@ anything deploys."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -50,14 +51,18 @@ def _as_config_errors(rows: Iterator[TraceRow]) -> Iterator[TraceRow]:
 
 def check_trace(config: RunConfig, s3: Callable[[], Any] | None) -> dict[str, Any]:
     """Read the whole window once, as the plan does: every row parsed and within the model's context. Returns
-    what the manifest records of it: rows, span, lengths, the trace's own expected prefix reuse."""
+    what the manifest records of it: rows, span, lengths, the trace's own expected prefix reuse, and the sha256
+    of the window's rows as replayed (`content_sha256`: two runs sent the same traffic when it matches, wherever
+    the trace was read from)."""
     t = config.scenarios.trace
     limit = config.model.context_limit_tokens
     reuse = ReuseMeter(t.block_tokens)
     rows = last = 0
     longest_in = longest_out = 0
+    content = hashlib.sha256()
     with window_rows(config, s3) as stream:
         for row in stream:
+            content.update(f"{row.arrival_s!r},{row.input_tokens},{row.output_tokens},{row.block_ids}\n".encode())
             if limit and row.input_tokens + row.output_tokens > limit:
                 raise ConfigError([(FIELD, f"trace line {row.line}: {row.input_tokens} prompt + {row.output_tokens} "
                                            f"output tokens exceed model.context_limit_tokens {limit}",
@@ -72,4 +77,4 @@ def check_trace(config: RunConfig, s3: Callable[[], Any] | None) -> dict[str, An
                             "move window_start_s inside the trace, or lengthen window_length_s")])
     return {"source": t.source_name(), "format": t.format, "rows": rows, "span_s": last, "replay_s": last / t.speed,
             "offered_rps": rows / (last / t.speed) if last > 0 else None, "longest_input_tokens": longest_in,
-            "longest_output_tokens": longest_out, "expected_reuse": reuse.share}
+            "longest_output_tokens": longest_out, "expected_reuse": reuse.share, "content_sha256": content.hexdigest()}

@@ -35,8 +35,10 @@ def test_a_dataset_in_s3_runs_through_the_pipeline(airflow_db, s3_server, tmp_pa
         }, s3_server, tmp_path, datetime(2026, 12, 1, 5, 0, tzinfo=timezone.utc))
     summary = run_dir.read_json("summary.json")
     assert summary is not None, f"no summary.json; step outcomes in {run_dir.path / 'state' / 'steps'}"
-    assert run_dir.read_json("manifest.json")["dataset"] == {"source": "s3 key data/prompts.jsonl", "rows": 6,
-                                                             "chat_rows": 3}
+    recorded = run_dir.read_json("manifest.json")["dataset"]
+    assert {k: v for k, v in recorded.items() if k != "content_sha256"} == {"source": "s3 key data/prompts.jsonl",
+                                                                            "rows": 6, "chat_rows": 3}
+    assert len(recorded["content_sha256"]) == 64
     sent = [(r["prompt"], r["messages"]) for r in server.received]  # the readiness probe's request too
     assert all(sent.count((r.get("prompt"), r.get("messages"))) == 2 for r in ROWS), sent
     assert run_dir.read_json("validation.json")["success"]

@@ -106,7 +106,9 @@ def test_the_dataset_in_the_runs_s3_store_is_read_like_the_file(s3_server, tmp_p
     path = _write(tmp_path / "prompts.jsonl", ROWS)
     s3.put_object(Bucket="dayone-datasets", Key="data/prompts.jsonl", Body=path.read_bytes())
     from_s3 = check_dataset(_config(tmp_path, s3_key="data/prompts.jsonl"), s3_server.client)
-    assert from_s3 == {"source": "s3 key data/prompts.jsonl", "rows": 12, "chat_rows": 6}
+    from_file = check_dataset(_config(tmp_path, path=str(path)), None)
+    assert from_s3 == {"source": "s3 key data/prompts.jsonl", "rows": 12, "chat_rows": 6,
+                       "content_sha256": from_file["content_sha256"]}  # the same prompts, wherever they were read
     assert check_dataset(_config(tmp_path, path=str(path), max_requests=5), None)["rows"] == 5
 
 

@@ -19,6 +19,7 @@ class TraceWindow(Doc):
     longest_input_tokens: int
     longest_output_tokens: int
     expected_reuse: float | None  # share of prompt tokens in leading blocks an earlier row held whole
+    content_sha256: str | None = None  # of the window's rows as replayed: the same traffic across nights
 
 
 class TraceRound(Doc):

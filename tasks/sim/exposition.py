@@ -24,11 +24,12 @@ def engine_metrics_text(engine: Engine) -> str:
     spec = engine.profile.speculative is not None  # vLLM registers its spec metrics only when on
     counters = ("queries", "hits", "prompt", "generation", "requests", "preemptions")
     counters += ("spec_drafts", "spec_draft_tokens", "spec_accepted") if spec else ()
-    # SGLang's counters are labelled prometheus_client counters: absent until their first increment (no
-    # sglang:cached_tokens_total before the first hit, no retraction counter before the first retraction).
-    lazy = d.name == "sglang"
+    # SGLang's counters are labelled prometheus_client counters, absent until their first increment: its own
+    # warm-up generation at start counts prompt and generated tokens, so only the cache hits (before the first
+    # hit) and the retractions (before the first) are missing from a fresh 0.5.18's exposition.
+    lazy = ("hits", "preemptions") if d.name == "sglang" else ()
     for role in counters:
-        if role in names and not (lazy and engine.counters[role] + engine.counter_base == 0):
+        if role in names and not (role in lazy and engine.counters[role] + engine.counter_base == 0):
             out += [f"# HELP {names[role]} {role} (DayOne simulator)", f"# TYPE {names[role]} counter",
                     f"{names[role]}{{{labels}}} {float(engine.counters[role] + engine.counter_base)}"]
     if d.name == "vllm":  # prometheus_client's process collector: in vLLM's default registry, not SGLang's

@@ -46,6 +46,8 @@ def test_scrape_reads_the_simulators_dialect_counters(sim_ctx):
     for dialect in ("sglang", "vllm"):
         with sim_ctx(dialect) as (_, ctx), httpx.Client() as client:
             adapter = adapter_for(dialect)
+            for _ in range(2):  # a cache hit: SGLang's hit counter is absent until its first increment
+                client.post(ctx.endpoint.base_url + "/v1/completions", json={"prompt": "x " * 40, "max_tokens": 1})
             values = scrape(client, ctx.endpoint.base_url, adapter)
             assert {adapter.cache_counters.queries, adapter.cache_counters.hits} <= set(values)
             assert scrape_samples(client, ctx.endpoint.base_url, adapter)

@@ -18,7 +18,7 @@ from typing import Any
 
 from tasks.state import documents as run_documents
 from tasks.compare.baselines import BaselineKind, Candidates, history, references
-from tasks.compare.sides import Shape, Side, current_side, median_of, run_index
+from tasks.compare.sides import Shape, Side, alike_rounds, current_side, median_of, metric_values, run_index
 from tasks.compare.traffic import planned_load
 from tasks.config import RunConfig
 from tasks.stats.effects import Effect, effect, widen
@@ -70,13 +70,13 @@ def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side
 
     # metric -> the threshold as a change, and whether worse is below it (throughput) or above (latency)
     limits = {"output_tps": (-t.output_tps_drop, "below"), "ttft_p95_s": (t.ttft_p95_rise, "above")}
-    now_rounds = current.shape_rounds()
+    now_rounds = current.steady_rounds()
     now_counts = current.shape_counts()
     ttft_ok_now = current.ttft_reliable()
     planned = planned_load(cfg)
     for scenario in sorted(({k[0] for k in now_rounds} | planned) & set(bases)):
         base = bases[scenario]
-        base_rounds = base.shape_rounds()
+        base_rounds = base.steady_rounds()
         base_counts = base.shape_counts()
         ttft_ok = ttft_ok_now and base.ttft_reliable()
         past = [h for h in histories.get(scenario, []) if h.run_id != current.run_id]
@@ -92,10 +92,17 @@ def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side
                 _failed_share_row(row, cfg, scenario, suffix, base, key, was_counts, now_count)
             if key not in base_rounds or key not in now_rounds:
                 continue
+            alike = alike_rounds(base_rounds[key], now_rounds[key])
+            if alike is None:
+                row(scenario, "cache_state" + suffix, base, None, None, None, None, False,
+                    "not compared: the rounds of one run met an emptied prefix cache and the other's did not "
+                    "(rows served from cache are no like for rows computed)", key[1])
+                continue
+            was_values, now_values = metric_values(alike[0]), metric_values(alike[1])
             for metric, (threshold, worse) in limits.items():
                 if metric == "ttft_p95_s" and not ttft_ok:
                     continue
-                was, now = base_rounds[key][metric], now_rounds[key][metric]
+                was, now = was_values[metric], now_values[metric]
                 was_median, now_median = median_of(was), median_of(now)
                 if not was_median or now_median is None:
                     continue

@@ -125,17 +125,20 @@ class Side:
             found.add("quality")
         return {str(s) for s in found}
 
-    def shape_rounds(self) -> dict[Shape, dict[str, list[float]]]:
-        """(scenario, concurrency, rate) -> each headline metric's values over the measured, ok, steady rounds: a
-        first-encounter round (with warmup off, a shape's first round on a fresh server; a trace's or dataset's
-        round 1) pays its compilation and is left out, as the report's comparison leaves it out."""
-        out: dict[Shape, dict[str, list[float]]] = {}
+    def steady_rounds(self) -> dict[Shape, list[dict[str, Any]]]:
+        """(scenario, concurrency, rate) -> its measured, ok, steady rounds: a first-encounter round (with warmup
+        off, a shape's first round on a fresh server; a trace's or dataset's round 1) pays its compilation and is
+        left out, as the report's comparison leaves it out."""
+        out: dict[Shape, list[dict[str, Any]]] = {}
         for key, rounds in self._by_shape().items():
-            ok = [r for r in rounds if r.get("status") == "ok"
-                  and not (_present(r.get("first_encounter")) and bool(r.get("first_encounter")))]
+            ok = [r for r in rounds if r.get("status") == "ok" and not _true(r.get("first_encounter"))]
             if ok:
-                out[key] = {m: [float(r[m]) for r in ok if _present(r.get(m))] for m in HEADLINE_METRICS}
+                out[key] = ok
         return out
+
+    def shape_rounds(self) -> dict[Shape, dict[str, list[float]]]:
+        """(scenario, concurrency, rate) -> each headline metric's values over its steady rounds."""
+        return {key: metric_values(rounds) for key, rounds in self.steady_rounds().items()}
 
     def shape_counts(self) -> dict[Shape, dict[str, int]]:
         """(scenario, concurrency, rate) of a load scenario (LOAD_SCENARIOS) -> its measured rounds' request counts
@@ -207,6 +210,33 @@ class Side:
 
 def _present(value: Any) -> bool:
     return value is not None and value is not pd.NA and not (isinstance(value, float) and math.isnan(value))
+
+
+def _true(value: Any) -> bool:
+    return _present(value) and bool(value)
+
+
+def metric_values(rounds: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Each headline metric's values over `rounds`."""
+    return {m: [float(r[m]) for r in rounds if _present(r.get(m))] for m in HEADLINE_METRICS}
+
+
+def alike_rounds(was: list[dict[str, Any]], now: list[dict[str, Any]]) -> tuple[list, list] | None:
+    """The rounds of two runs' shape that met the engine alike: a dataset round records whether the engine emptied
+    its prefix cache before it (`cache_cleared`); where both runs recorded it, only rounds of one state are held
+    against each other (an emptied cache first), and None where they share none (rows served from cache tonight
+    against rows computed then). Where either did not record it (another scenario, an older archive), all."""
+    def state(r: dict[str, Any]) -> bool | None:
+        return bool(r["cache_cleared"]) if _present(r.get("cache_cleared")) else None
+
+    held_was, held_now = {state(r) for r in was}, {state(r) for r in now}
+    if None in held_was or None in held_now:
+        return was, now
+    common = held_was & held_now
+    if not common:
+        return None
+    pick = True if True in common else next(iter(common))
+    return [r for r in was if state(r) == pick], [r for r in now if state(r) == pick]
 
 
 def median_of(values: list[float]) -> float | None:

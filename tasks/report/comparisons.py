@@ -1,6 +1,7 @@
 """Engines compared on the decision's figures (decision.LEAD_FIGURES): each level's steady rounds (the
 first-encounter round left out) as effects with an interval (tasks/stats/effects.py), only where a figure is
-published. The summary compares every engine with the base engine; the choice by purpose every pair."""
+published, like with like (a dataset round that met an emptied prefix cache against one that did). The summary
+compares every engine with the base engine; the choice by purpose every pair."""
 
 from __future__ import annotations
 
@@ -33,9 +34,10 @@ def comparisons(engines: dict[str, EngineSummary], base: str, confidence: float,
                 if name == base or level is None or (others is not None and name not in others):
                     continue
                 mine = level.figures.get(figure)
-                if mine is None:
-                    continue  # not published for this engine
-                base_values, my_values = _steady(base_level, base_figure), _steady(level, mine)
+                like = _like_rounds(base_level, level)
+                if mine is None or like is None:
+                    continue  # not published for this engine, or no rounds alike to compare
+                base_values, my_values = _steady(base_level, base_figure, like), _steady(level, mine, like)
                 launches = max(1, len(set(base_level.launches)), len(set(level.launches)))
                 if launches > 1:  # replicated starts: one value per launch, so the interval holds their variation
                     base_values, my_values = _per_launch(base_level, base_values), _per_launch(level, my_values)
@@ -59,10 +61,27 @@ def _per_launch(level: PerfLevel, steady: dict[int | None, float | None]) -> dic
     return {launch: math.exp(sum(xs) / len(xs)) if xs else None for launch, xs in logs.items()}
 
 
-def _steady(level: PerfLevel, figure: Figure) -> dict[int | None, float | None]:
-    """Round number -> value, without the first-encounter round (with warmup off, a server's first round
-    of a shape pays its compilation: shown beside the median, never an engine's steady figure)."""
-    return {r: v for r, v in zip(level.rounds, figure.rounds) if r not in level.first_encounter_rounds}
+def _cache_states(level: PerfLevel) -> dict[int | None, bool | None]:
+    """Round number -> its cache state (a dataset round: emptied before it or not; None elsewhere)."""
+    return dict(zip(level.rounds, level.cache_cleared or [None] * len(level.rounds)))
+
+
+def _like_rounds(a: PerfLevel, b: PerfLevel) -> tuple[bool | None] | None:
+    """The cache state whose steady rounds both levels hold, the emptied cache first (the protocol's rounds),
+    as a one-tuple; None where they hold none alike (one engine cleared its cache before every round, the other
+    could not: its rows may have come from cache, so the two are not compared)."""
+    held = [{s for r, s in _cache_states(x).items() if r not in x.first_encounter_rounds} for x in (a, b)]
+    common = held[0] & held[1]
+    return None if not common else (True,) if True in common else (next(iter(common)),)
+
+
+def _steady(level: PerfLevel, figure: Figure, like: tuple[bool | None] = (None,)) -> dict[int | None, float | None]:
+    """Round number -> value of the rounds in cache state `like`, without the first-encounter round (with
+    warmup off, a server's first round of a shape pays its compilation: shown beside the median, never an
+    engine's steady figure)."""
+    states = _cache_states(level)
+    return {r: v for r, v in zip(level.rounds, figure.rounds)
+            if r not in level.first_encounter_rounds and states.get(r) == like[0]}
 
 
 def _comparison(scenario: str, level: str, figure: str, higher_is_better: bool, base: str, engine: str,

@@ -296,6 +296,8 @@ def _level(key: tuple[Any, Any], rounds: list[dict[str, Any]], ttft_published: b
         launches=[r.get("launch") or 0 for r in rounds],
         round_status=[r.get("status") for r in rounds],
         first_encounter_rounds=[r.get("round") for r in rounds if r.get("first_encounter")],
+        cache_cleared=([r.get("cache_cleared") for r in rounds]
+                       if any(r.get("cache_cleared") is not None for r in rounds) else []),
         figures={name: Figure.model_validate(f) for name, f in figures.items()},
         first_encounter=None if first is None else FirstEncounter.model_validate(first),
         rounds_failed=level["failed_rounds"],

@@ -119,7 +119,8 @@ def run_dataset(ctx: EngineContext, s3: Callable[[], Any] | None) -> dict[str, A
                                          prompts=prompts, lengths_from_usage=True,
                                          **shard_plan(ctx.config.load, shape, ep.base_url, count))
                         outcome = await run_round(ctx, session, plan, req_out, progress)
-                        rounds_out.write(outcome.row)
+                        # a round the engine could not start from an empty cache is marked: compared like with like
+                        rounds_out.write({**outcome.row, "cache_cleared": cleared is True})
                         row = round_row(ctx, shape, n, outcome.row, outcome.results, found["chat_rows"], cleared)
                         dataset_out.write(row)
                         kept[shape.key].append(row)

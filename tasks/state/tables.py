@@ -161,6 +161,9 @@ ROUNDS = Table(
         *(_secs(f"{lat}_{p}_s") for lat in LATENCIES for p in PERCENTILES),
         Column("goodput_rps", "float", min_value=0.0),
         Column("length_deviations", "int", min_value=0),
+        Column("cache_cleared", "bool", description="A dataset round: whether the engine emptied its prefix cache "
+                                                    "before it (false: it could not or did not, so rows may have "
+                                                    "been served from cache); null for other scenarios."),
     ),
     key=("run_id", "engine", "scenario", "concurrency", "rate_rps", "round"),
 )

@@ -42,6 +42,9 @@ class PerfLevel(Doc):
     launches: list[int | None] = Field(default_factory=list)
     round_status: list[str | None]
     first_encounter_rounds: list[int | None]
+    # Beside `rounds`, a dataset round's cache state: emptied before it (true) or not (false: rows may have been
+    # served from cache); empty for other scenarios. Rounds compare like with like (tasks/report/comparisons.py).
+    cache_cleared: list[bool | None] = Field(default_factory=list)
     figures: dict[str, Figure]
     first_encounter: FirstEncounter | None
     rounds_failed: int

@@ -172,14 +172,15 @@ class RequestsFailed(RuntimeError):
     """Most of a performance step's measured requests failed: its figures are of the few that did not."""
 
 
-def fail_on_failed_requests(ctx: RunContext, engine: str, scenario: str) -> None:
+def fail_on_failed_requests(ctx: RunContext, engine: str, scenario: str, requests: str = "requests") -> None:
     """A measuring step whose rounds failed more than `step_failed_share_max` of their requests fails, with
-    the reason (its requests' errors, desensitized where the outcome is recorded)."""
+    the reason (its requests' errors, from the `requests` table named, desensitized where the outcome is
+    recorded)."""
     from tasks.stats.figures import failed_requests
 
     rounds = [r for r in ctx.run_dir.read_rows("rounds", engine) if r.get("scenario") == scenario]
     reason = failed_requests(rounds, ctx.config.step_failed_share_max,
-                             lambda: [r.get("error") for r in ctx.run_dir.read_rows("requests", engine)
+                             lambda: [r.get("error") for r in ctx.run_dir.read_rows(requests, engine)
                                       if r.get("scenario") == scenario and r.get("status") != "ok"])
     if reason:
         raise RequestsFailed(reason)
@@ -269,13 +270,15 @@ def capacity(ctx: RunContext, engine: str) -> dict[str, Any]:
 
 
 def trace(ctx: RunContext, engine: str) -> dict[str, Any]:
-    """The configured trace window replayed (tasks/scenarios/trace.py); its summary kept for the report."""
+    """The configured trace window replayed (tasks/scenarios/trace.py); its summary kept for the report. Fails
+    like a performance step on failed requests."""
     from tasks.scenarios.trace import run_trace
 
     ectx = ctx.engine(engine)
     s3 = ctx.s3 if ctx.archive_client is not None else None
     result = _watched(ctx, ectx, "trace", lambda: run_trace(ectx, s3))
     ctx.run_dir.write_json(perf_summary_doc(engine, "trace"), result)
+    fail_on_failed_requests(ctx, engine, "trace", "trace_requests")
     return {"engine": engine, "rounds": len(result["rounds"]), "behind": result["behind"],
             "engine_restarted": result["engine_restarted"]}
 

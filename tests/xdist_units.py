@@ -23,7 +23,7 @@ STACK_DIRS = ("ui", "distributed")
 # They come last in the order, so that the stacks' workers find them there; among them the longest first
 # (seconds on a fresh clone), so that the last unit to start is a short one and the workers end together.
 BACKGROUND_UNITS = (
-    "tests/storage/test_shared_nothing.py",  # 128 s: where run state lives, each step in a fresh process
+    "tests/state/test_shared_nothing.py",  # 128 s: where run state lives, each step in a fresh process
     "tests/independent/test_endpoint_access_plain.py",  # 66 s: the key and the CA reach the engine; no figure judged
     "tests/openwebui/test_openwebui_browser.py",  # 42 s: what a browser shows of a stored chat
     "tests/independent/test_openwebui_plain.py",  # 39 s: OpenWebUI's verdicts on plain servers, from its database

@@ -210,3 +210,28 @@ def test_the_cli_starts_without_the_openai_sdk():
                 if line.startswith("import time:")}
     assert "tasks.checks.openai_sdk" in imported  # the check is registered ...
     assert "openai" not in imported  # ... and its SDK is not loaded
+
+
+# Test folders that are not one package's: each names what it runs, across packages.
+CROSS_CUTTING_TESTS = {
+    "layout": "the layer order itself",
+    "independent": "plain servers written for the test, held against whole steps and runs",
+    "product": "the pipeline's products: plan, nightly, lanes, the form",
+    "verdicts": "a failing or wrong-answering engine never wins, in the choice and the nightly",
+    "experiments": "A/B experiments end to end",
+    "realengine": "the real engines: llama.cpp, vLLM, SGLang",
+    "reliability": "faults, kills and hostile input across the pipeline",
+    "registry": "a real OCI registry: image pinning and labels",
+    "distributed": "a Celery deployment whose workers are hosts of their own",
+    "ui": "make ui's stack in a browser",
+    "live": "what a person sees while a run goes",
+    "fixtures": "recorded data",
+}
+
+
+def test_the_tests_mirror_the_layout():
+    """A test folder is named for the package of tasks/ it tests, or is a named cross-cutting suite."""
+    packages = {p.name for p in (ROOT / "tasks").iterdir() if (p / "__init__.py").is_file()}
+    folders = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and not p.name.startswith("__")}
+    stray = sorted(folders - packages - set(CROSS_CUTTING_TESTS))
+    assert not stray, f"test folders named for no package of tasks/: {stray} (rename, or add to CROSS_CUTTING_TESTS)"

@@ -190,7 +190,8 @@ def local_progress(run_id: str) -> list[Any]:
     """The progress documents in the run directory, none of them resolving outside the runs root; nothing is
     created where the run has no directory."""
     from tasks.core.progress import StepProgress
-    from tasks.state.progress import PROGRESS_DIR, in_start_order
+    from tasks.state.documents import PROGRESS_DIR
+    from tasks.state.progress import in_start_order
     from tasks.state.storage import default_root
 
     try:

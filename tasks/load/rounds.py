@@ -147,7 +147,7 @@ async def run_round(
     figures = round_figures(rows, ctx.config.slo, ctx.config.round_error_rate_max)
     lengths = (None, None) if plan.lengths_from_usage else (shape.input_tokens, shape.output_tokens)
     row = {**keys, **level, "input_tokens": lengths[0], "output_tokens": lengths[1],
-           "first_encounter": plan.first_encounter, "warmup": plan.warmup, **figures}
+           "first_encounter": plan.first_encounter, "warmup": plan.warmup, "cache_cleared": None, **figures}
     # File I/O off the loop's thread, as for every row (another engine's round may follow at once).
     await asyncio.to_thread(_write_engine_round, ctx, plan, tag, keys, watch, row, engine_rows, metrics_rows)
     if gpu_watch is not None:

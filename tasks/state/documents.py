@@ -204,3 +204,15 @@ def manifest(run_dir: RunDir) -> dict | None:
     # What each engine served of the model (`revision_identity`): the nightly's lineage reads it.
     revisions = {n: r for n in names if (r := run_dir.read_json(served_revision_doc(n))) is not None}
     return {**doc, "served_revision": revisions} if revisions else doc
+
+
+PROGRESS_DIR = "progress"  # how far a run has got (tasks/state/progress.py): for watching it, never evidence
+
+
+def progress_doc(step: str, engine: str | None) -> str:
+    return f"{PROGRESS_DIR}/{engine}-{step}.json" if engine else f"{PROGRESS_DIR}/{step}.json"
+
+
+def progress_listed(name: str) -> str:
+    """A progress document by the name `RunDir.names(PROGRESS_DIR)` lists."""
+    return f"{PROGRESS_DIR}/{name}"

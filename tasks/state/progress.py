@@ -20,23 +20,17 @@ from contextlib import contextmanager
 from tasks.core import progress as core_progress
 from tasks.core.desensitize import desensitize
 from tasks.core.progress import RUNNING, LoadProgress, ProgressState, StepProgress
+from tasks.state.documents import PROGRESS_DIR, progress_doc, progress_listed
 from tasks.state.storage import RunDir
 
 log = logging.getLogger("dayone.progress")
-
-PROGRESS_DIR = "progress"
-
-
-def progress_doc(step: str, engine: str | None) -> str:
-    return f"{PROGRESS_DIR}/{engine}-{step}.json" if engine else f"{PROGRESS_DIR}/{step}.json"
-
 
 def read_progress(run_dir: RunDir) -> list[StepProgress]:
     """Every step's progress document of the run, in the order the steps started."""
     found = []
     for name in run_dir.names(PROGRESS_DIR):
         try:
-            doc = run_dir.read_json(f"{PROGRESS_DIR}/{name}") if name.endswith(".json") else None
+            doc = run_dir.read_json(progress_listed(name)) if name.endswith(".json") else None
             if doc:
                 found.append(StepProgress.model_validate(doc))
         except (OSError, ValueError) as exc:  # a document being replaced, or not one of ours

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tasks.core.progress import LoadProgress, StepProgress
-from tasks.state.progress import progress_doc
+from tasks.state.documents import progress_doc
 from tasks.state.storage import RunDir
 
 AIRFLOW_RUN_ID = "manual__2026-12-06T18:45:15.370122+00:00"

@@ -178,11 +178,18 @@ def _failed_share_row(row: Callable[..., None], cfg: RunConfig, scenario: str, s
 def _shared_items(base: Side, current: Side) -> dict[str, list[tuple[str, bool, bool]]]:
     """family -> (item id, right then, right now) of the items both runs were sent (same id, prompt digest,
     expected answer and rule): an item added, removed or reworded under the same name is no engine's change."""
+    return {family: [(item, then, now) for item, then, now, _ in items]
+            for family, items in _shared_item_verdicts(base, current).items()}
+
+
+def _shared_item_verdicts(base: Side, current: Side) -> dict[str, list[tuple[str, bool, bool, bool]]]:
+    """`_shared_items`, each with whether tonight's wrong answer was right when asked again (unstable)."""
     was, now = base.item_verdicts(), current.item_verdicts()
-    out: dict[str, list[tuple[str, bool, bool]]] = {}
+    out: dict[str, list[tuple[str, bool, bool, bool]]] = {}
     for key in sorted(was.keys() & now.keys()):
-        family, right_then = was[key]
-        out.setdefault(family, []).append((key[0], right_then, now[key][1]))
+        family, right_then, _ = was[key]
+        _, right_now, unstable_now = now[key]
+        out.setdefault(family, []).append((key[0], right_then, right_now, unstable_now))
     return out
 
 
@@ -205,13 +212,17 @@ def _accuracy_rows(row: Callable[..., None], cfg: RunConfig, base: Side, current
 def _item_rows(row: Callable[..., None], base: Side, current: Side) -> None:
     """Each family's items, one by one: a fixed item at greedy decoding answered right then and wrong now is a
     change in itself, not a draw, so any such item regresses (metric `items/<family>`, the items named; the
-    values are the items right then and now among those both runs were sent)."""
-    for family, items in sorted(_shared_items(base, current).items()):
-        lost = [item for item, then, now in items if then and not now]
-        right_then, right_now = sum(then for _, then, _ in items), sum(now for _, _, now in items)
+    values are the items right then and now among those both runs were sent). A wrong answer counts once asking
+    again gave a wrong one too; an item right when asked again is unstable, named, never a regression."""
+    for family, items in sorted(_shared_item_verdicts(base, current).items()):
+        lost = [item for item, then, now, unstable in items if then and not now and not unstable]
+        wavering = [item for item, then, now, unstable in items if then and not now and unstable]
+        right_then, right_now = sum(i[1] for i in items), sum(i[2] for i in items)
         verdict = (f"{len(lost)} of {len(items)} item{'s' if len(items) > 1 else ''} right then and wrong now at "
-                   f"greedy decoding: {', '.join(lost)}" if lost else
+                   f"greedy decoding, wrong again when asked again: {', '.join(lost)}" if lost else
                    f"no item right then is wrong now ({right_then}/{len(items)} then, {right_now}/{len(items)} now)")
+        if wavering:
+            verdict += (f"; unstable (wrong at first, right when asked again, not counted): {', '.join(wavering)}")
         row("quality", f"items/{family}", base, float(right_then), float(right_now), None, 0.0, bool(lost), verdict)
 
 

@@ -164,14 +164,17 @@ class Side:
                                        key=lambda kv: (kv[0][0], kv[0][1] or 0, kv[0][2] or 0)))
         return self._shapes
 
-    def item_verdicts(self) -> dict[tuple[str, ...], tuple[str, bool]]:
-        """(item id, prompt digest, expected answer, match rule) -> (family, answered right) of the quality step;
-        a failed request counts as wrong. An item is its content, not its name: one whose prompt, answer key or
+    def item_verdicts(self) -> dict[tuple[str, ...], tuple[str, bool, bool]]:
+        """(item id, prompt digest, expected answer, match rule) -> (family, answered right, unstable) of the
+        quality step; a failed request counts as wrong, and an item wrong at first and right when asked again is
+        unstable (quality/parity.py). An item is its content, not its name: one whose prompt, answer key or
         rule changed under the same id (an eval set edited in place) is another item."""
         if self.quality.empty:
             return {}
         return {tuple(str(r.get(k)) for k in ("item_id", "prompt_sha256", "expected", "match_rule")):
-                (str(r["family"]), _present(r["correct"]) and bool(r["correct"]))
+                (str(r["family"]), _present(r["correct"]) and bool(r["correct"]),
+                 _present(r.get("reask_correct")) and bool(r["reask_correct"]) and not (
+                     _present(r["correct"]) and bool(r["correct"])))
                 for r in self.quality.to_dict("records")}
 
     def nll_by_length(self) -> dict[int, float]:

@@ -197,6 +197,9 @@ class QualityScenario(ConfigModel):
     eval_set: Annotated[str | None, Fix("give s3://BUCKET/KEY.jsonl or a path to a JSONL file")] = Field(
         None, description="Your own eval set, scored as the family eval_set: a JSONL file, one item a line with "
         "prompt or messages, expected, and match exact, regex or numeric (with tolerance); checked at plan.")
+    reask_wrong: bool = Field(True, description="Ask an item answered wrong (or failed) once more, the same request: "
+        "greedy decoding gives the same answer unless the engine's numerics vary with the batch, so a change between "
+        "engines or nights counts only where the re-ask is wrong too (an item right on re-ask is unstable, shown).")
     nll_tolerance: Annotated[float, Fix("give nats per token > 0, e.g. 0.05")] = Field(
         0.05, gt=0, description="Engines serving the same weights agree on the mean NLL per token within this many "
         "nats; a gap beyond it, or a rise with length beyond it on one engine only, is a finding.")

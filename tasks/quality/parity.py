@@ -34,11 +34,17 @@ def paired_difference(both: int, only_a: int, only_b: int, neither: int,
     return max(-1.0, d - below), min(1.0, d + above)
 
 
-def _verdicts(rows: Iterable[dict[str, Any]]) -> dict[str, dict[tuple[str, str], tuple[str, bool]]]:
-    """engine -> (item_id, prompt_sha256) -> (family, correct)."""
-    out: dict[str, dict[tuple[str, str], tuple[str, bool]]] = {}
+def unstable(row: dict[str, Any]) -> bool:
+    """Wrong (or failed) at first and right when asked again: the engine's numerics, not a change of answers."""
+    return not row.get("correct") and row.get("reask_correct") is True
+
+
+def _verdicts(rows: Iterable[dict[str, Any]]) -> dict[str, dict[tuple[str, str], tuple[str, bool, bool]]]:
+    """engine -> (item_id, prompt_sha256) -> (family, correct at the first ask, unstable)."""
+    out: dict[str, dict[tuple[str, str], tuple[str, bool, bool]]] = {}
     for r in rows:
-        out.setdefault(r["engine"], {})[(r["item_id"], r["prompt_sha256"])] = (r["family"], bool(r["correct"]))
+        out.setdefault(r["engine"], {})[(r["item_id"], r["prompt_sha256"])] = (
+            r["family"], bool(r["correct"]), unstable(r))
     return out
 
 
@@ -46,9 +52,11 @@ def answer_parity(rows: Iterable[dict[str, Any]], engines: list[str],
                   confidence: float = 0.95) -> list[dict[str, Any]]:
     """Per pair of engines (in `engines` order) and family, over the items both were sent (same id, same
     prompt): the four pair counts, the paired interval of accuracy(a) - accuracy(b), the items answered right
-    by one only and the verdict: the answers differ where any item is right on one and wrong on the other;
+    by one only and the verdict: the answers differ where any item is right on one and wrong on the other,
+    its wrong answer confirmed by a re-ask (an item right on re-ask is `unstable_*`, listed, never a change);
     `worse` is the engine that answered items wrong the other answered right, where only one did (where both
-    did, the one the interval puts below, if it does). A failed request counts as a wrong answer."""
+    did, the one the interval puts below, if it does). A failed request counts as a wrong answer. The interval
+    counts first asks: the sample as sent."""
     verdicts = _verdicts(rows)
     out: list[dict[str, Any]] = []
     for a, b in combinations([e for e in engines if e in verdicts], 2):
@@ -56,17 +64,21 @@ def answer_parity(rows: Iterable[dict[str, Any]], engines: list[str],
         families = sorted({verdicts[a][k][0] for k in shared})
         for family in families:
             keys = [k for k in shared if verdicts[a][k][0] == family]
-            right_a = [k[0] for k in keys if verdicts[a][k][1] and not verdicts[b][k][1]]
-            right_b = [k[0] for k in keys if verdicts[b][k][1] and not verdicts[a][k][1]]
+            first_a = [k for k in keys if verdicts[a][k][1] and not verdicts[b][k][1]]
+            first_b = [k for k in keys if verdicts[b][k][1] and not verdicts[a][k][1]]
+            right_a = [k[0] for k in first_a if not verdicts[b][k][2]]
+            right_b = [k[0] for k in first_b if not verdicts[a][k][2]]
             both = sum(verdicts[a][k][1] and verdicts[b][k][1] for k in keys)
-            neither = len(keys) - both - len(right_a) - len(right_b)
-            low, high = paired_difference(both, len(right_a), len(right_b), neither, confidence)
+            neither = len(keys) - both - len(first_a) - len(first_b)
+            low, high = paired_difference(both, len(first_a), len(first_b), neither, confidence)
             if right_a and right_b:  # each answered items the other missed
                 worse = b if low > 0 else a if high < 0 else None
             else:
                 worse = b if right_a else a if right_b else None
             out.append({"a": a, "b": b, "family": family, "items": len(keys), "both_right": both,
                         "only_a_right": right_a, "only_b_right": right_b, "neither_right": neither,
+                        "unstable_a": sorted(k[0] for k in keys if verdicts[a][k][2]),
+                        "unstable_b": sorted(k[0] for k in keys if verdicts[b][k][2]),
                         "low": low, "high": high, "confidence": confidence,
                         "verdict": DIFFER if right_a or right_b else ALIKE, "worse": worse})
     return out

@@ -105,9 +105,10 @@ def ask(probe: Probe, item: Item, max_tokens: int) -> dict[str, Any]:
 
 
 def run_quality(ctx: EngineContext) -> list[dict[str, Any]]:
-    """Send every item to the engine; write and return the `quality` rows."""
+    """Send every item to the engine, and an item answered wrong once more (`reask_wrong`); write and return the
+    `quality` rows."""
     ep = ctx.endpoint
-    max_tokens = ctx.config.scenarios.quality.max_tokens
+    max_tokens, reask = ctx.config.scenarios.quality.max_tokens, ctx.config.scenarios.quality.reask_wrong
     rows: list[dict[str, Any]] = []
     with ep.http_client() as client, ctx.run_dir.rows("quality", ep.engine, SCENARIO) as out:
         probe = Probe(ep, client, ctx.config.model.reasoning)
@@ -116,7 +117,11 @@ def run_quality(ctx: EngineContext) -> list[dict[str, Any]]:
             row = {**ep.row_keys(SCENARIO), "family": item.family, "item_id": item.id,
                    "context_tokens": item.context_tokens, "match_rule": item.match,
                    "prompt_sha256": prompt_sha256(item), "prompt_tail": last[-_TAIL_CHARS:],
-                   "expected": json.dumps(item.expected, sort_keys=True), **ask(probe, item, max_tokens)}
+                   "expected": json.dumps(item.expected, sort_keys=True), **ask(probe, item, max_tokens),
+                   "reask_answer": None, "reask_correct": None}
+            if not row["correct"] and reask:  # confirm a wrong answer before it can count as a change
+                again = ask(probe, item, max_tokens)
+                row.update(reask_answer=again["answer"], reask_correct=again["correct"])
             out.write(row)
             rows.append(row)
     return rows

@@ -478,6 +478,10 @@ QUALITY = Table(
         Column("status", "str", nullable=False, values=("ok", "error")),
         Column("error", "str"),
         _secs("latency_s", nullable=False),
+        Column("reask_answer", "str", description="The answer to the same request sent again where the first was wrong "
+                                                  "or failed (scenarios.quality.reask_wrong); null otherwise."),
+        Column("reask_correct", "bool", description="The re-ask's verdict: false confirms the wrong answer; true makes "
+                                                    "the item unstable, never a change; null: not re-asked."),
     ),
     key=("run_id", "engine", "scenario", "item_id"),
 )

@@ -36,12 +36,18 @@ def solve(messages: list[dict[str, Any]]) -> tuple[str, dict[str, Any] | None]:
 
 
 class SolvesEverything(PlainServer):
-    """Answers every item right (non-streamed chat only: what the quality step sends)."""
+    """Answers every item right (non-streamed chat only: what the quality step sends). As greedy decoding does, it
+    gives a request asked again the answer it gave the first time (`corrupt` decides once per request), unless
+    `deterministic` is off."""
+
+    deterministic = True
 
     def __init__(self) -> None:
         super().__init__()
         self.temperatures: list[Any] = []
         self.families_asked: list[str] = []
+        self.answered: dict[str, tuple[str, dict[str, Any] | None]] = {}
+        self.asked: list[str] = []  # each request's last user message, repeats included
 
     def corrupt(self, question: str, content: str, tool: dict[str, Any] | None) -> tuple[str, dict[str, Any] | None]:
         return content, tool
@@ -49,7 +55,12 @@ class SolvesEverything(PlainServer):
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         self.temperatures.append(body.get("temperature", "unset"))
-        content, tool = self.corrupt(body["messages"][-1]["content"], *solve(body["messages"]))
+        key = json.dumps([body["messages"], body.get("tools")], sort_keys=True)
+        self.asked.append(body["messages"][-1]["content"])
+        if self.deterministic and key in self.answered:
+            content, tool = self.answered[key]
+        else:
+            content, tool = self.answered[key] = self.corrupt(body["messages"][-1]["content"], *solve(body["messages"]))
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if tool is not None:
             name = body["tools"][0]["function"]["name"]

@@ -17,6 +17,9 @@ class FamilyParity(Doc):
     only_a_right: list[str]  # item ids right on a and wrong on b
     only_b_right: list[str]
     neither_right: int
+    # items wrong at first and right when asked again on a (b): unstable numerics, never counted as a change
+    unstable_a: list[str] = Field(default_factory=list)
+    unstable_b: list[str] = Field(default_factory=list)
     low: float  # the paired interval of accuracy(a) - accuracy(b), at `confidence`
     high: float
     confidence: float

@@ -184,7 +184,8 @@ def _engine_summary(run_dir: RunDir, cfg: RunConfig, engine: str, steps: dict[st
         **_engine_log(run_dir, engine, spec.dialect),
         restarts=engine_restarts,
         steps=steps,
-        engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published),
+        engine_rounds=_engine_rounds(run_dir.read_rows("engine_rounds", engine), published,
+                                     run_dir.read_rows("rounds", engine), spec.dialect),
         client_load=[ClientLoad.model_validate(c) for c in client_load(run_dir.read_rows("client_shards", engine),
                                                                          run_dir.read_rows("requests", engine))],
         capacity=_capacity(run_dir, engine, cfg, published, "capacity" in restarted),
@@ -359,10 +360,33 @@ def _cache_trials(rows: list[dict[str, Any]], ttft_published: bool) -> list[Cach
     return out
 
 
-def _engine_rounds(rows: list[dict[str, Any]], ttft_published: bool) -> list[EngineRound]:
-    """Every measured round's engine figures (warmup rounds left out), in scenario and level order."""
+# Why a measured round of these scenarios has no engine_rounds row: its scenario reads no figures per round.
+_UNWATCHED_SCENARIOS = {
+    "trace": "the trace replay scrapes /metrics around a round for its prefix-cache hit rate only (the trace "
+             "section); it keeps no engine histograms per round",
+    "sessions": "a sessions level is timed turn by turn, with no /metrics scrape around it",
+}
+_ROUND_KEY = ("scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round")
+
+
+def _why_no_engine_round(scenario: str | None, dialect: str | None) -> str:
+    from tasks.engines import adapter_for
+
+    if dialect is not None and adapter_for(dialect).metrics_path is None:
+        return (f"not_exposed: {dialect} serves no /metrics, so the engine's TTFT and ITL histograms the client's "
+                "timing would stand beside do not exist")
+    return _UNWATCHED_SCENARIOS.get(scenario or "", "no engine_rounds row was written for this round")
+
+
+def _engine_rounds(rows: list[dict[str, Any]], ttft_published: bool, rounds: list[dict[str, Any]] | None = None,
+                   dialect: str | None = None) -> list[EngineRound]:
+    """Every measured round's engine figures (warmup rounds left out), in scenario and level order; a
+    measured round (rounds table) without an engine_rounds row is listed too, saying why it has none."""
     out = []
-    for r in sorted((r for r in rows if not r.get("warmup")),
+    have = {tuple(r.get(k) for k in _ROUND_KEY) for r in rows}
+    bare = [{**{k: r.get(k) for k in (*_ROUND_KEY, "warmup")}, "no_engine_figures": _why_no_engine_round(
+        r.get("scenario"), dialect)} for r in rounds or () if tuple(r.get(k) for k in _ROUND_KEY) not in have]
+    for r in sorted((r for r in [*rows, *bare] if not r.get("warmup")),
                     key=lambda r: (r.get("scenario") or "", float(r.get("rate_rps") or 0),
                                    float(r.get("concurrency") or 0), r.get("round") or 0)):
         e = {k: r.get(k) for k in EngineRound.model_fields}
@@ -372,8 +396,9 @@ def _engine_rounds(rows: list[dict[str, Any]], ttft_published: bool) -> list[Eng
         if isinstance(not_exposed, str):
             not_exposed = json.loads(not_exposed)
         e["not_exposed"] = sorted(not_exposed or {})
-        if not ttft_published:
-            e.update(client_ttft_mean_s=None, ttft_gap_finding=None)
+        if not ttft_published:  # the client's stream timing is withheld: nothing of it stands beside the engine's
+            e.update(client_ttft_mean_s=None, ttft_gap_finding=None, client_itl_mean_s=None, client_tpot_mean_s=None,
+                     ttft_gap_s=None, itl_gap_s=None, itl_gap_finding=None)
         out.append(EngineRound.model_validate(e))
     return out
 

@@ -306,11 +306,30 @@ ENGINE_ROUNDS = Table(
         _secs("server_ttft_mean_s", description="The engine's own TTFT: histogram _sum/_count deltas."),
         _secs("server_ttft_p50_s", description="Bucket-interpolated (Prometheus histogram_quantile)."),
         _secs("server_ttft_p99_s", description="Bucket-interpolated (Prometheus histogram_quantile)."),
-        _secs("server_itl_mean_s"),
+        _secs("server_itl_mean_s", description="The engine's own inter-token latency: histogram _sum/_count deltas."),
+        _secs("server_itl_p50_s", description="Bucket-interpolated (Prometheus histogram_quantile)."),
+        _secs("server_itl_p99_s", description="Bucket-interpolated (Prometheus histogram_quantile)."),
         _secs("server_e2e_mean_s"),
         _secs("client_ttft_mean_s", description="DayOne's TTFT mean for the same round (rounds.ttft_mean_s)."),
-        Column("ttft_gap_s", "float", description="client_ttft_mean_s - server_ttft_mean_s."),
+        _secs("client_ttft_p50_s", description="rounds.ttft_p50_s (a failed request counts as unbounded)."),
+        _secs("client_ttft_p99_s", description="rounds.ttft_p99_s (a failed request counts as unbounded)."),
+        _secs("client_itl_mean_s", description="DayOne's ITL mean (rounds.itl_mean_s): every gap between consecutive "
+              "streamed output events of the round's ok requests pooled, one observation per gap, as the engine's "
+              "histogram counts one per request and step."),
+        _secs("client_itl_p50_s", description="rounds.itl_p50_s."),
+        _secs("client_itl_p99_s", description="rounds.itl_p99_s."),
+        _secs("client_tpot_mean_s", description="DayOne's TPOT mean (rounds.tpot_mean_s): per request, then averaged."),
+        Column("ttft_gap_s", "float", description="client_ttft_mean_s - server_ttft_mean_s; null with "
+               "timing_gap_unpublished."),
+        Column("itl_gap_s", "float", description="client_itl_mean_s - server_itl_mean_s; null with "
+               "timing_gap_unpublished."),
+        Column("tpot_gap_s", "float", description="client_tpot_mean_s - server_itl_mean_s; null with "
+               "timing_gap_unpublished."),
+        Column("timing_gap_unpublished", "str", description="Why a gap is null: the window's deltas void, the engine "
+               "timed other requests than the client's, or not_exposed (the engine has no such histogram)."),
         Column("ttft_gap_finding", "str", description="Set when the gap is large: both numbers, in words."),
+        Column("itl_gap_finding", "str", description="Set when the ITL gap is large: both numbers, in words (the "
+               "client's token timing is not trustworthy in that round)."),
         Column("spec_drafts", "float", min_value=0.0, description="Speculative verification steps in the round."),
         Column("spec_draft_tokens", "float", min_value=0.0),
         Column("spec_accepted_tokens", "float", min_value=0.0),

@@ -1,5 +1,5 @@
 """What the engine spent in a round, from its own /metrics: preemptions, KV usage, its queue, its
-own TTFT/ITL/E2E, speculative-decoding acceptance (one `engine_rounds` row per round).
+own TTFT/ITL/E2E beside the client's, speculative-decoding acceptance (one `engine_rounds` row per round).
 
 Counters and histograms are deltas between a scrape just before the round's first send and one just
 after its last completion (outside the timed window), under the window rule (tasks/telemetry/window.py).
@@ -30,6 +30,14 @@ from tasks.telemetry.window import unpublishable
 # request or after it sent the token (client, network, HTTP server, proxy queue).
 TTFT_GAP_MIN_S = 0.010
 TTFT_GAP_MIN_SHARE = 0.25
+# The client's TTFT this much below the engine's cannot be: both start at the request and the client
+# sees the token after the engine made it. Beyond it the two did not time the same requests.
+TTFT_GAP_BELOW_S = 0.002
+# The client's mean gap between streamed tokens against the engine's ITL: a sum of gaps is the stream's
+# span on both sides, so they agree within a fraction of a millisecond unless the client stalls (a
+# loop starved of a core) or the stream coalesces tokens into fewer events.
+ITL_GAP_MIN_S = 0.002
+ITL_GAP_MIN_SHARE = 0.10
 GAUGE_SAMPLE_INTERVAL_S = 0.5
 
 
@@ -122,6 +130,38 @@ def ttft_gap_finding(client_mean_s: float | None, server_mean_s: float | None) -
     return (f"client TTFT mean {client_mean_s * 1e3:.1f} ms vs the engine's own {server_mean_s * 1e3:.1f} ms: "
             f"{gap * 1e3:.1f} ms{share} spent outside the engine's timing (client, network, HTTP server or "
             "a queue in front of the engine)")
+
+
+def itl_gap_finding(client_mean_s: float | None, server_mean_s: float | None) -> str | None:
+    """A sentence with both numbers when the client's mean gap between streamed tokens differs from the
+    engine's ITL by at least ITL_GAP_MIN_S and ITL_GAP_MIN_SHARE of it, either way; None otherwise."""
+    if client_mean_s is None or server_mean_s is None or server_mean_s <= 0:
+        return None
+    gap = client_mean_s - server_mean_s
+    if abs(gap) < ITL_GAP_MIN_S or abs(gap) < ITL_GAP_MIN_SHARE * server_mean_s:
+        return None
+    why = ("the client read the tokens late (its loop waited for a core) or the stream carried several "
+           "tokens per event" if gap > 0 else "the client's gaps are shorter than the engine's own")
+    return (f"client ITL mean {client_mean_s * 1e3:.2f} ms vs the engine's own {server_mean_s * 1e3:.2f} ms "
+            f"({gap / server_mean_s:+.0%}): {why}; the client's token timing is not trustworthy in this round")
+
+
+def timing_gap_unpublished(server_requests: float | None, client_row: Mapping[str, Any]) -> str | None:
+    """Why the client's timing cannot stand beside the engine's histograms over the round's window:
+    the engine counted other requests than the client's (others' traffic in the window, or requests
+    it never timed). A request the client saw fail may lack a first token, so the engine's count may
+    lie anywhere from the client's ok requests to all it sent."""
+    if server_requests is None or client_row.get("requests_ok") is None:
+        return None  # a client row that does not count its requests: nothing to hold the engine's count against
+    ok = int(client_row["requests_ok"])
+    sent = ok + int(client_row.get("requests_failed") or 0)
+    if server_requests > sent:
+        return (f"the engine timed {server_requests:.0f} first tokens in the round's window, the client sent "
+                f"{sent} requests: other traffic reached the engine, its histograms are not the client's requests")
+    if server_requests < ok:
+        return (f"the engine timed {server_requests:.0f} first tokens in the round's window, the client received "
+                f"{ok}: the histograms miss requests the client timed")
+    return None
 
 
 # ---- gauges while the round runs ---------------------------------------------------------------
@@ -285,16 +325,13 @@ def engine_round_row(
         row[f"{figure}_mean_s"] = mean
         if figure == "server_ttft":
             row["server_requests"] = count
+        if figure in ("server_ttft", "server_itl"):
             hb = [] if before is None else before.buckets.get(name or "", [])
             ha = [] if after is None else after.buckets.get(name or "", [])
-            for q, col in ((0.5, "server_ttft_p50_s"), (0.99, "server_ttft_p99_s")):
+            for q, col in ((0.5, f"{figure}_p50_s"), (0.99, f"{figure}_p99_s")):
                 row[col] = histogram_quantile(q, hb, ha) if published and name else None
 
-    client_ttft = client_row.get("ttft_mean_s")
-    row["client_ttft_mean_s"] = client_ttft
-    server_ttft = row["server_ttft_mean_s"]
-    row["ttft_gap_s"] = None if client_ttft is None or server_ttft is None else client_ttft - server_ttft
-    row["ttft_gap_finding"] = ttft_gap_finding(client_ttft, server_ttft)
+    row.update(client_against_server(row, client_row, not_exposed))
 
     drafts = delta(names.spec_drafts, "spec_drafts") if names.spec_drafts else None
     draft_tokens = delta(names.spec_draft_tokens, "spec_draft_tokens") if names.spec_draft_tokens else None
@@ -316,6 +353,51 @@ def engine_round_row(
     row["spec_acceptance_rate"], row["spec_mean_accepted_length"] = rate, length
     row["not_exposed"] = not_exposed or None
     return row
+
+
+def client_against_server(row: Mapping[str, Any], client_row: Mapping[str, Any],
+                          not_exposed: Mapping[str, str]) -> dict[str, Any]:
+    """The client's TTFT and ITL beside the engine's histograms over the same window, and the gaps.
+
+    The client's ITL is the rounds row's itl_mean_s: every gap between consecutive streamed output
+    events of the round's ok requests pooled, one observation per gap, as the engine's histogram
+    observes one per request per step (vLLM: the time since that request's previous output; SGLang:
+    the same, per token when a step emits several). With one token per event, as both engines stream
+    without speculation, the two count the same intervals; the client's TPOT mean (per request, then
+    averaged) is kept beside it. Gaps are client - server, null with `timing_gap_unpublished` saying why.
+    """
+    client = {
+        "client_ttft_mean_s": client_row.get("ttft_mean_s"),
+        "client_ttft_p50_s": client_row.get("ttft_p50_s"),
+        "client_ttft_p99_s": client_row.get("ttft_p99_s"),
+        "client_itl_mean_s": client_row.get("itl_mean_s"),
+        "client_itl_p50_s": client_row.get("itl_p50_s"),
+        "client_itl_p99_s": client_row.get("itl_p99_s"),
+        "client_tpot_mean_s": client_row.get("tpot_mean_s"),
+    }
+    # Nothing stands beside the client where the window's deltas are void or hold other requests.
+    void = row.get("deltas_unpublished") or timing_gap_unpublished(row.get("server_requests"), client_row)
+    absent = [f"{figure}: {not_exposed[figure]}" for figure in ("server_ttft", "server_itl") if figure in not_exposed]
+    why = void or (f"not_exposed ({'; '.join(absent)})" if absent else None)
+    server_ttft, server_itl = row.get("server_ttft_mean_s"), row.get("server_itl_mean_s")
+
+    def gap(client_s: float | None, server_s: float | None) -> float | None:
+        return None if void or client_s is None or server_s is None else client_s - server_s
+
+    out = {**client, "timing_gap_unpublished": why,
+           "ttft_gap_s": gap(client["client_ttft_mean_s"], server_ttft),
+           "itl_gap_s": gap(client["client_itl_mean_s"], server_itl),
+           "tpot_gap_s": gap(client["client_tpot_mean_s"], server_itl)}
+    findings: dict[str, str | None] = {"ttft": None, "itl": None}
+    if not void:
+        findings["ttft"] = ttft_gap_finding(client["client_ttft_mean_s"], server_ttft)
+        if findings["ttft"] is None and out["ttft_gap_s"] is not None and out["ttft_gap_s"] < -TTFT_GAP_BELOW_S:
+            findings["ttft"] = (f"client TTFT mean {client['client_ttft_mean_s'] * 1e3:.1f} ms below the engine's own "
+                                f"{server_ttft * 1e3:.1f} ms: the two did not time the same requests; the client's "
+                                "timing is not trustworthy in this round")
+        findings["itl"] = itl_gap_finding(client["client_itl_mean_s"], server_itl)
+    out["ttft_gap_finding"], out["itl_gap_finding"] = findings["ttft"], findings["itl"]
+    return out
 
 
 class RoundWatch:

@@ -29,3 +29,8 @@ def test_llamacpp_round_reports_deferred_requests_and_names_what_it_does_not_exp
     assert row["preemptions"] is None and row["server_ttft_mean_s"] is None
     assert {"preemptions", "kv_usage_peak", "server_ttft", "queue_time"} <= set(row["not_exposed"])
     assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]
+    # No histograms to stand the client's timing against: said, never a number.
+    assert row["server_itl_mean_s"] is None and row["client_itl_mean_s"] == outcome.row["itl_mean_s"]
+    assert row["ttft_gap_s"] is None and row["itl_gap_s"] is None and row["tpot_gap_s"] is None
+    assert row["timing_gap_unpublished"].startswith("not_exposed (server_ttft: llamacpp has no such histogram")
+    assert "server_itl" in row["timing_gap_unpublished"]

@@ -53,3 +53,57 @@ def test_client_ttft_and_the_gap_are_withheld_where_ttft_is_unreliable(tmp_path)
     assert r.client_ttft_mean_s is None and r.ttft_gap_finding is None
     assert r.server_ttft_mean_s == pytest.approx(0.03)
     assert "120.0 ms" not in render_html(summary, charts={})
+
+
+def _timed_run(root: Path) -> tuple[RunDir, object]:
+    """An SGLang round with both means beside the engine's, a trace round (no engine_rounds row) and an
+    engine of the plain OpenAI dialect (no /metrics at all)."""
+    cfg = parse_run_config({"run_id": "rep", "engines": [{"name": "eng", "dialect": "sglang"},
+                                                         {"name": "api", "dialect": "openai"}]})
+    run_dir = RunDir("rep", root=root)
+    level = {"run_id": "rep", "image_digest": None, "concurrency": 4, "rate_rps": None, "input_tokens": 128,
+             "output_tokens": 64, "warmup": False}
+    with run_dir.rows("engine_rounds", "eng", "short") as out:
+        out.write({**level, "engine": "eng", "scenario": "short", "round": 1, "server_ttft_mean_s": 0.0412,
+                   "client_ttft_mean_s": 0.0444, "ttft_gap_s": 0.0032, "server_itl_mean_s": 0.03105,
+                   "client_itl_mean_s": 0.03108, "itl_gap_s": 0.00003, "client_tpot_mean_s": 0.03107,
+                   "not_exposed": None})
+        out.write({**level, "engine": "eng", "scenario": "short", "round": 2, "server_ttft_mean_s": 0.0412,
+                   "client_ttft_mean_s": 0.0444, "ttft_gap_s": 0.0032, "server_itl_mean_s": 0.0310,
+                   "client_itl_mean_s": 0.0410, "itl_gap_s": 0.0100, "itl_gap_finding": "client ITL mean 41.00 ms vs "
+                   "the engine's own 31.00 ms (+32%): the client read the tokens late", "not_exposed": None})
+    for engine, scenario in (("eng", "short"), ("eng", "trace"), ("api", "short")):
+        with run_dir.rows("rounds", engine, scenario) as out:
+            for n in (1, 2) if (engine, scenario) == ("eng", "short") else (1,):
+                out.write({**level, "engine": engine, "scenario": scenario, "round": n, "status": "ok",
+                           **({"input_tokens": None, "output_tokens": None, "concurrency": None, "rate_rps": 2.0}
+                              if scenario == "trace" else {})})
+    return run_dir, cfg
+
+
+def test_the_client_against_the_server_per_round_with_the_gaps_in_ms(tmp_path, monkeypatch):
+    monkeypatch.setattr(summary_module, "engine_ttft_verdict",
+                        lambda run_dir, engine: {"reliable": True, "reason": "ok"})
+    summary = build_summary(*_timed_run(tmp_path))
+    rounds = summary.engines["eng"].engine_rounds
+    assert [(r.scenario, r.round) for r in rounds] == [("short", 1), ("short", 2), ("trace", 1)]
+    assert rounds[0].itl_gap_s == pytest.approx(0.00003) and rounds[0].client_itl_mean_s == pytest.approx(0.03108)
+    assert "prefix-cache hit rate only" in rounds[2].no_engine_figures
+    api = summary.engines["api"].engine_rounds
+    assert len(api) == 1 and api[0].no_engine_figures.startswith("not_exposed: openai serves no /metrics")
+    page = render_html(summary, charts={})
+    assert "The client against the server, per round" in page
+    assert "over the same window: the /metrics scrape just before the round's first request" in page
+    cells = "<td class='num'>44.40 ms</td><td class='num'>41.20 ms</td><td class='num'>+3.20 ms</td>"
+    assert cells in page
+    assert "<td class='num'>31.08 ms</td><td class='num'>31.05 ms</td><td class='num'>+0.03 ms</td>" in page
+    assert "client ITL mean 41.00 ms vs the engine&#39;s own 31.00 ms" in page
+    assert "prefix-cache hit rate only" in page and "openai serves no /metrics" in page
+
+
+def test_the_clients_itl_is_withheld_with_its_ttft_where_stream_timing_is_unreliable(tmp_path):
+    summary = build_summary(*_timed_run(tmp_path))
+    r = summary.engines["eng"].engine_rounds[0]
+    assert (r.client_itl_mean_s, r.itl_gap_s, r.client_ttft_mean_s, r.ttft_gap_s) == (None, None, None, None)
+    assert r.server_itl_mean_s == pytest.approx(0.03105)
+    assert "31.08 ms" not in render_html(summary, charts={})

@@ -4,10 +4,12 @@ server's own TTFT, KV usage and queue, speculative decoding, for vLLM's and SGLa
 
 from __future__ import annotations
 
+import httpx
 import pytest
 
 from engine_rounds_helpers import context, engine_row, one_round
 from tasks.load.plan import Shape
+from tasks.telemetry.engine_metrics import RoundWatch
 
 SHAPE = Shape(input_tokens=128, output_tokens=32, concurrency=4)
 REQUESTS = 12
@@ -94,3 +96,50 @@ def test_raw_scrapes_around_the_round_are_kept_as_server_metrics_rows(sims, tmp_
     row = engine_row(ctx)
     assert row["scrape_before_ts"] < min(r["arrival_ts"] for r in sim.requests())
     assert row["scrape_after_ts"] > max(r["last_event_ts"] for r in sim.requests())
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_the_clients_ttft_and_itl_stand_beside_the_engines_histograms_over_the_same_window(sims, tmp_path, dialect):
+    sim = sims(dialect, BASE)
+    ctx = context(sim.url, dialect, tmp_path)
+    outcome = one_round(ctx, SHAPE, REQUESTS)
+    truth = sim.requests()
+    row = engine_row(ctx)
+    outputs = [[t for t, kind in zip(r["event_ts"], r["event_kinds"]) if kind == "output"] for r in truth]
+    gaps = [b - a for ts in outputs for a, b in zip(ts, ts[1:])]
+    # The simulator's truth, its stamps as Unix times (a float's 0.2 us there).
+    assert row["server_itl_mean_s"] == pytest.approx(sum(gaps) / len(gaps), abs=1e-6)
+    assert row["client_itl_mean_s"] == outcome.row["itl_mean_s"]
+    assert row["client_tpot_mean_s"] == outcome.row["tpot_mean_s"]
+    assert row["client_ttft_p99_s"] == outcome.row["ttft_p99_s"]
+    assert row["timing_gap_unpublished"] is None
+    assert row["ttft_gap_s"] == pytest.approx(row["client_ttft_mean_s"] - row["server_ttft_mean_s"])
+    assert row["itl_gap_s"] == pytest.approx(row["client_itl_mean_s"] - row["server_itl_mean_s"])
+    assert row["tpot_gap_s"] == pytest.approx(row["client_tpot_mean_s"] - row["server_itl_mean_s"])
+    # Loopback: a token reaches the client a fraction of a ms after the engine stamped it, every token alike,
+    # so the gaps between them agree far closer than the 10 ms steps (2 ms: a loaded suite's stall).
+    assert abs(row["itl_gap_s"]) < 0.002 and row["itl_gap_finding"] is None
+    assert -0.001 <= row["ttft_gap_s"] < 0.030
+    # 10 ms steps: the median and the tail fall in the histogram's (0.005, 0.01] or (0.01, 0.015] bucket.
+    assert 0.005 <= row["server_itl_p50_s"] <= 0.015 and row["server_itl_p50_s"] <= row["server_itl_p99_s"] <= 0.025
+
+
+def test_gaps_are_not_published_where_the_engine_timed_other_requests_in_the_window(sims, tmp_path):
+    sim = sims("vllm", BASE)
+    ctx = context(sim.url, "vllm", tmp_path)
+    # A window around the round that also holds two requests of someone else's.
+    outer = RoundWatch(sim.url, ctx.endpoint.adapter).start()
+    for _ in range(2):
+        httpx.post(sim.url + "/v1/completions", json={"model": ctx.endpoint.model, "prompt": "another client",
+                                                      "max_tokens": 4}, timeout=30).raise_for_status()
+    outcome = one_round(ctx, SHAPE, REQUESTS)
+    row = outer.finish().row(ctx.endpoint.row_keys("short", 1), outcome.row)
+    assert row["server_requests"] == REQUESTS + 2 and row["server_ttft_mean_s"] is not None
+    assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]  # the client's own figures stay
+    assert row["ttft_gap_s"] is None and row["itl_gap_s"] is None and row["tpot_gap_s"] is None
+    assert row["ttft_gap_finding"] is None and row["itl_gap_finding"] is None
+    assert row["timing_gap_unpublished"] == (
+        f"the engine timed {REQUESTS + 2} first tokens in the round's window, the client sent {REQUESTS} requests: "
+        "other traffic reached the engine, its histograms are not the client's requests")
+    # The round's own window holds only its requests.
+    assert engine_row(ctx)["timing_gap_unpublished"] is None

@@ -9,8 +9,11 @@ from tasks.report.schema.base import Doc
 
 
 class EngineRound(Doc):
-    """What the engine spent in one round, from its own /metrics (engine_rounds table). The client's
-    TTFT and the gap finding are None where the engine's TTFT is not published."""
+    """What the engine spent in one round, from its own /metrics (engine_rounds table), and the client's
+    TTFT and ITL beside the engine's histograms over the same window (the scrapes before the first send
+    and after the last completion). The client's figures, the gaps and their findings are None where the
+    engine's TTFT is not published (its stream timing withheld); a gap is None with
+    `timing_gap_unpublished` saying why (the engine has no such histogram: not_exposed)."""
 
     scenario: str
     level: str
@@ -26,6 +29,15 @@ class EngineRound(Doc):
     server_ttft_p99_s: float | None
     client_ttft_mean_s: float | None
     ttft_gap_finding: str | None
+    server_itl_mean_s: float | None = None
+    server_itl_p99_s: float | None = None
+    client_itl_mean_s: float | None = None
+    client_tpot_mean_s: float | None = None
+    ttft_gap_s: float | None = None
+    itl_gap_s: float | None = None
+    itl_gap_finding: str | None = None
+    timing_gap_unpublished: str | None = None
+    no_engine_figures: str | None = None  # a measured round with no engine_rounds row: why
     spec_acceptance_rate: float | None
     spec_mean_accepted_length: float | None
     deltas_unpublished: str | None

@@ -308,7 +308,7 @@ def engine_lineage(config: dict[str, Any], engine: str) -> dict[str, Any]:
     """What a baseline's engine of this name must share with this run's: target and dialect, the image
     repository on a cluster or the launcher locally (a new tag or digest is what is compared), and what
     changes the engine's figures by design: its args (speculative decoding, ...), environment, llama.cpp
-    settings, GPU count and tensor parallelism, the model revision, and on a cluster where the client runs
+    settings, GPU count and tensor parallelism, the model revision and weights variant, and on a cluster where the client runs
     (kubernetes.measure_from: the path to the engine enters TTFT). A setting an older archive did not record
     reads as its default. (The GPU product, from the hardware record: `gpu_product`.)"""
     spec = next((e for e in config.get("engines") or [] if e.get("name") == engine), None)
@@ -328,6 +328,7 @@ def engine_lineage(config: dict[str, Any], engine: str) -> dict[str, Any]:
     lineage["gpus"] = spec.get("gpus", 1)
     lineage["tensor parallel"] = spec.get("tensor_parallel") or spec.get("gpus", 1)
     lineage["model revision"] = (config.get("model") or {}).get("revision")
+    lineage["weights variant"] = spec.get("weights_variant")  # a quantized variant is other weights
     return lineage
 
 

@@ -47,14 +47,16 @@ def _configured(config: Any) -> str | None:
     return None if revision is None else str(revision)
 
 
-def revision_identity(config: Any, served: dict[str, Any] | None) -> dict[str, Any]:
+def revision_identity(config: Any, served: dict[str, Any] | None, resolved: str | None = None) -> dict[str, Any]:
     """The revision a run's engine served, for the manifest and the nightly's lineage:
-    `configured` (model.revision), `moving` (it is no commit), `served` (the commit, or sha256:... of the
-    weights, the engine or target reported; None when none did), `served_source`, `reported_revision`
-    (the revision the engine says it was started with), and `identity`: what two runs must share to
-    have served the same weights (`served`, else a configured commit, else None: unknown)."""
+    `configured` (model.revision), `moving` (it is no commit), `resolved` (the commit the pin step resolved a
+    moving revision to, and started the engine with), `served` (the commit, or sha256:... of the weights, the
+    engine or target reported; None when none did), `served_source`, `reported_revision` (the revision the
+    engine says it was started with), and `identity`: what two runs must share to have served the same
+    weights (`served`, else the resolved commit, else a configured commit, else None: unknown)."""
     served = served or {}
     configured = _configured(config)
+    resolved = resolved if is_commit(resolved) else None
     reported = served.get("revision")
     snapshot = SNAPSHOT.search(str(served.get("model_path") or ""))
     if is_commit(reported):
@@ -72,7 +74,8 @@ def revision_identity(config: Any, served: dict[str, Any] | None) -> dict[str, A
         "served_source": source,
         "reported_revision": None if reported is None else str(reported),
         "asked": list(served.get("source") or []),
-        "identity": commit or (configured if is_commit(configured) else None),
+        "resolved": resolved,
+        "identity": commit or resolved or (configured if is_commit(configured) else None),
         "model_path": None if served.get("model_path") is None else str(served["model_path"]),
         "files_sha256": served.get("files_sha256"),
         "files_hashed": list(served.get("files_hashed") or []),
@@ -86,6 +89,9 @@ def moving_text(name: str, rec: dict[str, Any]) -> str | None:
     if rec.get("served"):
         return (f"{name}: model revision `{rec['configured']}` is a moving name; it served {rec['served']} "
                 f"(from {rec['served_source']}), another run may serve other weights")
+    if rec.get("resolved"):
+        return (f"{name}: model revision `{rec['configured']}` is a moving name, resolved to {rec['resolved']} before "
+                "deploy and started with it (the engine did not report what it served)")
     return (f"{name}: model revision `{rec['configured']}` is a moving name and the engine did not report the "
             "commit it served: another run under the same config may serve other weights")
 
@@ -102,7 +108,7 @@ def record_served_revision(ctx: Any, engine: str) -> dict[str, Any]:
         served = {**served, "weights_sha256": weights, "source": [*served.get("source", []), "pin identity"]}
     if ctx.config.target == "local" and served.get("model_path"):  # a pod's path is not this machine's
         served = {**served, **files_sha256(str(served["model_path"]))}
-    record = revision_identity(ctx.config, served)
+    record = revision_identity(ctx.config, served, (ctx.run_dir.read_json(MODEL_REVISION) or {}).get("commit"))
     ctx.run_dir.write_json(served_revision_doc(engine), record)
     return record
 

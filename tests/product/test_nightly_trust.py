@@ -399,3 +399,36 @@ def test_a_baseline_whose_moving_revision_served_unidentified_weights_is_compare
     summary = build_summary(run_dir, parse_run_config({**small_config(bucket), "run_id": "u2"}))
     assert summary.baseline_caveats == [caveat]
     assert any(d.topic == "regressions" and "moving model revision" in d.text for d in summary.decision)
+
+
+def _resolved(root: Any, run_id: str, commit: str) -> None:
+    """The pin step resolved `main` to `commit` and the engine started with it, reporting nothing of its own."""
+    from tasks.evidence.revision import revision_identity
+    from tasks.state import documents as run_documents
+
+    run_dir = RunDir(run_id, root)
+    run_dir.write_json(run_documents.MODEL_REVISION, {"configured": "main", "commit": commit})
+    run_dir.write_json(run_documents.served_revision_doc(ENGINE),
+                       revision_identity({"model": {"revision": "main"}}, None, commit))
+
+
+def test_a_baseline_whose_moving_revision_resolved_to_another_commit_is_skipped(s3_server, run_root, bucket):
+    s3 = s3_server.client()
+    _resolved(run_root / "then", "r1", "1" * 40)
+    _night(run_root / "then", s3, bucket, "r1", 100.0, 1000.0)
+    _resolved(run_root, "r2", "2" * 40)
+    run_dir, rows, passed = _night(run_root, s3, bucket, "r2", 50.0, 2000.0)
+    assert passed and rows == []  # before: 'main' both nights, the commits unread, and -50% regressed
+    (line,) = run_dir.read_json("regressions.json")["skipped"]
+    assert f"served weights {'1' * 40} then, {'2' * 40} now" in line, line
+
+
+def test_a_baseline_of_another_weights_variant_is_skipped(s3_server, run_root, bucket):
+    s3 = s3_server.client()
+    engine = {"name": ENGINE, "dialect": "sglang", "launcher": "sim"}
+    _night(run_root / "then", s3, bucket, "v1", 100.0, 1000.0)
+    run_dir, rows, passed = _night(run_root, s3, bucket, "v2", 50.0, 2000.0,
+                                   engines=[{**engine, "weights_variant": "fp8"}])
+    assert passed and rows == []  # before: the fp8 night compared with the bf16 one, and -50% regressed
+    (line,) = run_dir.read_json("regressions.json")["skipped"]
+    assert "weights variant" in line and "'fp8'" in line, line

@@ -27,6 +27,7 @@ class ServedRevision(Doc):
     served: str | None  # the commit (or sha256 of the weights) the engine or target reported
     served_source: str | None
     reported_revision: str | None
+    resolved: str | None = None  # the commit the pin step resolved a moving revision to, the engines started with
     asked: list[str] = Field(default_factory=list)  # the endpoints that answered
     identity: str | None
     model_path: str | None = None  # the path the engine says it loaded

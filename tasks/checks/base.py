@@ -91,3 +91,18 @@ def request_failed(check: str, result: JsonResult | StreamResult, field_seen: st
     """The fail result for a request that did not even return 200."""
     return CheckResult(check, FAIL, evidence(result.status, field_seen, result.body_excerpt,
                                              f"request failed: {result.error}"))
+
+
+def empty_content_reason(probe: Probe, what: str, reasoning: str, fields: list[str] | tuple[str, ...]) -> str:
+    """Why a reply had no content, in words: where all its output came as reasoning, that is the engine's
+    reasoning parser at work (a parser on a model that does not reason takes every token, and its grammars
+    start only after a thought ends), which the run config can change; the check still fails."""
+    if not reasoning.strip():
+        return what
+    where = " and ".join(fields) or "a reasoning field"
+    said = ("the run config says the model does not reason (model.reasoning: false), so the engine's reasoning "
+            "parser is misconfigured: drop it from the engine's args" if probe.model_reasons is False else
+            "a reasoning parser took the whole reply: where the model does not reason, drop the parser from the "
+            "engine's args (or set model.reasoning: true if it does and the budget ran out in its thought)")
+    return f"{what}: all {len(reasoning)} characters of output came as reasoning ({where}); {said}"
+

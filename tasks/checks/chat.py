@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from tasks.checks.base import FAIL, PASS, CheckResult, Probe, evidence, first_message, request_failed
+from tasks.checks.base import (FAIL, PASS, CheckResult, Probe, empty_content_reason, evidence, first_message,
+                               request_failed)
 
 NAME = "chat"
 PROMPT = "Name three colours of the rainbow."
@@ -19,5 +20,8 @@ def run(probe: Probe) -> CheckResult:
     content = message.get("content") or ""
     finish = r.body["choices"][0].get("finish_reason")
     if not content.strip():
-        return CheckResult(NAME, FAIL, evidence(r.status, field, content, "empty content", finish_reason=finish))
+        adapter = probe.endpoint.adapter
+        reason = empty_content_reason(probe, "empty content", adapter.reasoning_text(message),
+                                      adapter.reasoning_fields_in(message))
+        return CheckResult(NAME, FAIL, evidence(r.status, field, content, reason, finish_reason=finish))
     return CheckResult(NAME, PASS, evidence(r.status, field, content, "content returned", finish_reason=finish))

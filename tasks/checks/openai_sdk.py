@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.checks.base import FAIL, PASS, CheckResult, Probe, evidence
+from tasks.checks.base import FAIL, PASS, CheckResult, Probe, empty_content_reason, evidence
 
 NAME = "openai_sdk"
 PROMPT = "Name three colours of the rainbow."
@@ -34,8 +34,11 @@ def _steps(probe: Probe) -> tuple[str | None, dict[str, Any]]:
         reply = client.chat.completions.create(model=ep.model, messages=messages, max_tokens=256, temperature=0)
         content = reply.choices[0].message.content or ""
         seen["chat"] = content[:80]
-        if not content.strip():
-            return "chat.completions.create() returned empty content", seen
+        if not content.strip():  # the SDK keeps a field it does not know (vLLM's reasoning) as an extra
+            message = reply.choices[0].message.model_dump()
+            adapter = ep.adapter
+            return empty_content_reason(probe, "chat.completions.create() returned empty content",
+                                        adapter.reasoning_text(message), adapter.reasoning_fields_in(message)), seen
         parts = []
         stream = client.chat.completions.create(model=ep.model, messages=messages, max_tokens=256, temperature=0, stream=True)
         for chunk in stream:

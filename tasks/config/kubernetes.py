@@ -19,6 +19,9 @@ class KubernetesSettings(MeasureFrom, ConfigModel):
     model_mount_path: str = Field("/models", description="Where the model volume is mounted in the pod.")
     service_account: str = Field("dayone-engine", description="Service account of the engine pods.")
     tolerations: list[dict[str, Any]] = Field(default_factory=list, description="Pod tolerations, e.g. for GPU taints.")
+    gpu_memory_interval_s: float | None = Field(
+        5.0, gt=0, le=3600, description="How often the engine's pod prints nvidia-smi's used and total memory per GPU "
+        "into its log (memory per card after readiness and after each load step); null: not read.")
     cleanup_age_s: PositiveInt = Field(6 * 3600, description="Cleanup removes DayOne objects older than this.")
     run_as_user: int | None = Field(
         1000, ge=0, description="UID of engine containers (non-root); None keeps the image's own user (often root)."

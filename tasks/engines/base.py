@@ -118,6 +118,8 @@ class StartupMemory:
     kv_tokens: int | None = None  # tokens the KV cache holds, all requests together
     kv_cache_gib: float | None = None
     weights_gib: float | None = None
+    # A hybrid model's recurrent state pool (Mamba/KDA conv and SSM states), where the engine logs it apart from KV.
+    state_pool_gib: float | None = None
     context_tokens: int | None = None  # the per-request context the engine sized itself for
     max_concurrency: float | None = None  # requests of context_tokens the KV cache holds at once
     max_concurrency_logged: bool = False  # the engine logged it (vLLM); else kv_tokens / context_tokens

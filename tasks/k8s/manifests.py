@@ -24,7 +24,7 @@ from typing import Any
 from tasks.config import RunConfig
 from tasks.config.engines import EngineSpec
 from tasks.engines import adapter_for
-from tasks.telemetry.hardware import GPU_REPORT_SCRIPT
+from tasks.telemetry.hardware import gpu_report_script
 
 MANAGED_BY = "dayone"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -205,8 +205,10 @@ def render_engine(
     if engine.gpus:
         gpus = {"nvidia.com/gpu": str(engine.gpus)}
         resources = {"limits": dict(gpus), "requests": dict(gpus)}
-        # The GPUs the pod was given are only visible from inside it: print them, then exec the engine.
-        launch = {"command": ["/bin/sh", "-c", GPU_REPORT_SCRIPT, "dayone-engine"], "args": command}
+        # The GPUs the pod was given are only visible from inside it: print them, leave the memory loop
+        # running (memory per card), then exec the engine.
+        launch = {"command": ["/bin/sh", "-c", gpu_report_script(k8s.gpu_memory_interval_s), "dayone-engine"],
+                  "args": command}
 
     node_selector = dict(engine.node_selector)
     if engine.node:

@@ -222,12 +222,16 @@ def _trace(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool,
     doc = run_dir.read_json(run_documents.perf_summary_doc(engine, "trace"))
     if doc is None:
         return None
-    keep = {k: doc[k] for k in ("trace", "rounds", "behind", "lateness_p99_max_s", "engine_restarted") if k in doc}
+    keep = {k: doc[k] for k in ("trace", "rounds", "behind", "lateness_p99_max_s", "engine_restarted",
+                                "client_processes", "client_processes_reason", "left_out") if k in doc}
     if not ttft_published:
         keep["rounds"] = [{**r, "ttft_p50_s": None, "ttft_p99_s": None} for r in keep["rounds"]]
         keep["ttft_withheld"] = ttft_reason or "this engine's TTFT is not published"
-    rounds = sorted((r for r in run_dir.read_rows("rounds", engine) if r.get("scenario") == "trace"),
-                    key=lambda r: r.get("round") or 0)
+    # A round the client fell behind in sent other traffic than the trace's: out of the level, so out of every
+    # comparison and the choice (its figures stay in the trace's own table, the reason beside them).
+    late = {r.get("round") for r in keep.get("rounds", []) if r.get("behind")}
+    rounds = sorted((r for r in run_dir.read_rows("rounds", engine) if r.get("scenario") == "trace"
+                     and r.get("round") not in late), key=lambda r: r.get("round") or 0)
     level = _level((None, rounds[0].get("rate_rps")), rounds, ttft_published, [], cfg.slo) if rounds else None
     return TraceReplay.model_validate({**keep, "level": level})
 
@@ -437,25 +441,45 @@ def _telemetry_windows(rows: list[dict[str, Any]]) -> list[TelemetryWindow]:
 
 
 def _memory_per_card(run_dir: RunDir, engine: str, spec: EngineSpec) -> MemoryPerCard | None:
-    """Memory per card from the DCGM readings around the rounds, set against the startup log's weights and KV
-    as one card's share: the first rank's own line where the engine logs per rank, else the log's / tensor parallel."""
-    from tasks.engines import adapter_for
-    from tasks.telemetry.gpu import memory_per_card
+    """Memory per card set against the startup log's weights, KV and state pool as one card's share: the first
+    rank's own line where the engine logs per rank, else the log's / tensor parallel. Read from the DCGM readings
+    around the rounds where telemetry was on, else from nvidia-smi's lines in the engine pod's kept log (the
+    memory loop of tasks/telemetry/hardware.py), taken around the rounds' spans."""
+    from statistics import median
 
-    per_card = adapter_for(spec.dialect).startup_memory_per_card
-    divisor = 1 if per_card else spec.tp
+    from tasks.engines import adapter_for
+    from tasks.telemetry.gpu import memory_per_card, memory_rows_from_readings, round_spans
+    from tasks.telemetry.hardware import memory_readings
+
+    adapter = adapter_for(spec.dialect)
+    divisor = 1 if adapter.startup_memory_per_card else spec.tp
     kv = (run_dir.read_rows("kv_capacity", engine) or [{}])[-1]
     share = {name: None if kv.get(name) is None else float(kv[name]) * 1024.0 / divisor
              for name in ("weights_gib", "kv_cache_gib")}
-    pool = None  # no adapter reads a state pool (a Mamba/KDA recurrent state) from its startup log yet
-    points = memory_per_card(run_dir.read_rows("telemetry_rounds", engine), share["weights_gib"], share["kv_cache_gib"],
-                             pool)
+    # the state pool's line is among the lines the startup step read its figures from (kv_capacity.log_lines)
+    pool_gib = adapter.startup_memory("\n".join(kv.get("log_lines") or [])).state_pool_gib
+    pool = None if pool_gib is None else pool_gib * 1024.0 / divisor
+    rows = [r for r in run_dir.read_rows("telemetry_rounds", engine) if r.get("memory_cards")]
+    source = "the DCGM exporter, read just before each round and just after it"
+    if not any((r["memory_cards"] if isinstance(r["memory_cards"], dict) else json.loads(r["memory_cards"])).get(k)
+               for r in rows for k in ("before", "after")):
+        kept = run_dir.read_bytes(run_documents.kept_log_doc(engine))
+        readings, _ = memory_readings(kept.decode("utf-8", "replace") if kept else "")
+        if len(readings) < 2:
+            return None
+        cadence = median(b[0] - a[0] for a, b in zip(readings, readings[1:]))
+        spans = round_spans(run_dir.read_rows("requests", engine) + run_dir.read_rows("trace_requests", engine),
+                            run_dir.read_rows("rounds", engine))
+        # a reading is a round's when it falls within two of the loop's periods of the round's start or end
+        rows = memory_rows_from_readings(readings, spans, max_age_s=2.0 * cadence)
+        source = f"nvidia-smi in the engine's pod, every {cadence:.0f} s (its log's readings nearest each round)"
+    points = memory_per_card(rows, share["weights_gib"], share["kv_cache_gib"], pool)
     if not points:
         return None
-    basis = ("the first tensor-parallel rank's own lines (each rank logs its share)" if per_card
+    basis = ("the first tensor-parallel rank's own lines (each rank logs its share)" if adapter.startup_memory_per_card
              else f"the log's figures / {spec.tp} (tensor parallel)")
     return MemoryPerCard(tensor_parallel=spec.tp, share_basis=basis, weights_per_card_mib=share["weights_gib"],
-                         kv_cache_per_card_mib=share["kv_cache_gib"], state_pool_per_card_mib=pool,
+                         kv_cache_per_card_mib=share["kv_cache_gib"], state_pool_per_card_mib=pool, source=source,
                          points=[MemoryPoint.model_validate(p) for p in points])
 
 

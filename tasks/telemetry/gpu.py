@@ -12,6 +12,7 @@ exporter's measured refreshes (`energy_rule`, `energy_windows`) and voided by th
 
 from __future__ import annotations
 
+import bisect
 import json
 import threading
 import time
@@ -416,6 +417,44 @@ def memory_per_card(rows: Iterable[Mapping[str, Any]], weights_mib: float | None
         {"uuid": uuid, "used_mib": used, "total_mib": total, "headroom_mib": None if total is None else total - used,
          "other_mib": None if known is None else used - known}
         for uuid, (used, total) in sorted(cards.items())]} for when, cards in points]
+
+
+def memory_rows_from_readings(readings: list[tuple[float, Mapping[str, list[float]]]],
+                              rounds: Iterable[Mapping[str, Any]], max_age_s: float) -> list[dict[str, Any]]:
+    """Rows in telemetry_rounds' shape for memory_per_card from timed readings of memory per card (nvidia-smi in
+    the engine's pod: hardware.memory_readings): for each round ({scenario, warmup, started_ts, ended_ts}) the
+    last reading at or before its start and the first at or after its end, each within `max_age_s` of it (a
+    reading further off, from before a relaunch or after a gap in the log, is none)."""
+    times = [t for t, _ in readings]
+    out = []
+    for r in rounds:
+        start, end = float(r["started_ts"]), float(r["ended_ts"])
+        i, j = bisect.bisect_right(times, start) - 1, bisect.bisect_left(times, end)
+        before = readings[i] if i >= 0 and start - times[i] <= max_age_s else None
+        after = readings[j] if j < len(times) and times[j] - end <= max_age_s else None
+        out.append({"scenario": r["scenario"], "warmup": bool(r.get("warmup")), "started_ts": start, "ended_ts": end,
+                    "memory_cards": {"before": None if before is None else dict(before[1]),
+                                     "after": None if after is None else dict(after[1])}})
+    return out
+
+
+def round_spans(requests: Iterable[Mapping[str, Any]], rounds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each round's span from its requests (first send to last completion) with the rounds table's warmup flag:
+    {scenario, warmup, started_ts, ended_ts}, for memory read apart from the rounds (DCGM off)."""
+    def key(r: Mapping[str, Any]) -> tuple[Any, ...]:
+        return r.get("scenario"), r.get("concurrency"), r.get("rate_rps"), r.get("round")
+
+    warmup = {key(r): bool(r.get("warmup")) for r in rounds}
+    spans: dict[tuple[Any, ...], list[float]] = {}
+    for r in requests:
+        if r.get("send_ts") is None:
+            continue
+        sent = float(r["send_ts"])
+        done = sent + float(r.get("e2e_s") or 0.0)
+        span = spans.setdefault(key(r), [sent, done])
+        span[0], span[1] = min(span[0], sent), max(span[1], done)
+    return [{"scenario": k[0], "warmup": warmup.get(k, False), "started_ts": a, "ended_ts": b}
+            for k, (a, b) in sorted(spans.items(), key=lambda kv: kv[1][0])]
 
 
 # ---- sampling while the round runs ---------------------------------------------------------------

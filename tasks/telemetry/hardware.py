@@ -22,12 +22,63 @@ GPU_REPORT_MARKER = "dayone-gpu:"
 GPU_QUERY = "uuid,name,memory.total,driver_version"
 # Run in the engine's container before its command (a pod's GPUs are only visible from inside it);
 # never fails the container: a missing nvidia-smi is reported and the engine starts all the same.
-GPU_REPORT_SCRIPT = (
+GPU_REPORT_SCRIPT = (  # the one-time report; gpu_report_script adds the memory loop
     f'echo "{GPU_REPORT_MARKER} visible=${{NVIDIA_VISIBLE_DEVICES:-}}"; '
     f"(nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits "
     "&& nvidia-smi | grep -o 'CUDA Version: [0-9.]*') 2>&1 "
     f'| sed "s/^/{GPU_REPORT_MARKER} /"; exec "$@"'
 )
+# Memory per card while the engine runs: the same wrapper leaves a loop behind that prints nvidia-smi's used
+# and total framebuffer per card every `interval_s` as marked, self-stamped lines of the container's log (the
+# node's clock, as the kubelet's stamps; the kept log carries no kubelet stamps). Read from that log, not by
+# exec into the pod: pods/exec is a strong privilege DayOne's Role does not hold. Neither a missing nor a
+# failing nvidia-smi stops the engine: one line says so and the loop ends.
+GPU_MEMORY_MARKER = "dayone-gpu-memory:"
+GPU_MEMORY_QUERY = "index,uuid,memory.used,memory.total"
+GPU_MEMORY_ROW = re.compile(r"^(?P<ts>\d+(?:\.\d+)?)\S*\s+(?P<index>\d+), (?P<uuid>GPU-[0-9a-fA-F-]+), "
+                            r"(?P<used>\d+(?:\.\d+)?), (?P<total>\d+(?:\.\d+)?)\s*$")
+
+
+def gpu_report_script(memory_interval_s: float | None) -> str:
+    """GPU_REPORT_SCRIPT with the memory loop before the exec (None: no loop). The loop lives as long as the
+    engine: $$ is the shell that becomes the engine, and the loop ends once that process is gone or a zombie,
+    checked every second of its wait (it shares the container's output, which must close with the engine)."""
+    if not memory_interval_s:
+        return GPU_REPORT_SCRIPT
+    m = GPU_MEMORY_MARKER
+    step = min(float(memory_interval_s), 1.0)
+    steps = max(1, round(float(memory_interval_s) / step))
+    alive = "alive() { s=$(sed -n 's/.*) \\([A-Za-z]\\) .*/\\1/p' /proc/$$/stat 2>/dev/null); [ -n \"$s\" ] && [ \"$s\" != Z ]; }; "
+    loop = (
+        "if command -v nvidia-smi >/dev/null 2>&1; then " + alive +
+        "( while alive; do now=$(date +%s.%N); "
+        f"if ! rows=$(nvidia-smi --query-gpu={GPU_MEMORY_QUERY} --format=csv,noheader,nounits 2>&1); then "
+        f'printf "%s\\n" "$rows" | head -n 3 | sed "s/^/{m} nvidia-smi failed, memory per card no longer read: /"; '
+        "break; fi; "
+        f'printf "%s\\n" "$rows" | sed "s/^/{m} $now /"; '
+        f"n=0; while [ $n -lt {steps} ] && alive; do sleep {step:g}; n=$((n + 1)); done; done ) & "
+        f'else echo "{m} no nvidia-smi in the container: memory per card is not read"; fi; '
+    )
+    return GPU_REPORT_SCRIPT.removesuffix('exec "$@"') + loop + 'exec "$@"'
+
+
+def memory_readings(text: str) -> tuple[list[tuple[float, dict[str, list[float]]]], list[str]]:
+    """The memory loop's readings in a container log, in time order: (Unix time, {GPU UUID: [used MiB, total MiB]});
+    and its notes (no nvidia-smi, a failure). A card nvidia-smi answers [N/A] for (MIG) is left out."""
+    stamped: dict[float, dict[str, list[float]]] = {}
+    notes: list[str] = []
+    for line in text.splitlines():
+        if GPU_MEMORY_MARKER not in line:
+            continue
+        body = line.split(GPU_MEMORY_MARKER, 1)[1].strip()
+        m = GPU_MEMORY_ROW.match(body)
+        if m:
+            stamped.setdefault(float(m["ts"]), {})[m["uuid"]] = [float(m["used"]), float(m["total"])]
+        elif not re.match(r"^\d+(?:\.\d+)?\S*\s", body) and body not in notes:
+            notes.append(body)
+    return sorted(stamped.items()), notes
+
+
 GPU_ROW = re.compile(r"^(?P<uuid>GPU-[0-9a-fA-F-]+), (?P<name>[^,]+), (?P<mib>\d+), (?P<driver>[\w.]+)$")
 CUDA_VERSION = re.compile(r"CUDA Version: (?P<version>[\d.]+)")
 

@@ -6,17 +6,22 @@ in for it; the pod's env is its own, each secretKeyRef read from the Secret it n
 directory), the readiness probe (the pod and the Deployment go ready once the probe's path answers 200), and
 kube-proxy with cluster DNS (a Service's address is its pod's local port, or a `backends` URL for a Service
 whose pod runs elsewhere, as the engine's simulator does; `*.svc.cluster.local` in the env resolves the
-same way). Deleting the Deployment stops the process, as the kubelet would after the grace period.
+same way). The process's output is the pod's container log on the API server, line by line with when it was
+written. Deleting the Deployment stops the process, as the kubelet would after the grace period.
+`simulated_engine` stands in for an engine's image: the rendered wrapper around DayOne's simulator, with a
+stand-in nvidia-smi on the pod's PATH.
 What it does not play: the image's own filesystem (read-only root and user are not enforced here).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -27,10 +32,28 @@ import httpx
 
 from fake_apiserver import FakeApiServer
 from tasks.core.ports import free_port
+from tasks.sim.nvidia_smi import write_stand_in
+
+REPO = Path(__file__).resolve().parents[2]
 
 # (container command, local port) -> (argv, extra env): the image's server as a local process.
 ImageStandIn = Callable[[list[str], int], tuple[list[str], dict[str, str]]]
 _CLUSTER_DNS = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local:\d+")
+
+
+def simulated_engine(dialect: str, profile: dict[str, Any], bin_dir: Path) -> ImageStandIn:
+    """An engine's image as DayOne's simulator speaking `dialect`: the container's own wrapper (the GPU report and
+    memory loop of tasks/telemetry/hardware.py) runs as rendered and execs the simulator in place of the engine's
+    command; the pod's PATH has a stand-in nvidia-smi (tasks/sim/nvidia_smi.py) answering from the simulator's GPUs."""
+    def stand_in(command: list[str], port: int) -> tuple[list[str], dict[str, str]]:
+        wrapper = command[:4] if command[:2] == ["/bin/sh", "-c"] else []
+        sim = [sys.executable, "-m", "tasks.sim", "--dialect", dialect, "--host", "127.0.0.1", "--port", str(port),
+               "--profile-json", json.dumps(profile)]
+        smi = write_stand_in(bin_dir / f"pod-{port}", f"http://127.0.0.1:{port}", profile)
+        return [*wrapper, *sim], {"PATH": f"{smi.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                                  "PYTHONPATH": str(REPO)}
+
+    return stand_in
 
 
 def openwebui_from_venv(venv: Path) -> ImageStandIn:
@@ -122,17 +145,27 @@ class DeploymentKubelet:
             for local in mounts.values():
                 local.mkdir(parents=True, exist_ok=True)
             port = free_port()
-            argv, extra = self._stand_in(container["image"])(container["command"], port)
+            argv, extra = self._stand_in(container["image"])([*container["command"], *container.get("args", [])],
+                                                             port)
             env = {**self._env(ns, container, mounts), **extra}
             self.envs[pod] = env
-            log = open(home / "container.log", "wb")
-            proc = subprocess.Popen(argv, env=env, cwd=home, stdout=log, stderr=subprocess.STDOUT,
+            proc = subprocess.Popen(argv, env=env, cwd=home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             self.processes[(ns, name)] = (proc, pod)
             self.ports[(ns, pod)] = port
+            threading.Thread(target=self._log, args=(ns, pod, container["name"], proc), daemon=True).start()
             self._until_ready(ns, name, pod, proc, port, container["readinessProbe"]["httpGet"]["path"])
         except Exception as exc:  # noqa: BLE001 - a test reads it; the pod stays not ready
             self.errors.append(f"{name}: {exc!r}")
+
+    def _log(self, ns: str, pod: str, container: str, proc: subprocess.Popen) -> None:
+        """The container's output is its log on the API server, each line with when it was written."""
+        key = (ns, pod, container, False)
+        self.server.logs.setdefault(key, "")
+        for line in iter(proc.stdout.readline, b""):
+            text = line.decode("utf-8", "replace")
+            self.server.log_lines.setdefault(key, []).append((time.time(), text))
+            self.server.logs[key] = self.server.logs.get(key, "") + text
 
     def _until_ready(self, ns: str, name: str, pod: str, proc: subprocess.Popen, port: int, path: str) -> None:
         deadline = time.monotonic() + self.ready_timeout_s

@@ -156,3 +156,88 @@ def test_overlapping_slices_and_different_products_are_flagged_in_the_comparison
     assert page.count("their slices overlap") == 2  # the header and the comparison both say it
     assert "2 × NVIDIA-H20" in page and UUIDS[1] in page
     assert hardware.slice_findings({"a": {"gpu_uuids": UUIDS[:1]}, "b": {"gpu_uuids": UUIDS[1:]}}) == []
+
+
+# ---- memory per card: the loop the engine pod's wrapper leaves running beside the engine -------------------
+
+# nvidia-smi for the wrapper: the one-time report, and the memory query answering 70,000 + n MiB on its n-th call
+MEMORY_SMI = f"""#!/bin/sh
+case "$1" in
+  --query-gpu=index,uuid,memory.used,memory.total)
+    [ -n "$SMI_FAILS" ] && {{ echo "Unable to determine the device handle for GPU0000:18:00.0: Unknown Error"; exit 15; }}
+    n=$(cat "$SMI_CALLS" 2>/dev/null || echo 0); echo $((n + 1)) > "$SMI_CALLS"
+    echo "0, {UUIDS[0]}, $((70000 + n)), 97871"
+    echo "1, {UUIDS[1]}, $((60000 + n)), 97871";;
+  --query-gpu=*)
+    echo "{UUIDS[0]}, NVIDIA H20, 97871, 570.124.06"
+    echo "{UUIDS[1]}, NVIDIA H20, 97871, 570.124.06";;
+  *) echo "| NVIDIA-SMI 570.124.06     Driver Version: 570.124.06     CUDA Version: 12.8     |";;
+esac
+"""
+ENGINE_S = 2.0  # the stand-in engine runs this long, then says so
+
+
+def _tools(tmp_path, smi: str | None) -> str:
+    """A PATH with the wrapper's tools and, when given, an nvidia-smi: nothing else of this machine's."""
+    import shutil
+
+    bin_dir = tmp_path / ("bin-smi" if smi else "bin-bare")
+    bin_dir.mkdir()
+    for tool in ("sed", "date", "sleep", "head", "grep", "cat"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    if smi:
+        (bin_dir / "nvidia-smi").write_text(smi)
+        (bin_dir / "nvidia-smi").chmod(0o755)
+    return str(bin_dir)
+
+
+def _wrapped(interval_s: float | None) -> list[str]:
+    cfg = run_config(engines=("vllm",), gpu_memory_interval_s=interval_s)
+    objects = render_engine(cfg, cfg.engines[0], {"pinned_ref": "example.org/vllm@sha256:" + "2" * 64})
+    return objects[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def _run_engine(tmp_path, path: str, interval_s: float | None = 0.5, **env: str) -> tuple[str, float]:
+    import time
+
+    started = time.monotonic()
+    out = subprocess.run([*_wrapped(interval_s), "/bin/sh", "-c", f"sleep {ENGINE_S}; echo engine up"],
+                         capture_output=True, text=True, timeout=30,
+                         env={"PATH": path, "SMI_CALLS": str(tmp_path / "calls"), **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout, time.monotonic() - started
+
+
+def test_the_pod_prints_memory_per_card_every_period_while_the_engine_runs_and_stops_with_it(tmp_path):
+    import time
+
+    before = time.time()
+    printed, took = _run_engine(tmp_path, _tools(tmp_path, MEMORY_SMI))
+    assert "engine up\n" in printed and hardware.gpus_from_startup_log(printed)[0][0]["uuid"] == UUIDS[0]
+    readings, notes = hardware.memory_readings(printed)
+    assert notes == []
+    # a reading every 0.5 s of the engine's 2 s (plus each call's own time): each stamped by the pod's clock
+    assert 3 <= len(readings) <= 6, readings
+    stamps = [t for t, _ in readings]
+    assert stamps == sorted(stamps) and before <= stamps[0] and stamps[-1] <= before + took
+    assert all(0.4 <= b - a <= 1.5 for a, b in zip(stamps, stamps[1:])), stamps
+    for n, (_, cards) in enumerate(readings):  # the n-th call's values, per GPU UUID
+        assert cards == {UUIDS[0]: [70000.0 + n, 97871.0], UUIDS[1]: [60000.0 + n, 97871.0]}
+    # the loop ends with the engine: the container's output closes at most a second after the engine's end
+    assert took < ENGINE_S + 1.5, took
+
+
+def test_without_nvidia_smi_or_with_a_failing_one_the_engine_runs_and_one_line_says_why(tmp_path):
+    bare, _ = _run_engine(tmp_path, _tools(tmp_path, None))
+    assert bare.endswith("engine up\n")
+    assert hardware.memory_readings(bare) == ([], ["no nvidia-smi in the container: memory per card is not read"])
+    failing, took = _run_engine(tmp_path, _tools(tmp_path, MEMORY_SMI), SMI_FAILS="1")
+    assert failing.endswith("engine up\n") and took < ENGINE_S + 1.5
+    assert hardware.memory_readings(failing) == ([], [
+        "nvidia-smi failed, memory per card no longer read: Unable to determine the device handle for "
+        "GPU0000:18:00.0: Unknown Error"])
+    # switched off (kubernetes.gpu_memory_interval_s: null): the one-time report alone, as before
+    (tmp_path / "off").mkdir()
+    off, _ = _run_engine(tmp_path, _tools(tmp_path / "off", MEMORY_SMI), interval_s=None)
+    assert off.endswith("engine up\n") and hardware.GPU_MEMORY_MARKER not in off
+    assert hardware.gpus_from_startup_log(off)[0][0]["uuid"] == UUIDS[0]

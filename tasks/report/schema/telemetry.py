@@ -84,11 +84,11 @@ class TelemetryWindow(Doc):
 
 
 class CardMemory(Doc):
-    """One GPU's memory at one point of the run, from the DCGM exporter (MiB)."""
+    """One GPU's memory at one point of the run (MiB), from the DCGM exporter or nvidia-smi in the engine's pod."""
 
     uuid: str
     used_mib: float
-    total_mib: float | None  # DCGM_FI_DEV_FB_TOTAL, else FB_FREE + FB_USED; None where neither is exposed
+    total_mib: float | None  # nvidia-smi's memory.total; DCGM_FI_DEV_FB_TOTAL, else FB_FREE + FB_USED; None: neither
     headroom_mib: float | None  # total - used
     other_mib: float | None  # used - (weights + KV + state pool) per card: activations, graphs, allocator, draft
 
@@ -101,8 +101,9 @@ class MemoryPoint(Doc):
 
 
 class MemoryPerCard(Doc):
-    """Memory per card (tasks/telemetry/gpu.py memory_per_card): the DCGM exporter's used and total per
-    GPU after readiness and after each load step, with one card's share of the startup log's weights,
+    """Memory per card (tasks/telemetry/gpu.py memory_per_card): used and total per GPU after readiness and
+    after each load step, from the DCGM exporter where telemetry is on, else from nvidia-smi in the engine's
+    pod (`source`), with one card's share of the startup log's weights,
     KV cache and state pool (share_basis). Version 1; absent from older summaries (None)."""
 
     version: int = 1
@@ -111,6 +112,7 @@ class MemoryPerCard(Doc):
     weights_per_card_mib: float | None
     kv_cache_per_card_mib: float | None
     state_pool_per_card_mib: float | None = None  # where the engine's startup log states its state pool
+    source: str | None = None  # where the readings came from and how often: the DCGM exporter, nvidia-smi in the pod
     points: list[MemoryPoint]
 
 

@@ -18,6 +18,12 @@ TOKEN_POOL = re.compile(r"max_total_num_tokens=(?P<tokens>\d+),.*?context_len=(?
 KV_ALLOCATED = re.compile(r"KV Cache is allocated\. (?:dtype: \S+, )?#tokens: (?P<tokens>\d+), "
                           r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)")
 WEIGHTS = re.compile(r"Load weight end\..*?mem usage=(?P<gb>[\d.]+) GB")
+# A hybrid (Mamba/linear-attention) model's state pool, per rank, apart from the KV pool (mem_cache/memory_pool.py
+# MambaPool): "Mamba Cache is allocated. max_mamba_cache_size: 48, conv_state size: 0.09GB, ssm_state size: 6.46GB";
+# with speculative decoding it adds "intermediate_ssm_state_cache size: ...GB intermediate_conv_window_cache size:
+# ...GB" (the draft tokens' states). The pool is every size the line states.
+STATE_POOL = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: \d+,(?P<sizes>.*)")
+STATE_POOL_SIZE = re.compile(r"\w+ size: (?P<gb>[\d.]+) ?GB")
 
 
 class SGLangAdapter(EngineAdapter):
@@ -115,7 +121,8 @@ class SGLangAdapter(EngineAdapter):
     def startup_memory(self, text: str) -> StartupMemory:
         """SGLang logs its total token pool and the context length; the concurrency at that length is
         their ratio (SGLang does not log it). The first "Load weight end" is the target model's."""
-        pool, kv, weights = (r.search(text) for r in (TOKEN_POOL, KV_ALLOCATED, WEIGHTS))
+        pool, kv, weights, state = (r.search(text) for r in (TOKEN_POOL, KV_ALLOCATED, WEIGHTS, STATE_POOL))
+        state_sizes = [float(m["gb"]) for m in STATE_POOL_SIZE.finditer(state["sizes"])] if state else []
         kv_gib = None
         if kv:
             kv_gib = float(kv["kv"]) if kv["kv"] is not None else float(kv["k"]) + float(kv["v"])
@@ -124,8 +131,9 @@ class SGLangAdapter(EngineAdapter):
             kv_tokens=int(tokens) if tokens is not None else None,
             kv_cache_gib=kv_gib,
             weights_gib=float(weights["gb"]) if weights else None,
+            state_pool_gib=sum(state_sizes) if state_sizes else None,
             context_tokens=int(pool["context"]) if pool else None,
-            lines=tuple(m.group(0) for m in (weights, kv, pool) if m),
+            lines=tuple(m.group(0) for m in (weights, kv, pool, state) if m),
         ).with_concurrency()
 
     def _serve_flags(self, engine: Any, model: Any, port: int, host: str) -> list[str]:

@@ -20,6 +20,8 @@ KV_TOKENS = re.compile(r"\b[A-Z]+(?: \+ host)? KV cache size: (?P<tokens>[\d,]+)
 MAX_CONCURRENCY = re.compile(r"Maximum concurrency for (?P<context>[\d,]+) tokens per request: (?P<times>[\d.]+)x")
 # The KV cache's memory: the GPU worker's "Available KV cache memory: X GiB"; the CPU worker's
 # "Explicitly set (X/TOTAL) GiB for KV cache on node N." (VLLM_CPU_KVCACHE_SPACE) or "Auto set (X/TOTAL) GiB ...".
+# vLLM V1 allocates a hybrid model's Mamba state in the same cache as its KV (a MambaSpec group of the KV cache
+# config, vllm/v1/kv_cache_interface.py), so it logs no state pool apart: this figure includes it.
 KV_MEMORY = re.compile(r"Available KV cache memory: (?P<gib>[\d.]+) GiB"
                        r"|(?:Explicitly|Auto) set \((?P<cpu_gib>[\d.]+)/[\d.]+\) GiB for KV cache")
 # Weights memory, in each wording vLLM has used: "Loading model weights took %.4f GB" (V0's

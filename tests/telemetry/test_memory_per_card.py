@@ -1,6 +1,8 @@
 """Memory per card: the DCGM exporter's used and total per GPU after readiness and after each load step,
 headroom, and "other" = used - (the startup log's weights + KV per card), on the simulator with its
-DCGM exporter on; the report's "Memory per card" section shows them."""
+DCGM exporter on; the report's "Memory per card" section shows them. Without DCGM, the readings nvidia-smi
+printed in the engine pod's log (tests/k8s/test_k8s_memory_per_card.py runs the pod); SGLang's state pool
+from its startup log's own line."""
 
 from __future__ import annotations
 
@@ -115,3 +117,87 @@ def test_speculative_off_against_on_compares_the_most_used_per_card_and_the_leas
     alone = _environment().get_template("memory_per_card.html").render(s=SimpleNamespace(speculative=None),
                                                                       engines=engines)
     assert "memory-speculative" not in alone and "Memory per card" in alone
+
+
+# ---- the state pool from SGLang's startup log, and readings from nvidia-smi in the engine's pod ------------------
+
+# SGLang's MambaPool lines (python/sglang/srt/mem_cache/memory_pool.py), as a hybrid model's rank logs them: sizes in
+# its GB (2**30 bytes); with speculative decoding the draft tokens' intermediate states follow on the same line.
+MAMBA_LINE = ("[2026-09-09 11:57:18 TP0] Mamba Cache is allocated. max_mamba_cache_size: 48, conv_state size: "
+              "0.09GB, ssm_state size: 6.46GB ")
+MAMBA_SPEC_LINE = ("[2026-09-09 11:57:18 TP0] Mamba Cache is allocated. max_mamba_cache_size: 48, conv_state size: "
+                   "0.09GB, ssm_state size: 6.46GB intermediate_ssm_state_cache size: 1.62GB "
+                   "intermediate_conv_window_cache size: 0.05GB ")
+SGLANG_LOG = "\n".join([
+    "[2026-09-09 11:57:10 TP0] Load weight end. type=Qwen3NextForCausalLM, dtype=torch.bfloat16, avail mem=61.20 GB, "
+    "mem usage=38.55 GB.",
+    MAMBA_LINE,
+    "[2026-09-09 11:57:18 TP0] KV Cache is allocated. #tokens: 2618868, K size: 9.99 GB, V size: 9.99 GB",
+    "[2026-09-09 11:57:27 TP0] max_total_num_tokens=2618868, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+    "max_running_requests=48, context_len=262144, available_gpu_mem=13.38 GB",
+])
+
+
+def test_sglang_states_a_hybrid_models_state_pool_apart_from_its_kv():
+    from tasks.engines import adapter_for
+
+    memory = adapter_for("sglang").startup_memory(SGLANG_LOG)
+    assert memory.state_pool_gib == pytest.approx(0.09 + 6.46)
+    assert (memory.weights_gib, memory.kv_cache_gib) == (38.55, pytest.approx(19.98))
+    assert any(line.startswith("Mamba Cache is allocated.") for line in memory.lines)
+    spec = adapter_for("sglang").startup_memory(MAMBA_SPEC_LINE)
+    assert spec.state_pool_gib == pytest.approx(0.09 + 6.46 + 1.62 + 0.05)
+    # a model with no recurrent state logs no such line: no pool, never a zero
+    assert adapter_for("sglang").startup_memory(SGLANG_LOG.replace(MAMBA_LINE, "")).state_pool_gib is None
+    assert adapter_for("vllm").startup_memory(MAMBA_LINE).state_pool_gib is None  # vLLM counts it in its KV cache
+
+
+def _pod_log(start: float, used: list[float], period_s: float = 5.0) -> str:
+    """The memory loop's lines: one reading per period from `start`, both cards at used[i]."""
+    from tasks.telemetry.hardware import GPU_MEMORY_MARKER
+
+    lines = ["dayone-gpu: visible="]
+    for i, mib in enumerate(used):
+        for card in (0, 1):
+            lines.append(f"{GPU_MEMORY_MARKER} {start + i * period_s:.9f} {card}, GPU-{card}aaa-bb, {mib:.0f}, 81559")
+    return "\n".join(lines) + "\n"
+
+
+def _requests(scenario: str, start: float, end: float) -> list[dict]:
+    return [{"run_id": "r", "engine": "sg", "scenario": scenario, "round": 1, "concurrency": 2, "launch": 0,
+             "request_id": f"{scenario}-{i}", "first_encounter": False, "send_ts": sent, "e2e_s": end - sent,
+             "status": "ok"} for i, sent in enumerate((start, start + 0.5))]
+
+
+def test_memory_from_the_pods_log_sets_the_state_pool_apart_and_leaves_a_point_without_a_near_reading_out(tmp_path):
+    from tasks.evidence.kv_capacity import kv_capacity_row
+    from tasks.engines import adapter_for
+    from tasks.report.summary import _memory_per_card
+    from tasks.state.documents import kept_log_doc
+    from tasks.state.storage import RunDir
+
+    cfg = parse_run_config({"engines": [{"name": "sg", "dialect": "sglang", "gpus": 2}]})
+    run_dir = RunDir("r", root=tmp_path)
+    keys = {"run_id": "r", "engine": "sg", "image_digest": None, "scenario": "startup", "round": 0}
+    with run_dir.rows("kv_capacity", "sg", "startup") as out:
+        out.write(kv_capacity_row(keys, adapter_for("sglang"), SGLANG_LOG, 32768))
+    t0 = 1_800_000_000.0
+    # readings every 5 s from t0: short ran 12-20 s after, long_context 100-130 s after (no reading near its end)
+    run_dir.write_bytes(kept_log_doc("sg"), _pod_log(t0, [70000.0, 70000.0, 70000.0, 71000.0, 71500.0,
+                                                          72000.0]).encode())
+    with run_dir.rows("requests", "sg", "short") as out:
+        for r in _requests("short", t0 + 12.0, t0 + 19.0):
+            out.write(r)
+    with run_dir.rows("requests", "sg", "long_context") as out:
+        for r in _requests("long_context", t0 + 100.0, t0 + 130.0):
+            out.write(r)
+
+    memory = _memory_per_card(run_dir, "sg", cfg.engine("sg"))
+    assert memory is not None and memory.source.startswith("nvidia-smi in the engine's pod, every 5 s")
+    assert memory.state_pool_per_card_mib == pytest.approx((0.09 + 6.46) * 1024)
+    # after readiness: the reading at t0 + 10 (before short's first send); after short: the one at t0 + 20
+    assert [(p.when, [c.used_mib for c in p.cards]) for p in memory.points] == [
+        ("after readiness", [70000.0, 70000.0]), ("after short", [71500.0, 71500.0])]  # long_context: none near
+    other = 71500.0 - (38.55 + 19.98 + 0.09 + 6.46) * 1024  # used - (weights + KV + state pool), one rank's own
+    assert memory.points[1].cards[0].other_mib == pytest.approx(other)
+    assert memory.points[1].cards[0].headroom_mib == 81559.0 - 71500.0

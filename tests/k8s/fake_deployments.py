@@ -41,15 +41,22 @@ ImageStandIn = Callable[[list[str], int], tuple[list[str], dict[str, str]]]
 _CLUSTER_DNS = re.compile(r"http://([a-z0-9-]+)\.([a-z0-9-]+)\.svc\.cluster\.local:\d+")
 
 
-def simulated_engine(dialect: str, profile: dict[str, Any], bin_dir: Path) -> ImageStandIn:
+def simulated_engine(dialect: str, profile: dict[str, Any], bin_dir: Path, draft: tuple[str, float] | None = None
+                     ) -> ImageStandIn:
     """An engine's image as DayOne's simulator speaking `dialect`: the container's own wrapper (the GPU report and
     memory loop of tasks/telemetry/hardware.py) runs as rendered and execs the simulator in place of the engine's
-    command; the pod's PATH has a stand-in nvidia-smi (tasks/sim/nvidia_smi.py) answering from the simulator's GPUs."""
+    command; the pod's PATH has a stand-in nvidia-smi (tasks/sim/nvidia_smi.py) answering from the simulator's GPUs.
+    `draft` (flag, MiB): an engine launched with that flag (speculative decoding) holds a draft model of that size
+    on each card beside the profile's weights."""
     def stand_in(command: list[str], port: int) -> tuple[list[str], dict[str, str]]:
         wrapper = command[:4] if command[:2] == ["/bin/sh", "-c"] else []
+        launched = profile
+        if draft and any(arg.split("=")[0] == draft[0] for arg in command[4:]):
+            gpus = launched.get("gpus") or {}
+            launched = {**launched, "gpus": {**gpus, "weights_mib": gpus.get("weights_mib", 16_000.0) + draft[1]}}
         sim = [sys.executable, "-m", "tasks.sim", "--dialect", dialect, "--host", "127.0.0.1", "--port", str(port),
-               "--profile-json", json.dumps(profile)]
-        smi = write_stand_in(bin_dir / f"pod-{port}", f"http://127.0.0.1:{port}", profile)
+               "--profile-json", json.dumps(launched)]
+        smi = write_stand_in(bin_dir / f"pod-{port}", f"http://127.0.0.1:{port}", launched)
         return [*wrapper, *sim], {"PATH": f"{smi.parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
                                   "PYTHONPATH": str(REPO)}
 

@@ -46,31 +46,41 @@ RUN = {
 }
 
 
+DRAFT_MIB = 2500.0  # an MTP draft's weights on each card (the stand-in's, for an engine given --speculative-config)
+
+
 @pytest.fixture
 def kubelet(apiserver, kube_conn, tmp_path):
-    k = DeploymentKubelet(apiserver, tmp_path / "kubelet",
-                          images={"example.org/vllm": simulated_engine("vllm", PROFILE, tmp_path / "bin")})
+    k = DeploymentKubelet(apiserver, tmp_path / "kubelet", images={"example.org/vllm": simulated_engine(
+        "vllm", PROFILE, tmp_path / "bin", draft=("--speculative-config", DRAFT_MIB))})
     yield k
     k.close()
+
+
+def _run(apiserver, kubelet, run: dict, run_id: str) -> RunContext:
+    """The pipeline's steps for each engine in turn, as the DAG runs them, through the production KubernetesTarget."""
+    ctx = RunContext.build(run, run_id, cluster=ClusterAccess(api_client=hook_api_client,
+                                                              service_url=kubelet.service_url))
+    for step in ("plan", "pin"):
+        execute(ctx, step)
+    for engine in [e["name"] for e in run["engines"]]:
+        for step in ("deploy", "wait_ready", "startup_findings", "short"):
+            execute(ctx, step, engine)
+        # the steps after a run's last load step take longer than a period of the loop: its readings go on
+        pod_log = next(k for k in apiserver.logs if k[1].startswith(f"dayone-{engine}-{run_id}"))
+        readings = apiserver.logs[pod_log].count(GPU_MEMORY_MARKER)
+        deadline = time.monotonic() + 60
+        while apiserver.logs[pod_log].count(GPU_MEMORY_MARKER) < readings + 2 * 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        execute(ctx, "teardown", engine)
+    assert kubelet.errors == [] and kubelet.running() == []
+    return ctx
 
 
 def test_the_report_shows_memory_per_card_from_nvidia_smi_in_the_engines_pod(apiserver, kubelet, tmp_path,
                                                                              monkeypatch):
     monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path / "runs"))
-    ctx = RunContext.build(RUN, "mem-1", cluster=ClusterAccess(api_client=hook_api_client,
-                                                               service_url=kubelet.service_url))
-    for step in ("plan", "pin"):
-        execute(ctx, step)
-    for step in ("deploy", "wait_ready", "startup_findings", "short"):
-        execute(ctx, step, "vllm")
-    # the steps after a run's last load step take longer than a period of the loop: its readings go on
-    pod_log = next(k for k in apiserver.logs if k[1].startswith("dayone-vllm-mem-1"))
-    readings = apiserver.logs[pod_log].count(GPU_MEMORY_MARKER)
-    deadline = time.monotonic() + 60
-    while apiserver.logs[pod_log].count(GPU_MEMORY_MARKER) < readings + 2 * 2 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    execute(ctx, "teardown", "vllm")
-    assert kubelet.errors == [] and kubelet.running() == []
+    ctx = _run(apiserver, kubelet, RUN, "mem-1")
     built = write_report(ctx.run_dir, ctx.config)  # the report step's summary and page, without its upload
 
     # the pod printed its readings itself: nothing exec'd into it, and the worker stayed within its Role
@@ -108,3 +118,30 @@ def test_the_report_shows_memory_per_card_from_nvidia_smi_in_the_engines_pod(api
     for figure in (round(IDLE_USED_MIB), TOTAL_MIB, TOTAL_MIB - round(IDLE_USED_MIB)):
         assert f"{figure:.0f} MiB" in section, figure
     assert "after readiness" in section and "after short" in section
+
+
+def test_speculative_decoding_off_against_on_compares_memory_per_card_from_the_pods(apiserver, kubelet, tmp_path,
+                                                                                    monkeypatch):
+    """vLLM with and without an MTP draft on the simulated cluster: the draft's weights show in each card's used
+    memory, and the off/on table sets the most used card and the least headroom of each side against the other."""
+    monkeypatch.setenv("DAYONE_WORKDIR", str(tmp_path / "runs"))
+    mtp = {**RUN["engines"][0], "name": "vllm-mtp",
+           "args": ["--speculative-config", '{"method": "mtp", "num_speculative_tokens": 1}']}
+    ctx = _run(apiserver, kubelet, {**RUN, "engines": [RUN["engines"][0], mtp]}, "mem-2")
+    built = write_report(ctx.run_dir, ctx.config)
+
+    summary = built["summary"]
+    assert [(p.off, p.on) for p in summary.speculative.pairs] == [("vllm", "vllm-mtp")]
+    used = {name: [max(c.used_mib for c in p.cards) for p in summary.engines[name].memory_per_card.points]
+            for name in ("vllm", "vllm-mtp")}
+    assert used["vllm"][0] == round(IDLE_USED_MIB) and used["vllm-mtp"][0] == round(IDLE_USED_MIB + DRAFT_MIB)
+    page = built["page"]
+    table = page[page.index("id='memory-speculative'"):]
+    table = table[:table.index("</table>")]
+    ready = table[table.index("<td>after readiness</td>"):]
+    ready = ready[:ready.index("</tr>")]
+    room = TOTAL_MIB - round(IDLE_USED_MIB)
+    assert (f"<td class='num'>{round(IDLE_USED_MIB)} MiB</td><td class='num'>{round(IDLE_USED_MIB + DRAFT_MIB)} "
+            f"MiB</td>\n<td class='num'>+{DRAFT_MIB:.0f} MiB</td>\n<td class='num'>{room:.0f} MiB</td>\n"
+            f"<td class='num'>{room - DRAFT_MIB:.0f} MiB</td>") in ready
+    assert "<td>after short</td>" in table

@@ -360,11 +360,13 @@ def client_against_server(row: Mapping[str, Any], client_row: Mapping[str, Any],
     """The client's TTFT and ITL beside the engine's histograms over the same window, and the gaps.
 
     The client's ITL is the rounds row's itl_mean_s: every gap between consecutive streamed output
-    events of the round's ok requests pooled, one observation per gap, as the engine's histogram
-    observes one per request per step (vLLM: the time since that request's previous output; SGLang:
-    the same, per token when a step emits several). With one token per event, as both engines stream
-    without speculation, the two count the same intervals; the client's TPOT mean (per request, then
-    averaged) is kept beside it. Gaps are client - server, null with `timing_gap_unpublished` saying why.
+    events of the round's ok requests pooled, one observation per gap, as the engines' histograms count
+    them: vLLM 0.32 observes, per request and engine step, the time since that request's previous output
+    (v1/metrics/stats.py); SGLang 0.5.18 adds the interval since the previous output to _sum and one count
+    per new token (observe_inter_token_latency), a mean per token. Both stream one event per step and
+    token (no speculation; SGLang's stream_interval 1), so the two count the same intervals; the client's
+    TPOT mean (per request, then averaged) stands beside it for streams that carry several tokens per
+    event. Gaps are client - server, null with `timing_gap_unpublished` saying why.
     """
     client = {
         "client_ttft_mean_s": client_row.get("ttft_mean_s"),

@@ -9,6 +9,12 @@ from pydantic import Field, model_validator
 from tasks.config.base import ConfigModel, Fix, PositiveInt
 
 TRACE_FORMATS = ("mooncake", "azure", "dayone")
+# What to change when the client fell behind a trace (a round's lateness p99 over lateness_p99_max_s): every name
+# is a setting of the run config (tests/verdicts/test_trace_client_behind.py resolves them).
+BEHIND_FIX = ("Fix: spread the replay over more client processes (load.client_processes: auto takes one per "
+              "load.streams_per_process requests of the window, at most one per free core; on a cluster also more "
+              "runner pods, kubernetes.runner.max_pods and kubernetes.runner.cpu), or replay slower "
+              "(scenarios.trace.speed)")
 
 
 class SyntheticTrace(ConfigModel):
@@ -55,10 +61,11 @@ class TraceScenario(ConfigModel):
         Field(512, description="Tokens per hash id (block) of the trace."))
     rounds: Annotated[PositiveInt, Fix("give an integer >= 1")] = Field(
         3, description="Times the window is replayed per engine; each round's prompts are new to the engine.")
-    lateness_p99_max_s: Annotated[float, Fix("give seconds > 0; a run over it says the client could not keep up "
-                                             "(shard the client, or lower speed)")] = Field(
+    lateness_p99_max_s: Annotated[float, Fix("give seconds > 0, e.g. 0.010; a round over it is the client's, not "
+                                             "the trace's: " + BEHIND_FIX[len("Fix: "):])] = Field(
         0.010, gt=0, allow_inf_nan=False,
-        description="A round whose send lateness p99 (sent - due) exceeds this is flagged: the client fell behind.")
+        description="A round whose send lateness p99 (sent - due) exceeds this is flagged (the client fell behind) "
+                    "and left out of the comparisons, the choice and the nightly, the reason shown.")
     seed: int = Field(0, description="Seed of the prompts' token IDs (with the run id and round).")
 
     @model_validator(mode="after")

@@ -16,10 +16,12 @@ import asyncio
 import contextlib
 import math
 import os
+import queue
 import secrets
 import socket
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, Protocol
@@ -33,7 +35,9 @@ from tasks.engines.access import EndpointAccess, api_key_env
 from tasks.engines.base import EngineAdapter
 from tasks.load import client as load_client
 from tasks.load.client import OnResult, RequestResult, RequestSpec
-from tasks.load.shards import ShardReport, _Job, _run_job, clock_offset, one_process, run_sharded, split
+from tasks.load.shards import (LEAD_S, STREAM_BATCH, ShardReport, StreamedRun, _Job, _run_job, clock_offset,
+                               one_process, run_sharded, run_streamed, split)
+from tasks.load.streamed import Due
 
 POD_IP_ENV = "DAYONE_POD_IP"  # the downward API's status.podIP: where peers reach shard 0
 # From the hand-over to the common start: a pod's share may first start its own client processes
@@ -100,6 +104,30 @@ class Share(msgspec.Struct, tag=True):
     processes: int  # client processes the pod spreads its share over
 
 
+class StreamShare(msgspec.Struct, tag=True):
+    """A peer's share of a streamed round (a trace): its requests follow as Rows, each with its time, until
+    RowsEnd; sent LEAD_S ahead of their times (shards.run_streamed). The key as for a Share."""
+
+    base_url: str
+    dialect: str
+    timeout_s: float
+    keep_alive: bool
+    engine: str | None
+    keyed: bool
+    ca_bundle: str | None
+    verify: bool
+    start_unix: float  # the common start, in the receiving pod's own time.time()
+    processes: int
+
+
+class Rows(msgspec.Struct, tag=True):
+    items: list[Due]
+
+
+class RowsEnd(msgspec.Struct, tag=True):
+    pass
+
+
 class Result(msgspec.Struct, tag=True):
     result: RequestResult
 
@@ -112,7 +140,7 @@ class Failed(msgspec.Struct, tag=True):
     error: str
 
 
-Message = Ping | Clock | Bye | Share | Result | Measured | Failed
+Message = Ping | Clock | Bye | Share | StreamShare | Rows | RowsEnd | Result | Measured | Failed
 _encode = msgspec.msgpack.Encoder().encode
 _decoder = msgspec.msgpack.Decoder(Message)
 
@@ -132,13 +160,18 @@ def receive(link: SignedLink) -> Message | None:
         raise LinkRefused(f"an unknown message on the link: {exc}") from None
 
 
-def share_job(share: Share) -> _Job:
-    """The peer's job from its share: its own adapter, and the key from its own environment."""
+def share_access(share: Share | StreamShare) -> EndpointAccess:
+    """How the peer reaches the engine: the key from its own environment, the TLS trust from the share."""
     key = os.environ.get(api_key_env(share.engine)) if share.keyed and share.engine else None
     if share.keyed and not key:
         raise RuntimeError(f"engine {share.engine}: no API key in {api_key_env(share.engine or '')} of this pod "
                            "(its spec reads it from the engine's api_key_secret)")
-    access = EndpointAccess(api_key=key, ca_bundle=share.ca_bundle, verify=share.verify)
+    return EndpointAccess(api_key=key, ca_bundle=share.ca_bundle, verify=share.verify)
+
+
+def share_job(share: Share) -> _Job:
+    """The peer's job from its share: its own adapter, and the key from its own environment."""
+    access = share_access(share)
     # its start_mono unused: each pod converts start_unix to its own monotonic clock
     return _Job(share.base_url, share.specs, adapter_for(share.dialect), share.timeout_s, share.keep_alive, access,
                 0.0, share.concurrency, 0.0, share.arrivals_s)
@@ -298,6 +331,97 @@ class PodShards:
             first += len(pod_reports)
         return [by_id[s.request_id] for s in specs if s.request_id in by_id], reports
 
+    async def measure_streamed(self, pods: int, base_url: str, schedule: Iterable[Due], adapter: EngineAdapter,
+                               timeout_s: float, processes: int, *,
+                               on_result: Callable[[RequestResult, float], object], keep_alive: bool = True,
+                               access: EndpointAccess | None = None, engine: str | None = None) -> StreamedRun:
+        """A streamed round (a trace) over `pods` pods, `processes` client processes each: request i goes to pod
+        i mod n, the peers' over the link LEAD_S ahead of their times. `on_result(result, due_ts)` as for
+        shards.run_streamed, a peer's send times put on this pod's clock. Reports per client process as measure's."""
+        n = pods
+        clocks = {k: await asyncio.to_thread(clock_offset, k, lambda k=k: self._ask_clock(k)) for k in range(1, n)}
+        start_mono = time.monotonic() + POD_START_MARGIN_S
+        start_unix = time.time() + (start_mono - time.monotonic())
+        keyed = access is not None and access.api_key is not None
+        for k in range(1, n):  # the start in the peer's clock: ours plus its offset
+            await asyncio.to_thread(send, self.peers[k], StreamShare(
+                base_url, adapter.dialect, timeout_s, keep_alive, engine, keyed,
+                None if access is None else access.ca_bundle, access is None or access.verify,
+                start_unix + clocks[k].offset_s, processes))
+        own: queue.Queue[Due | None] = queue.Queue()
+        due_of: dict[str, float] = {}  # a peer's request id -> its offset, until its answer
+        dealt: list[BaseException] = []
+
+        def deal() -> None:
+            """This pod's requests to its own processes, every other pod's over its link, LEAD_S ahead."""
+            batches: dict[int, list[Due]] = {k: [] for k in range(1, n)}
+
+            def flush(k: int) -> None:
+                if batches[k]:
+                    send(self.peers[k], Rows(batches[k]))
+                    batches[k] = []
+
+            try:
+                for i, item in enumerate(schedule):
+                    k = i % n
+                    ahead = start_mono + item.offset_s - LEAD_S - time.monotonic()
+                    if ahead > 0:
+                        for j in batches:
+                            flush(j)
+                        time.sleep(ahead)
+                    if k == 0:
+                        own.put(item)
+                        continue
+                    due_of[item.spec.request_id] = item.offset_s
+                    batches[k].append(item)
+                    if len(batches[k]) >= STREAM_BATCH:
+                        flush(k)
+                for j in batches:
+                    flush(j)
+            except BaseException as exc:  # noqa: BLE001  (raised once the round has ended)
+                dealt.append(exc)
+            finally:
+                own.put(None)
+                for j in batches:
+                    with contextlib.suppress(OSError):
+                        send(self.peers[j], RowsEnd())
+
+        loop = asyncio.get_running_loop()
+
+        def collect(k: int) -> list[ShardReport]:
+            offset = clocks[k].offset_s
+            while (message := receive(self.peers[k])) is not None:
+                if isinstance(message, Result):
+                    r = on_leader_clock(message.result, offset)
+                    loop.call_soon_threadsafe(on_result, r, start_unix + due_of.pop(r.request_id))
+                elif isinstance(message, Measured):
+                    return message.reports
+                elif isinstance(message, Failed):
+                    raise RuntimeError(f"runner pod shard {k}: {message.error}")
+                else:
+                    raise LinkRefused(f"runner pod shard {k} sent {type(message).__name__} while measuring")
+            raise RuntimeError(f"runner pod shard {k} left before its share was measured")
+
+        dealer = threading.Thread(target=deal, name="dayone-pod-deal", daemon=True)
+        dealer.start()
+        mine = run_streamed(base_url, iter(own.get, None), adapter, timeout_s, processes, on_result=on_result,
+                            keep_alive=keep_alive, access=access, start_mono=start_mono)
+        results = await asyncio.gather(mine, *(asyncio.to_thread(collect, k) for k in range(1, n)))
+        await asyncio.to_thread(dealer.join)
+        if dealt:
+            raise dealt[0]
+        run, per_pod = results[0], [results[0].reports, *results[1:]]
+        reports, first = [], 0
+        for k, pod_reports in enumerate(per_pod):
+            offset, uncertainty = (clocks[k].offset_s, clocks[k].uncertainty_s) if k else (0.0, 0.0)
+            for r in pod_reports:
+                reports.append(replace(r, shard=first + r.shard, offset_s=offset + r.offset_s,
+                                       uncertainty_s=uncertainty + r.uncertainty_s, pod=k, pods=n,
+                                       pod_cores=self.cores))
+            first += len(pod_reports)
+        return StreamedRun(run.sent + sum(r.requests or 0 for r in reports if r.pod), run.peak_in_flight,
+                           reports, run.priorities)
+
     def _ask_clock(self, k: int) -> float:
         send(self.peers[k], Ping())
         answer = receive(self.peers[k])
@@ -375,6 +499,9 @@ def _answer(link: SignedLink, group: str, shard: int) -> int:
             send(link, Clock(time.time()))
         elif isinstance(message, Bye):
             return 0
+        elif isinstance(message, StreamShare):
+            _measure_stream(link, message)
+            print(f"runner pod shard {shard} of {group}: replayed its share of a streamed round", flush=True)
         elif isinstance(message, Share):
             feed = Feed(_KeepOpen(link), FLUSH_EVERY_S, "dayone-pod-shard-feed",  # type: ignore[arg-type]
                         lambda m: link.frame(_encode(m)))
@@ -393,3 +520,32 @@ def _answer(link: SignedLink, group: str, shard: int) -> int:
         else:
             raise LinkRefused(f"{type(message).__name__} is not for a peer")
     return 1
+
+
+def _measure_stream(link: SignedLink, share: StreamShare) -> None:
+    """A peer's share of a streamed round: the rows read off the link as its client processes need them (on
+    run_streamed's feeding thread), the results back over it, then its processes' reports."""
+    feed = Feed(_KeepOpen(link), FLUSH_EVERY_S, "dayone-pod-shard-feed",  # type: ignore[arg-type]
+                lambda m: link.frame(_encode(m)))
+
+    def rows() -> Iterator[Due]:
+        while (message := receive(link)) is not None:
+            if isinstance(message, Rows):
+                yield from message.items
+            elif isinstance(message, RowsEnd):
+                return
+            else:
+                raise LinkRefused(f"{type(message).__name__} inside a streamed share")
+        raise RuntimeError("shard 0 left inside a streamed share")
+
+    try:
+        start_mono = time.monotonic() + (share.start_unix - time.time())
+        run = load_client.run_async(run_streamed(
+            share.base_url, rows(), adapter_for(share.dialect), share.timeout_s, share.processes,
+            on_result=lambda r, _due: feed.put(Result(r)), keep_alive=share.keep_alive,
+            access=share_access(share), start_mono=start_mono))
+        feed.put(Measured(run.reports))
+    except Exception as exc:  # shard 0 names it in the round's error
+        feed.put(Failed(repr(exc)))
+    finally:
+        feed.close()

@@ -11,6 +11,7 @@ Each shard's clock offset, CPU and wait for a core go to the `client_shards` tab
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import math
 import os
@@ -19,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, TYPE_CHECKING, Any
 
@@ -28,6 +29,7 @@ from tasks.engines.base import EngineAdapter
 from tasks.load import client as load_client
 from tasks.load.client import OnResult, RequestResult, RequestSpec
 from tasks.core.pipes import FLUSH_EVERY_S, FRAME, PickleFeed, read_frames, spawn_python
+from tasks.load.streamed import Due, replay as streamed_replay, timing_priority
 
 if TYPE_CHECKING:
     from tasks.config.load import LoadSettings
@@ -244,6 +246,7 @@ class _Job:
     concurrency: int | None  # closed loop
     ramp_s: float
     arrivals_s: list[float] | None  # open loop: seconds after the start
+    streamed: bool = False  # the requests follow the job down the pipe, each with its time (run_streamed)
 
 
 def split(count: int, shards: int) -> list[list[int]]:
@@ -376,22 +379,33 @@ def _shard_main() -> None:
             out.flush()
     if not isinstance(job, _Job):
         raise SystemExit(f"load shard: expected a ping or a job, got {type(job).__name__}")
+    # Before its threads start, so that each has it (one that held the GIL and waited for a core would hold up the
+    # loop): a streamed job is a trace's replay, whose sends wait for nothing but their time.
+    priority = timing_priority() if job.streamed else None
     feed = PickleFeed(out, FLUSH_EVERY_S, "dayone-shard-feed")
     try:
-        feed.put(load_client.run_async(_run_job(job, feed.put)))
+        usage = load_client.run_async(_run_job(job, feed.put, frames if job.streamed else None))
+        feed.put(usage if priority is None else {**usage, "priority": priority})
     finally:
         feed.close()
     if feed.error is not None:
         raise SystemExit(f"load shard: the results could not be handed back: {feed.error!r}")
 
 
-async def _run_job(job: _Job, on_result: OnResult) -> dict[str, float | None]:
-    """Run the job from the common start; the shard's wall time, CPU and wait for a core."""
+async def _run_job(job: _Job, on_result: OnResult, streamed: Iterator[Any] | None = None) -> dict[str, float | None]:
+    """Run the job from the common start; the shard's wall time, CPU and wait for a core. `streamed`: where a
+    streamed job's requests come from (batches of Due, then the end of the input)."""
+    schedule = None if streamed is None else _queue_streamed(streamed)
     async with load_client.new_session(job.keep_alive, job.access) as session:
         # The client's opening collection (client.timing_window) would run after the common start and delay this
         # shard's first sends (8-14 ms here): collected now, and what exists now frozen out of later ones.
         gc.collect()
         gc.freeze()
+        if schedule is not None:  # its replay waits for each request's own time, the first included, precisely
+            meter = UsageMeter()
+            _, peak = await streamed_replay(session, job.base_url, schedule, job.start_mono, job.adapter,
+                                            job.timeout_s, on_result)
+            return {**meter.stop(), "peak_in_flight": peak}
         delay = job.start_mono - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
@@ -404,3 +418,149 @@ async def _run_job(job: _Job, on_result: OnResult) -> dict[str, float | None]:
             await load_client.run_open_loop(session, job.base_url, job.specs, job.arrivals_s, job.adapter,
                                             job.timeout_s, on_result)
         return meter.stop()
+
+
+def _queue_streamed(frames: Iterator[Any]) -> asyncio.Queue[Due | None]:
+    """The streamed requests as the loop takes them: a thread reads the pipe (its reads release the GIL; an
+    unpickled batch is the requests' bytes copied) and queues each batch on the loop; None at the input's end."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[Due | None] = asyncio.Queue()
+
+    def read() -> None:
+        try:
+            for batch in frames:
+                if batch:
+                    loop.call_soon_threadsafe(_put_all, queue, batch)
+        finally:
+            loop.call_soon_threadsafe(queue.put_nowait, None)
+
+    threading.Thread(target=read, name="dayone-shard-schedule", daemon=True).start()
+    return queue
+
+
+def _put_all(queue: asyncio.Queue[Due | None], batch: list[Due]) -> None:
+    for item in batch:
+        queue.put_nowait(item)
+
+
+LEAD_S = 1.0  # a streamed schedule reaches its shards this far ahead of its times (memory: rate x this)
+STREAM_BATCH = 64  # requests per frame at most
+
+
+async def run_streamed(
+    base_url: str,
+    schedule: Iterable[Due],
+    adapter: EngineAdapter,
+    timeout_s: float,
+    shards: int,
+    *,
+    on_result: Callable[[RequestResult, float], object],
+    keep_alive: bool = True,
+    access: EndpointAccess | None = None,
+    start_mono: float | None = None,
+) -> StreamedRun:
+    """Open loop over a schedule too long to list (a request trace), over `shards` client processes: request i
+    goes to shard i mod n, each shard sends its own at their times on its own clock from the common start. This
+    process only reads the schedule (building each request: `schedule` is iterated on a thread of its own) and
+    hands each shard its requests LEAD_S ahead; the shards' loops wait, stamp and send, nothing else.
+    `on_result(result, due_ts)` takes each completed request with its due time, both on this process's clock
+    (a shard's send stamp less its measured offset). Returns what was sent, and each shard's report.
+    `start_mono`: the common start (time.monotonic()) when a caller set it; default shortly."""
+    items = iter(schedule)
+    head: list[Due] = []
+    for item in items if start_mono is None else ():  # what is due first is built before the start is set
+        head.append(item)
+        if item.offset_s > LEAD_S:
+            break
+    procs = [spawn_python("from tasks.load.shards import _shard_main; _shard_main()",
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE) for _ in range(max(1, shards))]
+    n = len(procs)
+    feeder: threading.Thread | None = None
+    fed: list[BaseException] = []
+    try:
+        clocks = [_ping(k, p) for k, p in enumerate(procs)]
+        start = time.monotonic() + START_MARGIN_S if start_mono is None else start_mono
+        start_wall = time.time() + (start - time.monotonic())
+        due_of: dict[str, float] = {}  # request id -> its offset, from when it is handed over to its answer
+        for proc in procs:
+            _send(proc.stdin, _Job(base_url, [], adapter, timeout_s, keep_alive, access, start, None, 0.0, None,
+                                   streamed=True))
+        loop = asyncio.get_running_loop()
+        offsets = {k: c.offset_s for k, c in enumerate(clocks)}
+        sent = [0] * n
+
+        def feed() -> None:
+            batches: list[list[Due]] = [[] for _ in procs]
+
+            def flush(k: int) -> None:
+                if batches[k]:
+                    _send(procs[k].stdin, batches[k])
+                    batches[k] = []
+
+            try:
+                for i, item in enumerate(_chain(head, items)):
+                    k = i % n
+                    ahead = start + item.offset_s - LEAD_S - time.monotonic()
+                    if ahead > 0:  # everything due within LEAD_S is with its shard; the rest waits here
+                        for j in range(n):
+                            flush(j)
+                        time.sleep(ahead)
+                    due_of[item.spec.request_id] = item.offset_s
+                    batches[k].append(item)
+                    sent[k] += 1
+                    if len(batches[k]) >= STREAM_BATCH:
+                        flush(k)
+                for j in range(n):
+                    flush(j)
+            except BaseException as exc:  # noqa: BLE001  (a bad row of the schedule: raised after the shards end)
+                fed.append(exc)
+            finally:
+                for proc in procs:
+                    with contextlib.suppress(OSError):
+                        proc.stdin.close()  # type: ignore[union-attr]
+
+        feeder = threading.Thread(target=feed, name="dayone-schedule-feed", daemon=True)
+        feeder.start()
+        usage: dict[int, dict[str, float | None]] = {}
+
+        def collect(k: int, proc: subprocess.Popen) -> int:
+            assert proc.stdout is not None
+            for obj in read_frames(proc.stdout):
+                if isinstance(obj, RequestResult):
+                    loop.call_soon_threadsafe(on_result, replace(obj, send_ts=obj.send_ts - offsets[k]),
+                                              start_wall + due_of.pop(obj.request_id))
+                elif isinstance(obj, dict):  # the shard's own usage, last
+                    peaks[k] = int(obj.pop("peak_in_flight", 0) or 0)
+                    priorities[k] = str(obj.pop("priority", "none"))
+                    usage[k] = obj
+            return proc.wait()
+
+        peaks: dict[int, int] = {}
+        priorities: dict[int, str] = {}
+        codes = await asyncio.gather(*(asyncio.to_thread(collect, k, p) for k, p in enumerate(procs)))
+        await asyncio.to_thread(feeder.join)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    failed = [k for k, code in enumerate(codes) if code != 0]
+    if failed:
+        raise RuntimeError(f"load shard(s) {failed} exited with {[codes[k] for k in failed]}")
+    if fed:
+        raise fed[0]
+    reports = [replace(c, requests=sent[c.shard], **usage.get(c.shard, {})) for c in clocks]
+    return StreamedRun(sum(sent), sum(peaks.values()), reports, sorted(set(priorities.values())))
+
+
+@dataclass(frozen=True)
+class StreamedRun:
+    sent: int
+    peak_in_flight: int  # the shards' own peaks summed: exact with one shard, at most that with several
+    reports: list[ShardReport]
+    priorities: list[str]  # what the shards' timing threads were granted (streamed.timing_priority)
+
+
+def _chain(head: list[Due], rest: Iterator[Due]) -> Iterator[Due]:
+    yield from head
+    yield from rest

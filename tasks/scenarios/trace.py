@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from tasks.engines.context import EngineContext
 from tasks.telemetry.engine_metrics import RoundWatch
 from tasks.telemetry.window import Window, hit_rate_over
-from tasks.load.client import RequestSpec, new_session, run_async
-from tasks.load.plan import COMPLETIONS_PATH, run_tag
+from tasks.config.traffic import BEHIND_FIX
+from tasks.load.client import RequestSpec, run_async
+from tasks.load.plan import COMPLETIONS_PATH, Shape, run_tag
 from tasks.load.progress import Progress
+from tasks.load import pod_shards
+from tasks.load.shards import ShardChoice, choose_shards, client_rows, run_streamed
+from tasks.load.streamed import Due
 from tasks.core.names import TRACE_SCENARIO
-from tasks.traffic.replay import Due, replay
 from tasks.traffic.trace_figures import ReplayFigures
 from tasks.traffic.trace_formats import TraceRow
 from tasks.traffic.trace_prompts import PromptEncoder, ReuseMeter, completion_payload
@@ -40,18 +44,47 @@ def run_trace(ectx: EngineContext, s3: Callable[[], Any] | None) -> dict[str, An
     t = cfg.scenarios.trace
     plan = check_trace(cfg, s3)  # the plan read it; read again here, where the runner's file or object is
     rate = plan["offered_rps"] or float(plan["rows"])
+    shape = Shape(plan["longest_input_tokens"], plan["longest_output_tokens"], rate_rps=rate)
+    # As an open-loop performance round's: its streams are its request count (what it may have in flight).
+    shards = TraceClients(choose_shards(cfg.load, shape, ectx.endpoint.base_url, plan["rows"]), plan["rows"])
+    log.info("%s %s: %d client process%s: %s", ectx.endpoint.engine, TRACE_SCENARIO, shards.processes,
+             "es" if shards.processes > 1 else "", shards.reason)
     progress = Progress(plan["rows"] * t.rounds, f"{ectx.endpoint.engine} {TRACE_SCENARIO}")
     rounds = []
     try:
         for n in range(1, t.rounds + 1):
-            rounds.append(run_async(_round(ectx, s3, n, rate, progress)))
+            rounds.append(run_async(_round(ectx, s3, n, rate, shards, progress)))
     finally:
         progress.close()
+    late = [r for r in rounds if r["behind"]]
     return {"engine": ectx.endpoint.engine, "scenario": TRACE_SCENARIO, "trace": plan, "rounds": rounds,
-            "behind": any(r["behind"] for r in rounds), "lateness_p99_max_s": t.lateness_p99_max_s}
+            "behind": bool(late), "lateness_p99_max_s": t.lateness_p99_max_s,
+            "client_processes": shards.processes, "client_processes_reason": shards.reason,
+            "left_out": [left_out_reason(r["round"], r["lateness_p99_s"], t.lateness_p99_max_s) for r in late]}
 
 
-async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate_rps: float,
+def left_out_reason(round_: int, lateness_p99_s: float, limit_s: float) -> str:
+    """Why a round the client fell behind in decides nothing, and what to change."""
+    return (f"round {round_}: lateness p99 {1e3 * lateness_p99_s:.1f} ms > {1e3 * limit_s:.1f} ms "
+            f"(scenarios.trace.lateness_p99_max_s): the client fell behind the trace, so the round is left out of "
+            f"the comparisons, the choice and the nightly. {BEHIND_FIX}")
+
+
+@dataclass(frozen=True)
+class TraceClients:
+    choice: ShardChoice  # client processes (load.client_processes), and why
+    streams: int  # the window's rows: what a round may have in flight
+
+    @property
+    def processes(self) -> int:
+        return self.choice.processes
+
+    @property
+    def reason(self) -> str:
+        return self.choice.reason
+
+
+async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate_rps: float, shards: TraceClients,
                  progress: Progress) -> dict[str, Any]:
     cfg, ep = ectx.config, ectx.endpoint
     t = cfg.scenarios.trace
@@ -64,6 +97,7 @@ async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate
     pending: dict[str, tuple[int, int]] = {}  # request id -> (line, expected cached tokens), while in flight
 
     def schedule(rows: Iterator[TraceRow]) -> Iterator[Due]:
+        """Each row's request, built on the feeding thread of run_streamed, never on a loop that times sends."""
         for row in rows:
             rid = f"{tag}-{row.line:08d}"
             pending[rid] = (row.line, reuse.observe(row))
@@ -84,11 +118,23 @@ async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate
             figures.add(row, lateness)
             progress.advance(r.status == "ok", tag)
 
+        pods = pod_shards.active()
+        pods_used = 1 if pods is None else pods.pods_for(shards.streams)
+        reason = shards.reason
         try:
-            async with new_session(ep.adapter.keeps_alive_after_stream, ep.access) as session:
-                with window_rows(cfg, s3) as rows:
-                    sent, peak_in_flight = await replay(session, ep.base_url, schedule(rows), ep.adapter,
-                                                        ep.request_timeout_s, on_result)
+            with window_rows(cfg, s3) as rows:
+                if pods is not None and pods_used > 1:  # runner pods measuring the step together
+                    per_pod = -(-shards.streams // pods_used)
+                    processes = max(1, min(pods.cores, -(-per_pod // cfg.load.streams_per_process)))
+                    reason = pods.reason(pods_used, shards.streams)
+                    run = await pods.measure_streamed(
+                        pods_used, ep.base_url, schedule(rows), ep.adapter, ep.request_timeout_s, processes,
+                        on_result=on_result, keep_alive=ep.adapter.keeps_alive_after_stream, access=ep.access,
+                        engine=ep.engine)
+                else:
+                    run = await run_streamed(ep.base_url, schedule(rows), ep.adapter, ep.request_timeout_s,
+                                             shards.processes, on_result=on_result,
+                                             keep_alive=ep.adapter.keeps_alive_after_stream, access=ep.access)
         finally:
             watch.stop_sampling()
     await asyncio.to_thread(watch.finish)
@@ -98,14 +144,18 @@ async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate
            "warmup": False, **figures.figures()}
     with ectx.run_dir.rows("rounds", ep.engine, partition=f"{TRACE_SCENARIO}-r{n}") as rounds_out:
         rounds_out.write(row)
+    round_keys = {**keys, "concurrency": None, "rate_rps": rate_rps, "input_tokens": None, "output_tokens": None,
+                  "warmup": False}
+    with ectx.run_dir.rows("client_shards", ep.engine, partition=f"{TRACE_SCENARIO}-r{n}") as shards_out:
+        for shard_row in client_rows(round_keys, run.reports, reason):
+            shards_out.write(shard_row)
     late = figures.lateness_figures()
     behind = late["lateness_p99_s"] is not None and late["lateness_p99_s"] > t.lateness_p99_max_s
     if behind:
-        log.warning("%s: the client fell behind the trace: send lateness p99 %.1f ms > %.1f ms "
-                    "(scenarios.trace.lateness_p99_max_s)", tag, 1e3 * late["lateness_p99_s"],
-                    1e3 * t.lateness_p99_max_s)
-    return {"round": n, "requests": sent, "status": row["status"], **late, "behind": behind,
-            "peak_in_flight": peak_in_flight,
+        log.warning("%s: %s", tag, left_out_reason(n, late["lateness_p99_s"], t.lateness_p99_max_s))
+    return {"round": n, "requests": run.sent, "status": row["status"], **late, "behind": behind,
+            "peak_in_flight": run.peak_in_flight, "client_processes": len(run.reports),
+            "client_priority": ", ".join(run.priorities) or None,
             "expected_reuse": reuse.share, "server_hit_rate": hit.rate, "server_queries_delta": hit.queries_delta,
             "server_hits_delta": hit.hits_delta, "hit_rate_unpublished": hit.unpublished
             or (None if ep.adapter.cache_counters else f"{ep.adapter.dialect} has no known prefix-cache counters"),

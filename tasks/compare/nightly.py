@@ -90,6 +90,11 @@ def _compare_with(cfg: RunConfig, engine: str, digest: str | None, current: Side
                         "measured -> missing", key[1])
                     continue
                 _failed_share_row(row, cfg, scenario, suffix, base, key, was_counts, now_count)
+            behind = [f"{whose} {why}" for whose, side in (("tonight's", current), (f"{base.run_id}'s", base))
+                      for why in side.left_out_of(scenario)]
+            if behind:  # the client fell behind the trace: those rounds are compared with nothing, and said so
+                row(scenario, "client_behind" + suffix, base, None, None, None, None, False,
+                    "left out: " + "; ".join(behind), key[1])
             if key not in base_rounds or key not in now_rounds:
                 continue
             alike = alike_rounds(base_rounds[key], now_rounds[key])

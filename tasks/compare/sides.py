@@ -17,7 +17,7 @@ from tasks.state import documents as run_documents
 from tasks.publish.archive import model_slug
 from tasks.config import RunConfig
 from tasks.compare.traffic import CONTENT_COVERS, LOAD_SCENARIOS, TRAFFIC_SETTINGS
-from tasks.core.names import CAPACITY_SCENARIO
+from tasks.core.names import CAPACITY_SCENARIO, TRACE_SCENARIO
 from tasks.scenarios.capacity import published as published_capacity
 from tasks.state.storage import RunDir
 
@@ -98,8 +98,10 @@ class Side:
     def __init__(self, run_id: str, rounds: pd.DataFrame, checks: pd.DataFrame, needles: pd.DataFrame,
                  cache_verdict: str | None, ttft_published: bool | None = None,
                  capacity: dict[str, Any] | None = None, quality: pd.DataFrame | None = None,
-                 loglik: pd.DataFrame | None = None):
+                 loglik: pd.DataFrame | None = None, left_out: dict[tuple[str, int], str] | None = None):
         self.run_id = run_id
+        # (scenario, round) -> why that round is compared with nothing: the client fell behind the trace
+        self.left_out = left_out or {}
         self.loglik = loglik if loglik is not None else pd.DataFrame()  # the fixed text's NLL by length, where scored
         self.quality = quality if quality is not None else pd.DataFrame()  # the quality step's verdicts, where it ran
         self.capacity = capacity  # the capacity search's published result (capacity.published), where it ran
@@ -131,10 +133,16 @@ class Side:
         left out, as the report's comparison leaves it out."""
         out: dict[Shape, list[dict[str, Any]]] = {}
         for key, rounds in self._by_shape().items():
-            ok = [r for r in rounds if r.get("status") == "ok" and not _true(r.get("first_encounter"))]
+            ok = [r for r in rounds if r.get("status") == "ok" and not _true(r.get("first_encounter"))
+                  and (key[0], _round_number(r)) not in self.left_out]
             if ok:
                 out[key] = ok
         return out
+
+    def left_out_of(self, scenario: str) -> list[str]:
+        """Why each of the scenario's rounds left out of every comparison is (a trace round the client fell
+        behind in), in round order."""
+        return [why for (s, _), why in sorted(self.left_out.items()) if s == scenario]
 
     def shape_rounds(self) -> dict[Shape, dict[str, list[float]]]:
         """(scenario, concurrency, rate) -> each headline metric's values over its steady rounds."""
@@ -215,6 +223,19 @@ def _present(value: Any) -> bool:
     return value is not None and value is not pd.NA and not (isinstance(value, float) and math.isnan(value))
 
 
+def _round_number(r: dict[str, Any]) -> int | None:
+    return int(r["round"]) if _present(r.get("round")) else None
+
+
+def trace_left_out(rounds: list[dict[str, Any]], limit_s: float | None) -> dict[tuple[str, int], str]:
+    """(trace, round) -> why: the trace's rounds whose send lateness p99 exceeded the run's limit (`behind`)."""
+    from tasks.scenarios.trace import left_out_reason
+
+    return {(TRACE_SCENARIO, int(r["round"])): left_out_reason(int(r["round"]), float(r["lateness_p99_s"]),
+                                                                float(limit_s or 0.0))
+            for r in rounds if r.get("behind") and r.get("lateness_p99_s") is not None}
+
+
 def _true(value: Any) -> bool:
     return _present(value) and bool(value)
 
@@ -254,9 +275,11 @@ def current_side(run_dir: RunDir, engine: str, cfg: RunConfig) -> Side:
     verdict = published_verdict(run_dir.read_json(run_documents.cache_verdict_doc(engine)) or {}, stream)
     searched = run_dir.read_json(run_documents.perf_summary_doc(engine, CAPACITY_SCENARIO))
     capacity = None if searched is None else published_capacity(searched, bool(stream["reliable"]), cfg.slo)
+    trace = run_dir.read_json(run_documents.perf_summary_doc(engine, TRACE_SCENARIO)) or {}
     return Side(run_dir.run_id, run_dir.frame("rounds", engine), run_dir.frame("checks", engine),
                 run_dir.frame("needles", engine), verdict.get("verdict"), bool(stream["reliable"]), capacity,
-                run_dir.frame("quality", engine), run_dir.frame("loglik", engine))
+                run_dir.frame("quality", engine), run_dir.frame("loglik", engine),
+                trace_left_out(trace.get("rounds") or [], trace.get("lateness_p99_max_s")))
 
 
 def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -> Side:
@@ -266,9 +289,12 @@ def archived_side(s3: Any, cfg: RunConfig, index: dict[str, Any], engine: str) -
     cache = None if mine is None or mine.prefix_cache is None else mine.prefix_cache.verdict
     published = None if mine is None else mine.ttft.reliable
     capacity = None if mine is None or mine.capacity is None else mine.capacity.model_dump(mode="json")
+    trace = None if mine is None or mine.trace is None else mine.trace
+    left_out = {} if trace is None else trace_left_out([r.model_dump(mode="json") for r in trace.rounds],
+                                                       trace.lateness_p99_max_s)
     return Side(index["run_id"], _read_table(s3, bucket, prefix, "rounds"), _read_table(s3, bucket, prefix, "checks"),
                 _read_table(s3, bucket, prefix, "needles"), cache, published, capacity,
-                _read_table(s3, bucket, prefix, "quality"), _read_table(s3, bucket, prefix, "loglik"))
+                _read_table(s3, bucket, prefix, "quality"), _read_table(s3, bucket, prefix, "loglik"), left_out)
 
 
 def archived_manifest(s3: Any, bucket: str, prefix: str) -> dict[str, Any] | None:

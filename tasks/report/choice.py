@@ -227,6 +227,10 @@ def measurement_caveats(e: EngineSummary) -> list[str]:
                 found.append(f"first-encounter tail {tail / median:.1f}x at {scenario} {level.label}")
             found += [f"{scenario} {level.label} {fig} spread over rounds" for fig, f in level.figures.items()
                       if f.spread and fig in ("output_tps", "ttft_p95_s", "e2e_p95_s", "tpot_p50_s")]
+    if e.trace is not None:  # out of the comparisons already (the trace's level holds none of them): said here
+        found += [f"trace round {r.round} left out, the client fell behind (lateness p99 "
+                  f"{1e3 * (r.lateness_p99_s or 0.0):.1f} ms > {1e3 * e.trace.lateness_p99_max_s:.1f} ms)"
+                  for r in e.trace.rounds if r.behind]
     return found
 
 

@@ -222,12 +222,16 @@ def _trace(run_dir: RunDir, engine: str, cfg: RunConfig, ttft_published: bool,
     doc = run_dir.read_json(run_documents.perf_summary_doc(engine, "trace"))
     if doc is None:
         return None
-    keep = {k: doc[k] for k in ("trace", "rounds", "behind", "lateness_p99_max_s", "engine_restarted") if k in doc}
+    keep = {k: doc[k] for k in ("trace", "rounds", "behind", "lateness_p99_max_s", "engine_restarted",
+                                "client_processes", "client_processes_reason", "left_out") if k in doc}
     if not ttft_published:
         keep["rounds"] = [{**r, "ttft_p50_s": None, "ttft_p99_s": None} for r in keep["rounds"]]
         keep["ttft_withheld"] = ttft_reason or "this engine's TTFT is not published"
-    rounds = sorted((r for r in run_dir.read_rows("rounds", engine) if r.get("scenario") == "trace"),
-                    key=lambda r: r.get("round") or 0)
+    # A round the client fell behind in sent other traffic than the trace's: out of the level, so out of every
+    # comparison and the choice (its figures stay in the trace's own table, the reason beside them).
+    late = {r.get("round") for r in keep.get("rounds", []) if r.get("behind")}
+    rounds = sorted((r for r in run_dir.read_rows("rounds", engine) if r.get("scenario") == "trace"
+                     and r.get("round") not in late), key=lambda r: r.get("round") or 0)
     level = _level((None, rounds[0].get("rate_rps")), rounds, ttft_published, [], cfg.slo) if rounds else None
     return TraceReplay.model_validate({**keep, "level": level})
 

@@ -3,6 +3,8 @@ to the trace's schedule and how much of its prompts the trace reused against wha
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from tasks.report.schema.base import Doc
 from tasks.report.schema.perf import PerfLevel
 
@@ -31,6 +33,9 @@ class TraceRound(Doc):
     lateness_max_s: float | None
     behind: bool  # lateness p99 above scenarios.trace.lateness_p99_max_s: the client could not keep up
     peak_in_flight: int  # the most requests in flight at once (open loop: what arrived and had not finished)
+    client_processes: int | None = None  # the client processes that sent it (load.client_processes)
+    # what their timing threads were granted: realtime, short slice or none (tasks/load/streamed.py timing_priority)
+    client_priority: str | None = None
     expected_reuse: float | None
     server_hit_rate: float | None  # the engine's prefix-cache counters over the round (deltas)
     server_queries_delta: float | None
@@ -48,6 +53,12 @@ class TraceReplay(Doc):
     rounds: list[TraceRound]
     behind: bool
     lateness_p99_max_s: float
+    # Why each round the client fell behind in is left out of the level (so of the comparisons, the choice and the
+    # nightly), naming what to change: tasks/scenarios/trace.py left_out_reason.
+    left_out: list[str] = Field(default_factory=list)
+    client_processes: int | None = None  # client processes per round (load.client_processes), and why
+    client_processes_reason: str | None = None
     engine_restarted: bool = False
     ttft_withheld: str | None = None  # why TTFT is not shown (the engine's TTFT verdict)
-    level: PerfLevel | None = None  # the rounds' figures (rounds table) as for a performance level: compared
+    level: PerfLevel | None = None  # the rounds' figures (rounds table) as for a performance level: compared;
+    # the rounds of `left_out` are not in it

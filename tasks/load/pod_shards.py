@@ -43,6 +43,9 @@ POD_IP_ENV = "DAYONE_POD_IP"  # the downward API's status.podIP: where peers rea
 # From the hand-over to the common start: a pod's share may first start its own client processes
 # (Python and its imports, 0.1-1 s) and ping them.
 POD_START_MARGIN_S = 1.5
+# A streamed round's start, once every pod's processes are up (they say so): the link's round trip and the rows
+# due first dealt, with room.
+STREAM_START_MARGIN_S = 0.3
 JOIN_POLL_S = 0.2
 
 
@@ -116,8 +119,15 @@ class StreamShare(msgspec.Struct, tag=True):
     keyed: bool
     ca_bundle: str | None
     verify: bool
-    start_unix: float  # the common start, in the receiving pod's own time.time()
     processes: int
+
+
+class Ready(msgspec.Struct, tag=True):
+    """A peer's client processes are up and their clocks read: the common start may be set."""
+
+
+class Start(msgspec.Struct, tag=True):
+    start_unix: float  # the common start, in the receiving pod's own time.time()
 
 
 class Rows(msgspec.Struct, tag=True):
@@ -140,7 +150,7 @@ class Failed(msgspec.Struct, tag=True):
     error: str
 
 
-Message = Ping | Clock | Bye | Share | StreamShare | Rows | RowsEnd | Result | Measured | Failed
+Message = Ping | Clock | Bye | Share | StreamShare | Ready | Start | Rows | RowsEnd | Result | Measured | Failed
 _encode = msgspec.msgpack.Encoder().encode
 _decoder = msgspec.msgpack.Decoder(Message)
 
@@ -340,14 +350,28 @@ class PodShards:
         shards.run_streamed, a peer's send times put on this pod's clock. Reports per client process as measure's."""
         n = pods
         clocks = {k: await asyncio.to_thread(clock_offset, k, lambda k=k: self._ask_clock(k)) for k in range(1, n)}
-        start_mono = time.monotonic() + POD_START_MARGIN_S
-        start_unix = time.time() + (start_mono - time.monotonic())
         keyed = access is not None and access.api_key is not None
-        for k in range(1, n):  # the start in the peer's clock: ours plus its offset
+        for k in range(1, n):
             await asyncio.to_thread(send, self.peers[k], StreamShare(
                 base_url, adapter.dialect, timeout_s, keep_alive, engine, keyed,
-                None if access is None else access.ca_bundle, access is None or access.verify,
-                start_unix + clocks[k].offset_s, processes))
+                None if access is None else access.ca_bundle, access is None or access.verify, processes))
+        started = threading.Event()
+        start: list[float] = []  # the common start, time.monotonic() and time.time(), once every pod is up
+
+        def agree() -> float:
+            """Once this pod's processes are up: every peer's too, then the start, in each peer's own clock."""
+            try:
+                for k in range(1, n):
+                    if not isinstance(answer := receive(self.peers[k]), Ready):
+                        raise RuntimeError(f"runner pod shard {k} answered its share with {type(answer).__name__}")
+                start_mono = time.monotonic() + STREAM_START_MARGIN_S
+                start.extend((start_mono, time.time() + (start_mono - time.monotonic())))
+                for k in range(1, n):  # ours plus its offset
+                    send(self.peers[k], Start(start[1] + clocks[k].offset_s))
+            finally:
+                started.set()  # also when it failed: the dealer and collectors then end
+            return start_mono
+
         own: queue.Queue[Due | None] = queue.Queue()
         due_of: dict[str, float] = {}  # a peer's request id -> its offset, until its answer
         dealt: list[BaseException] = []
@@ -362,9 +386,12 @@ class PodShards:
                     batches[k] = []
 
             try:
+                started.wait()  # the start set, a peer's rows follow it on its link
+                if not start:
+                    raise RuntimeError("the runner pods never agreed on a start")
                 for i, item in enumerate(schedule):
                     k = i % n
-                    ahead = start_mono + item.offset_s - LEAD_S - time.monotonic()
+                    ahead = start[0] + item.offset_s - LEAD_S - time.monotonic()
                     if ahead > 0:
                         for j in batches:
                             flush(j)
@@ -374,7 +401,8 @@ class PodShards:
                         continue
                     due_of[item.spec.request_id] = item.offset_s
                     batches[k].append(item)
-                    if len(batches[k]) >= STREAM_BATCH:
+                    soon = start[0] + batches[k][0].offset_s - time.monotonic() < LEAD_S / 2
+                    if len(batches[k]) >= STREAM_BATCH or soon:
                         flush(k)
                 for j in batches:
                     flush(j)
@@ -390,10 +418,13 @@ class PodShards:
 
         def collect(k: int) -> list[ShardReport]:
             offset = clocks[k].offset_s
+            started.wait()  # the peer's Ready was read by agree(); what follows is its results
+            if not start:
+                return []
             while (message := receive(self.peers[k])) is not None:
                 if isinstance(message, Result):
                     r = on_leader_clock(message.result, offset)
-                    loop.call_soon_threadsafe(on_result, r, start_unix + due_of.pop(r.request_id))
+                    loop.call_soon_threadsafe(on_result, r, start[1] + due_of.pop(r.request_id))
                 elif isinstance(message, Measured):
                     return message.reports
                 elif isinstance(message, Failed):
@@ -405,7 +436,7 @@ class PodShards:
         dealer = threading.Thread(target=deal, name="dayone-pod-deal", daemon=True)
         dealer.start()
         mine = run_streamed(base_url, iter(own.get, None), adapter, timeout_s, processes, on_result=on_result,
-                            keep_alive=keep_alive, access=access, start_mono=start_mono)
+                            keep_alive=keep_alive, access=access, start_mono=agree)
         results = await asyncio.gather(mine, *(asyncio.to_thread(collect, k) for k in range(1, n)))
         await asyncio.to_thread(dealer.join)
         if dealt:
@@ -538,12 +569,18 @@ def _measure_stream(link: SignedLink, share: StreamShare) -> None:
                 raise LinkRefused(f"{type(message).__name__} inside a streamed share")
         raise RuntimeError("shard 0 left inside a streamed share")
 
+    def agree() -> float:
+        """This pod's processes are up: say so, and take the common start shard 0 sets."""
+        send(link, Ready())
+        if not isinstance(start := receive(link), Start):
+            raise LinkRefused(f"{type(start).__name__} where the start was due")
+        return time.monotonic() + (start.start_unix - time.time())
+
     try:
-        start_mono = time.monotonic() + (share.start_unix - time.time())
         run = load_client.run_async(run_streamed(
             share.base_url, rows(), adapter_for(share.dialect), share.timeout_s, share.processes,
             on_result=lambda r, _due: feed.put(Result(r)), keep_alive=share.keep_alive,
-            access=share_access(share), start_mono=start_mono))
+            access=share_access(share), start_mono=agree))
         feed.put(Measured(run.reports))
     except Exception as exc:  # shard 0 names it in the round's error
         feed.put(Failed(repr(exc)))

@@ -444,7 +444,9 @@ def _put_all(queue: asyncio.Queue[Due | None], batch: list[Due]) -> None:
 
 
 LEAD_S = 1.0  # a streamed schedule reaches its shards this far ahead of its times (memory: rate x this)
-STREAM_BATCH = 64  # requests per frame at most
+# Requests per frame at most; a frame whose first request is due within LEAD_S / 2 goes at once (where the
+# schedule itself arrives late, from runner pod 0, or at the start).
+STREAM_BATCH = 64
 
 
 async def run_streamed(
@@ -457,7 +459,7 @@ async def run_streamed(
     on_result: Callable[[RequestResult, float], object],
     keep_alive: bool = True,
     access: EndpointAccess | None = None,
-    start_mono: float | None = None,
+    start_mono: float | Callable[[], float] | None = None,
 ) -> StreamedRun:
     """Open loop over a schedule too long to list (a request trace), over `shards` client processes: request i
     goes to shard i mod n, each shard sends its own at their times on its own clock from the common start. This
@@ -465,7 +467,8 @@ async def run_streamed(
     hands each shard its requests LEAD_S ahead; the shards' loops wait, stamp and send, nothing else.
     `on_result(result, due_ts)` takes each completed request with its due time, both on this process's clock
     (a shard's send stamp less its measured offset). Returns what was sent, and each shard's report.
-    `start_mono`: the common start (time.monotonic()) when a caller set it; default shortly."""
+    `start_mono`: the common start (time.monotonic()) when a caller set it, or what sets it once this process's
+    shards are up and their clocks read (runner pods agreeing on one start); default shortly."""
     items = iter(schedule)
     head: list[Due] = []
     for item in items if start_mono is None else ():  # what is due first is built before the start is set
@@ -479,7 +482,10 @@ async def run_streamed(
     fed: list[BaseException] = []
     try:
         clocks = [_ping(k, p) for k, p in enumerate(procs)]
-        start = time.monotonic() + START_MARGIN_S if start_mono is None else start_mono
+        if start_mono is None:
+            start = time.monotonic() + START_MARGIN_S
+        else:
+            start = start_mono() if callable(start_mono) else start_mono
         start_wall = time.time() + (start - time.monotonic())
         due_of: dict[str, float] = {}  # request id -> its offset, from when it is handed over to its answer
         for proc in procs:
@@ -488,6 +494,9 @@ async def run_streamed(
         loop = asyncio.get_running_loop()
         offsets = {k: c.offset_s for k, c in enumerate(clocks)}
         sent = [0] * n
+
+        def due_soon(item: Due) -> bool:
+            return start + item.offset_s - time.monotonic() < LEAD_S / 2
 
         def feed() -> None:
             batches: list[list[Due]] = [[] for _ in procs]
@@ -508,7 +517,7 @@ async def run_streamed(
                     due_of[item.spec.request_id] = item.offset_s
                     batches[k].append(item)
                     sent[k] += 1
-                    if len(batches[k]) >= STREAM_BATCH:
+                    if len(batches[k]) >= STREAM_BATCH or due_soon(batches[k][0]):
                         flush(k)
                 for j in range(n):
                     flush(j)

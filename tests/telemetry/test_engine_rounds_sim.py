@@ -8,7 +8,11 @@ import httpx
 import pytest
 
 from engine_rounds_helpers import context, engine_row, one_round
+from tasks.config import parse_run_config
+from tasks.engines.context import EngineContext, endpoint_for
 from tasks.load.plan import Shape
+from tasks.scenarios.shared_prefix import run_shared_prefix
+from tasks.state.storage import RunDir
 from tasks.telemetry.engine_metrics import RoundWatch
 
 SHAPE = Shape(input_tokens=128, output_tokens=32, concurrency=4)
@@ -143,3 +147,20 @@ def test_gaps_are_not_published_where_the_engine_timed_other_requests_in_the_win
         "other traffic reached the engine, its histograms are not the client's requests")
     # The round's own window holds only its requests.
     assert engine_row(ctx)["timing_gap_unpublished"] is None
+
+
+def test_every_shared_prefix_round_has_the_client_against_the_server(sims, tmp_path):
+    # A traffic scenario's rounds go through the same RoundWatch as a performance round's: each has its row.
+    sim = sims("vllm", BASE)
+    settings = {"enabled": True, "groups": 2, "prefix_tokens": 64, "suffix_tokens": 16, "requests_per_group": 2,
+                "output_tokens": 8, "concurrency": [2], "rounds": 2}
+    cfg = parse_run_config({"run_id": "engine-metrics", "engines": [{"name": "eng", "dialect": "vllm"}],
+                            "scenarios": {"shared_prefix": settings, "warmup": False}})
+    ctx = EngineContext(cfg, endpoint_for(cfg, "eng", sim.url, "sha256:" + "0" * 64), RunDir("engine-metrics",
+                                                                                              root=tmp_path))
+    run_shared_prefix(ctx)
+    rows = [r for r in ctx.run_dir.read_rows("engine_rounds", "eng") if r["scenario"] == "shared_prefix"]
+    assert sorted(r["round"] for r in rows) == [1, 2]
+    for r in rows:
+        assert r["server_requests"] == 4 and r["timing_gap_unpublished"] is None, r
+        assert r["ttft_gap_s"] is not None and abs(r["itl_gap_s"]) < 0.002, r

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
+import statistics
 import threading
 import time
 from typing import Any
@@ -114,8 +115,8 @@ def test_a_client_that_fell_behind_does_not_drop_its_engine_in_the_choice(run_ro
     assert [r.behind for r in stalled.rounds] == [False, True, True, True], [r.lateness_p99_s for r in stalled.rounds]
     assert all(r.lateness_p99_s > LATENESS_MAX_S for r in stalled.rounds[1:])
     # Its late rounds sent the trace's arrivals a second and a half late: a round that long has less output/s.
-    kept_tps = [r.output_tps for r in summary.engines["kept"].trace.rounds[1:]]
-    assert max(r.output_tps for r in stalled.rounds[1:]) < 0.8 * min(kept_tps), (stalled.rounds, kept_tps)
+    kept_tps = statistics.median(r.output_tps for r in summary.engines["kept"].trace.rounds[1:])
+    assert max(r.output_tps for r in stalled.rounds[1:]) < 0.8 * kept_tps, (stalled.rounds, kept_tps)
     assert stalled.level is not None and stalled.level.rounds == [1]  # the late rounds are out of its level
     assert not any(c.scenario == "trace" and c.verdict in ("better", "worse") for c in summary.comparisons)
     choices = choose(summary, cfg.choice.orders())

@@ -117,10 +117,10 @@ def test_a_client_that_fell_behind_does_not_drop_its_engine_in_the_choice(run_ro
     # Its late rounds sent the trace's arrivals a second and a half late: a round that long has less output/s.
     kept_tps = statistics.median(r.output_tps for r in summary.engines["kept"].trace.rounds[1:])
     assert max(r.output_tps for r in stalled.rounds[1:]) < 0.8 * kept_tps, (stalled.rounds, kept_tps)
-    assert stalled.level is not None and stalled.level.rounds == [1]  # the late rounds are out of its level
-    assert not any(c.scenario == "trace" and c.verdict in ("better", "worse") for c in summary.comparisons)
     choices = choose(summary, cfg.choice.orders())
     assert [c.picked for c in choices] == [["stalled", "kept"], ["stalled", "kept"]], choices
+    assert stalled.level is not None and stalled.level.rounds == [1]  # the late rounds are out of its level
+    assert not any(c.scenario == "trace" and c.verdict in ("better", "worse") for c in summary.comparisons)
     shown = [r.text for r in choices[0].reasons if r.engine == "stalled"]
     assert any("trace round 2 left out, the client fell behind" in t for t in shown), shown
     assert len(stalled.left_out) == 3 and stalled.left_out[0].startswith("round 2: lateness p99 ")

@@ -22,6 +22,7 @@ import datetime as dt
 import logging
 import re
 import statistics
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -45,13 +46,33 @@ def keep_engine_log(ctx: Any, engine: str) -> dict[str, Any]:
         dep = ctx.deployment(engine)
         if dep.handle.get("dry_run"):
             return {"kept": False, "why": "dry run"}
-        text = ctx.target.startup_log(dep)
+        text = _with_a_last_memory_reading(ctx, dep, ctx.target.startup_log(dep))
     except Exception as exc:  # noqa: BLE001  (a log that cannot be read must not keep the engine up)
         log.warning("engine %s: its log could not be kept: %s", engine, exc)
         return {"kept": False, "why": scrub_text(str(exc))[:300]}
     body = scrub_text(text).encode("utf-8")
     ctx.run_dir.write_bytes(kept_log_doc(engine), body)
     return {"kept": True, "bytes": len(body)}
+
+
+def _with_a_last_memory_reading(ctx: Any, dep: Any, text: str) -> str:
+    """The log once its pod's memory loop (tasks/telemetry/hardware.py) printed a reading after teardown began,
+    so the last load step has its "after" reading (memory per card); waits at most two of the loop's periods,
+    and not at all where the log carries no reading (no loop, no nvidia-smi, a local engine)."""
+    from tasks.telemetry.hardware import memory_readings
+
+    interval = ctx.config.kubernetes.gpu_memory_interval_s if ctx.config.target == "kubernetes" else None
+    readings = memory_readings(text)[0] if interval else []
+    if not readings:
+        return text
+    # the loop's period as it ran: the setting plus each nvidia-smi call's own time
+    period = max([float(interval)] + [b[0] - a[0] for a, b in zip(readings[-4:], readings[-3:])])
+    began = time.time()
+    deadline = time.monotonic() + 2.0 * period + 1.0
+    while memory_readings(text)[0][-1][0] < began and time.monotonic() < deadline:
+        time.sleep(min(1.0, float(interval) / 2.0))
+        text = ctx.target.startup_log(dep) or text
+    return text
 
 
 def log_time(line: str, year: int) -> tuple[float, float] | None:

@@ -419,22 +419,24 @@ def memory_per_card(rows: Iterable[Mapping[str, Any]], weights_mib: float | None
         for uuid, (used, total) in sorted(cards.items())]} for when, cards in points]
 
 
-def memory_rows_from_readings(readings: list[tuple[float, Mapping[str, list[float]]]],
+def memory_rows_from_readings(readings: list[tuple[float, float, Mapping[str, list[float]]]],
                               rounds: Iterable[Mapping[str, Any]], max_age_s: float) -> list[dict[str, Any]]:
     """Rows in telemetry_rounds' shape for memory_per_card from timed readings of memory per card (nvidia-smi in
-    the engine's pod: hardware.memory_readings): for each round ({scenario, warmup, started_ts, ended_ts}) the
-    last reading at or before its start and the first at or after its end, each within `max_age_s` of it (a
-    reading further off, from before a relaunch or after a gap in the log, is none)."""
-    times = [t for t, _ in readings]
+    the engine's pod: hardware.memory_readings, each (time before the call, time after it, cards)): for each round
+    ({scenario, warmup, started_ts, ended_ts}) the last reading whose call ended at or before its start and the
+    first whose call began at or after its end, so neither can hold a value of the round itself; each within
+    `max_age_s` of the round (a reading further off, from before a relaunch or after a hole in the log, is none)."""
+    ends = [end for _, end, _ in readings]
+    starts = [start for start, _, _ in readings]
     out = []
     for r in rounds:
         start, end = float(r["started_ts"]), float(r["ended_ts"])
-        i, j = bisect.bisect_right(times, start) - 1, bisect.bisect_left(times, end)
-        before = readings[i] if i >= 0 and start - times[i] <= max_age_s else None
-        after = readings[j] if j < len(times) and times[j] - end <= max_age_s else None
+        i, j = bisect.bisect_right(ends, start) - 1, bisect.bisect_left(starts, end)
+        before = readings[i][2] if i >= 0 and start - ends[i] <= max_age_s else None
+        after = readings[j][2] if j < len(starts) and starts[j] - end <= max_age_s else None
         out.append({"scenario": r["scenario"], "warmup": bool(r.get("warmup")), "started_ts": start, "ended_ts": end,
-                    "memory_cards": {"before": None if before is None else dict(before[1]),
-                                     "after": None if after is None else dict(after[1])}})
+                    "memory_cards": {"before": None if before is None else dict(before),
+                                     "after": None if after is None else dict(after)}})
     return out
 
 

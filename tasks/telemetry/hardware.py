@@ -35,8 +35,10 @@ GPU_REPORT_SCRIPT = (  # the one-time report; gpu_report_script adds the memory 
 # failing nvidia-smi stops the engine: one line says so and the loop ends.
 GPU_MEMORY_MARKER = "dayone-gpu-memory:"
 GPU_MEMORY_QUERY = "index,uuid,memory.used,memory.total"
-GPU_MEMORY_ROW = re.compile(r"^(?P<ts>\d+(?:\.\d+)?)\S*\s+(?P<index>\d+), (?P<uuid>GPU-[0-9a-fA-F-]+), "
-                            r"(?P<used>\d+(?:\.\d+)?), (?P<total>\d+(?:\.\d+)?)\s*$")
+# "<unix time before the call> <unix time after it> <index>, <uuid>, <used MiB>, <total MiB>" (date's %N where the
+# image's date has it; a time after the second may be absent: the call took no time worth stating)
+GPU_MEMORY_ROW = re.compile(r"^(?P<ts>\d+(?:\.\d+)?)\S*\s+(?:(?P<ts_end>\d+(?:\.\d+)?)\S*\s+)?(?P<index>\d+), "
+                            r"(?P<uuid>GPU-[0-9a-fA-F-]+), (?P<used>\d+(?:\.\d+)?), (?P<total>\d+(?:\.\d+)?)\s*$")
 
 
 def gpu_report_script(memory_interval_s: float | None) -> str:
@@ -55,17 +57,18 @@ def gpu_report_script(memory_interval_s: float | None) -> str:
         f"if ! rows=$(nvidia-smi --query-gpu={GPU_MEMORY_QUERY} --format=csv,noheader,nounits 2>&1); then "
         f'printf "%s\\n" "$rows" | head -n 3 | sed "s/^/{m} nvidia-smi failed, memory per card no longer read: /"; '
         "break; fi; "
-        f'printf "%s\\n" "$rows" | sed "s/^/{m} $now /"; '
+        f'done_at=$(date +%s.%N); printf "%s\\n" "$rows" | sed "s/^/{m} $now $done_at /"; '
         f"n=0; while [ $n -lt {steps} ] && alive; do sleep {step:g}; n=$((n + 1)); done; done ) & "
         f'else echo "{m} no nvidia-smi in the container: memory per card is not read"; fi; '
     )
     return GPU_REPORT_SCRIPT.removesuffix('exec "$@"') + loop + 'exec "$@"'
 
 
-def memory_readings(text: str) -> tuple[list[tuple[float, dict[str, list[float]]]], list[str]]:
-    """The memory loop's readings in a container log, in time order: (Unix time, {GPU UUID: [used MiB, total MiB]});
-    and its notes (no nvidia-smi, a failure). A card nvidia-smi answers [N/A] for (MIG) is left out."""
-    stamped: dict[float, dict[str, list[float]]] = {}
+def memory_readings(text: str) -> tuple[list[tuple[float, float, dict[str, list[float]]]], list[str]]:
+    """The memory loop's readings in a container log, in time order: (Unix time before nvidia-smi's call, after it,
+    {GPU UUID: [used MiB, total MiB]}); and its notes (no nvidia-smi, a failure). A card nvidia-smi answers [N/A]
+    for (MIG) is left out. The values were taken somewhere between the two times."""
+    stamped: dict[tuple[float, float], dict[str, list[float]]] = {}
     notes: list[str] = []
     for line in text.splitlines():
         if GPU_MEMORY_MARKER not in line:
@@ -73,10 +76,11 @@ def memory_readings(text: str) -> tuple[list[tuple[float, dict[str, list[float]]
         body = line.split(GPU_MEMORY_MARKER, 1)[1].strip()
         m = GPU_MEMORY_ROW.match(body)
         if m:
-            stamped.setdefault(float(m["ts"]), {})[m["uuid"]] = [float(m["used"]), float(m["total"])]
+            span = (float(m["ts"]), float(m["ts_end"] or m["ts"]))
+            stamped.setdefault(span, {})[m["uuid"]] = [float(m["used"]), float(m["total"])]
         elif not re.match(r"^\d+(?:\.\d+)?\S*\s", body) and body not in notes:
             notes.append(body)
-    return sorted(stamped.items()), notes
+    return [(start, end, cards) for (start, end), cards in sorted(stamped.items())], notes
 
 
 GPU_ROW = re.compile(r"^(?P<uuid>GPU-[0-9a-fA-F-]+), (?P<name>[^,]+), (?P<mib>\d+), (?P<driver>[\w.]+)$")

@@ -217,11 +217,12 @@ def test_the_pod_prints_memory_per_card_every_period_while_the_engine_runs_and_s
     readings, notes = hardware.memory_readings(printed)
     assert notes == []
     # a reading every 0.5 s of the engine's 2 s (plus each call's own time): each stamped by the pod's clock
+    # before and after its call
     assert 3 <= len(readings) <= 6, readings
-    stamps = [t for t, _ in readings]
+    stamps = [t for start, end, _ in readings for t in (start, end)]
     assert stamps == sorted(stamps) and before <= stamps[0] and stamps[-1] <= before + took
-    assert all(0.4 <= b - a <= 1.5 for a, b in zip(stamps, stamps[1:])), stamps
-    for n, (_, cards) in enumerate(readings):  # the n-th call's values, per GPU UUID
+    assert all(0.4 <= b[0] - a[0] <= 1.5 for a, b in zip(readings, readings[1:])), readings
+    for n, (_, _, cards) in enumerate(readings):  # the n-th call's values, per GPU UUID
         assert cards == {UUIDS[0]: [70000.0 + n, 97871.0], UUIDS[1]: [60000.0 + n, 97871.0]}
     # the loop ends with the engine: the container's output closes at most a second after the engine's end
     assert took < ENGINE_S + 1.5, took

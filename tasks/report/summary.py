@@ -464,23 +464,32 @@ def _memory_per_card(run_dir: RunDir, engine: str, spec: EngineSpec) -> MemoryPe
     if not any((r["memory_cards"] if isinstance(r["memory_cards"], dict) else json.loads(r["memory_cards"])).get(k)
                for r in rows for k in ("before", "after")):
         kept = run_dir.read_bytes(run_documents.kept_log_doc(engine))
-        readings, _ = memory_readings(kept.decode("utf-8", "replace") if kept else "")
-        if len(readings) < 2:
-            return None
-        cadence = median(b[0] - a[0] for a, b in zip(readings, readings[1:]))
-        spans = round_spans(run_dir.read_rows("requests", engine) + run_dir.read_rows("trace_requests", engine),
-                            run_dir.read_rows("rounds", engine))
-        # a reading is a round's when it falls within two of the loop's periods of the round's start or end
-        rows = memory_rows_from_readings(readings, spans, max_age_s=2.0 * cadence)
-        source = f"nvidia-smi in the engine's pod, every {cadence:.0f} s (its log's readings nearest each round)"
+        readings, notes = memory_readings(kept.decode("utf-8", "replace") if kept else "")
+        if not readings and not notes:
+            return None  # no DCGM and no memory loop in the engine's log (a local engine, an older pod)
+        source = "nvidia-smi in the engine's pod"
+        rows = []
+        if len(readings) >= 2:
+            cadence = median(b[0] - a[0] for a, b in zip(readings, readings[1:]))
+            spans = round_spans(run_dir.read_rows("requests", engine) + run_dir.read_rows("trace_requests", engine),
+                                run_dir.read_rows("rounds", engine))
+            # a reading is a round's when it falls within two of the loop's periods of the round's start or end
+            rows = memory_rows_from_readings(readings, spans, max_age_s=2.0 * cadence)
+            source += f", every {round(cadence, 1):g} s (its log's readings nearest each round)"
     points = memory_per_card(rows, share["weights_gib"], share["kv_cache_gib"], pool)
+    not_read = None
     if not points:
-        return None
+        if source.startswith("the DCGM"):
+            return None
+        # the pod's loop ran, or said why it could not: the section says why there is no figure
+        not_read = ("; ".join(notes) if not readings else
+                    f"none of the pod's {len(readings)} readings fell within two of its periods of a round's start "
+                    "or end (the node's clock and the worker's may disagree, or the log was cut)")
     basis = ("the first tensor-parallel rank's own lines (each rank logs its share)" if adapter.startup_memory_per_card
              else f"the log's figures / {spec.tp} (tensor parallel)")
     return MemoryPerCard(tensor_parallel=spec.tp, share_basis=basis, weights_per_card_mib=share["weights_gib"],
                          kv_cache_per_card_mib=share["kv_cache_gib"], state_pool_per_card_mib=pool, source=source,
-                         points=[MemoryPoint.model_validate(p) for p in points])
+                         not_read=not_read, points=[MemoryPoint.model_validate(p) for p in points])
 
 
 def _kv_capacity(run_dir: RunDir, engine: str) -> KvCapacity | None:

@@ -201,3 +201,33 @@ def test_memory_from_the_pods_log_sets_the_state_pool_apart_and_leaves_a_point_w
     other = 71500.0 - (38.55 + 19.98 + 0.09 + 6.46) * 1024  # used - (weights + KV + state pool), one rank's own
     assert memory.points[1].cards[0].other_mib == pytest.approx(other)
     assert memory.points[1].cards[0].headroom_mib == 81559.0 - 71500.0
+
+
+def test_a_pod_that_could_not_read_its_memory_or_whose_clock_is_off_says_so_instead_of_a_figure(tmp_path):
+    from tasks.report.html import _environment
+    from tasks.report.summary import _memory_per_card
+    from tasks.state.documents import kept_log_doc
+    from tasks.state.storage import RunDir
+    from tasks.telemetry.hardware import GPU_MEMORY_MARKER
+
+    cfg = parse_run_config({"engines": [{"name": "sg", "dialect": "sglang", "gpus": 2}]})
+    t0 = 1_800_000_000.0
+    no_smi, skewed = RunDir("a", root=tmp_path), RunDir("b", root=tmp_path)
+    no_smi.write_bytes(kept_log_doc("sg"), f"{GPU_MEMORY_MARKER} no nvidia-smi in the container: memory per card "
+                                           "is not read\nINFO engine up\n".encode())
+    skewed.write_bytes(kept_log_doc("sg"), _pod_log(t0 + 3600.0, [70000.0] * 4).encode())  # an hour ahead
+    for run_dir in (no_smi, skewed):
+        with run_dir.rows("requests", "sg", "short") as out:
+            for r in _requests("short", t0 + 12.0, t0 + 19.0):
+                out.write(r)
+
+    missing = _memory_per_card(no_smi, "sg", cfg.engine("sg"))
+    assert missing.points == [] and missing.not_read == "no nvidia-smi in the container: memory per card is not read"
+    off = _memory_per_card(skewed, "sg", cfg.engine("sg"))
+    assert off.points == [] and off.not_read.startswith("none of the pod's 4 readings fell within two of its periods")
+    assert off.source == "nvidia-smi in the engine's pod, every 5 s (its log's readings nearest each round)"
+    page = _environment().get_template("memory_per_card.html").render(
+        s=SimpleNamespace(speculative=None), engines={"sg": SimpleNamespace(memory_per_card=missing)})
+    assert "<b>no figure: no nvidia-smi in the container: memory per card is not read</b>" in page
+    # no memory loop in the log at all (a local engine): no section, as before
+    assert _memory_per_card(RunDir("c", root=tmp_path), "sg", cfg.engine("sg")) is None

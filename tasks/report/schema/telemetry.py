@@ -113,6 +113,7 @@ class MemoryPerCard(Doc):
     kv_cache_per_card_mib: float | None
     state_pool_per_card_mib: float | None = None  # where the engine's startup log states its state pool
     source: str | None = None  # where the readings came from and how often: the DCGM exporter, nvidia-smi in the pod
+    not_read: str | None = None  # why there are no points where the pod's memory loop ran or said it could not
     points: list[MemoryPoint]
 
 

@@ -51,6 +51,13 @@ def test_a_trace_run_is_replayed_validated_and_archived(eval_dag, s3_conn, run_r
     summary = json.loads(s3.get_object(Bucket="dayone-e2e", Key=prefix + "summary.json")["Body"].read())
     trace = summary["engines"]["sim-a"]["trace"]
     assert [r["round"] for r in trace["rounds"]] == [1, 2, 3]
+    # Sent by client processes of their own (load.client_processes), each a client_shards row of its round.
+    assert trace["client_processes"] >= 1 and all(r["client_processes"] >= 1 for r in trace["rounds"])
+    shards = pd.read_parquet(io.BytesIO(s3.get_object(Bucket="dayone-e2e", Key=prefix + "tables/client_shards.parquet")
+                                        ["Body"].read()))
+    traced_shards = shards[shards["scenario"] == "trace"]
+    assert sorted(set(traced_shards["round"])) == [1, 2, 3]
+    assert traced_shards.groupby("round")["requests"].sum().eq(30).all(), traced_shards
     assert all(r["server_hit_rate"] is not None and r["expected_reuse"] > 0 for r in trace["rounds"])
     # The engines compared on the trace as on any performance level: the same window, so the same level; the
     # first round (a first encounter) left out of the steady rounds; two steady rounds a side give an interval.

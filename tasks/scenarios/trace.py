@@ -2,9 +2,13 @@
 
 Each round streams the window (tasks/traffic/): a row's prompt is its blocks' token IDs (salted by the run and
 round, so each round is new to the engine's cache and every engine gets the same prompts), its output length
-forced, its arrival at the trace's time over `speed`. Rows go to `trace_requests` (the requests columns, plus
-the row's line, due time, lateness and expected reuse), each round's figures to `rounds` (rate_rps: the
-window's offered rate). The round's server hit rate is read from the engine's counters around it."""
+forced, its arrival at the trace's time over `speed`. This process builds each row's request and hands it to
+the client processes (tasks/load/shards.py run_streamed; across runner pods, pod_shards.measure_streamed), whose
+loops only wait for its time and send it. Rows go to `trace_requests` (the requests columns, plus the row's line,
+due time, lateness and expected reuse), each round's figures to `rounds` (rate_rps: the window's offered rate),
+each client process to `client_shards`. The round's server hit rate is read from the engine's counters around it.
+A round whose lateness p99 exceeds lateness_p99_max_s is the client's, not the trace's: flagged, and left out of
+every comparison (`left_out`, read by the report and the nightly)."""
 
 from __future__ import annotations
 

@@ -3,13 +3,15 @@ beside the engine's own histograms over the same window (tasks/telemetry/engine_
 
 The bounds the tests hold the gaps to, and why:
 - TTFT: the client stamps its send before the engine's HTTP server receives the request and reads the first token
-  after the engine made it, so client - server >= 0 up to the clocks' and floats' resolution (TTFT_BELOW_S). Above:
-  on loopback the gap is the HTTP server, the stream's serialisation and the client's read, 3.1-3.3 ms measured on
-  an idle GPU host (issue 42); here each of those hand-offs between processes may also wait for one of two cores the
-  engine keeps busy (10.4 ms measured for vLLM while a build ran beside it), so TTFT_GAP_MAX_S is 30 ms, the bound
-  the simulator's loopback test holds on a busy suite; past it the client's TTFT is not what the engine served.
-- ITL: a stream's gaps sum to its span on both sides, so the per-gap difference is the difference of the first and
-  last tokens' delivery delays over the stream's gaps: within TTFT_GAP_MAX_S / (output tokens - 1).
+  after the engine stamped it, so client - server >= 0 up to the clocks' and floats' resolution (TTFT_BELOW_S). Above:
+  on loopback the gap is the HTTP server before its arrival stamp, the stream's serialisation and the client's read,
+  3.1-3.3 ms on an idle GPU host (issue 42). On this 2-core machine the engine keeps a core busy and every hand-off
+  between processes may wait for one: the real vLLM's gap measured 7.0, 10.4 and 54.8 ms with other suites and a
+  build beside it (load average 2-9, docs/engine-facts-vllm.md). TTFT_GAP_MAX_S, 100 ms, is that with room: past it
+  the client's TTFT is not what the engine served.
+- ITL: a stream's gaps sum to its span on both sides, so the mean gap differs by the last token's delivery delay
+  less the first's, over the stream's gaps: within TTFT_GAP_MAX_S / (output tokens - 1) either way (negative when
+  the first token waited longer; -0.04 to -3.07 ms measured against vLLM's 235-351 ms steps here).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from tasks.state.storage import RunDir
 SHAPE = Shape(input_tokens=128, output_tokens=16, concurrency=4)
 REQUESTS = 8
 TTFT_BELOW_S = 0.001
-TTFT_GAP_MAX_S = 0.030
+TTFT_GAP_MAX_S = 0.100
 ITL_GAP_MAX_S = TTFT_GAP_MAX_S / (SHAPE.output_tokens - 1)
 
 

@@ -54,7 +54,8 @@ openwebui-venv: $(OPENWEBUI_VENV)/.installed
 # metadata pins torch==2.13.0 and sglang-kernel==0.4.6.post1); 0.5.23, the newest, needs CUDA torch 2.14.1.
 # PyPI has no CPU build of SGLang's kernel library (only CUDA wheels, no source), so docker/local/sglang_venv.sh
 # compiles sglang-kernel-cpu 0.4.6.post1 from SGLANG_KERNEL_SRC (about 4 of its 5.5 min on 2 idle cores, 8 of
-# 10 min on busy ones; needs libnuma-dev, installed if missing). SGLANG_KERNEL_SRC defaults to the kernel tree in
+# 10 min on busy ones; needs libnuma-dev, installed if missing; on a CPU without AVX512-BF16 it is built for that
+# CPU instead: docker/local/sglang_kernel_avx2.py). SGLANG_KERNEL_SRC defaults to the kernel tree in
 # the tarball beside the clone (sglang's python/sglang/kernels/aot from a fork of sgl-project/sglang at 7f8f030,
 # the day before 0.5.18: ../shared/sglang-cpu/README.md); with internet, point it at a checkout or tarball of
 # sgl-project/sglang at the release tag (v0.5.18). Serve with SGLANG_USE_CPU_ENGINE=1 and `--device cpu

@@ -69,6 +69,14 @@ if [ -d "$KERNEL_SRC" ]; then cp -a "$KERNEL_SRC/." "$work/src/"; else tar xzf "
 ksrc=$(find "$work/src" -maxdepth 6 -name pyproject_cpu.toml -printf '%d %h\n' | sort -n | head -1 | cut -d' ' -f2-)
 [ -n "$ksrc" ] || { echo "sglang_venv.sh: no pyproject_cpu.toml in $KERNEL_SRC"; exit 2; }
 cp "$ksrc/pyproject_cpu.toml" "$ksrc/pyproject.toml"
+# Upstream compiles every file for AVX512-BF16 (x86-64-v4); a CPU without it dies of an illegal instruction at
+# `import sgl_kernel`. There the kernel is built for this CPU, the x86-only AVX-512 ops left out (what they are,
+# and why a bf16 model at tensor parallel 1 needs none of them: sglang_kernel_avx2.py).
+cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
+if ! { grep -qw avx512f <<<"$cpu_flags" && grep -qw avx512_bf16 <<<"$cpu_flags" && grep -qw avx512_vnni <<<"$cpu_flags"; }; then
+  step "this CPU has no AVX512-BF16/VNNI: the kernel built for it (-march=native), without its AVX-512-only ops"
+  "$PYTHON" "$HERE/sglang_kernel_avx2.py" "$ksrc/csrc/cpu/CMakeLists.txt"
+fi
 kt0=$(date +%s)
 VIRTUAL_ENV=$VENV PATH=$VENV/bin:$PATH CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) MAX_JOBS=$(nproc) \
   $PIP wheel -q --no-build-isolation --no-deps -w "$work/wheels" "$ksrc"

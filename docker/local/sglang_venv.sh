@@ -70,11 +70,11 @@ ksrc=$(find "$work/src" -maxdepth 6 -name pyproject_cpu.toml -printf '%d %h\n' |
 [ -n "$ksrc" ] || { echo "sglang_venv.sh: no pyproject_cpu.toml in $KERNEL_SRC"; exit 2; }
 cp "$ksrc/pyproject_cpu.toml" "$ksrc/pyproject.toml"
 # Upstream compiles every file for AVX512-BF16 (x86-64-v4); a CPU without it dies of an illegal instruction at
-# `import sgl_kernel`. There the kernel is built for this CPU, the x86-only AVX-512 ops left out (what they are,
-# and why a bf16 model at tensor parallel 1 needs none of them: sglang_kernel_avx2.py).
+# `import sgl_kernel`. There the kernel is built for this CPU instead, its AVX-512 paths left out (which, and
+# why a bf16 model at tensor parallel 1 needs none of them: sglang_kernel_avx2.py).
 cpu_flags=$(grep -m1 '^flags' /proc/cpuinfo || true)
 if ! { grep -qw avx512f <<<"$cpu_flags" && grep -qw avx512_bf16 <<<"$cpu_flags" && grep -qw avx512_vnni <<<"$cpu_flags"; }; then
-  step "this CPU has no AVX512-BF16/VNNI: the kernel built for it (-march=native), without its AVX-512-only ops"
+  step "this CPU has no AVX512-BF16/VNNI: the kernel built for it (-march=native: its portable paths)"
   "$PYTHON" "$HERE/sglang_kernel_avx2.py" "$ksrc/csrc/cpu/CMakeLists.txt"
 fi
 kt0=$(date +%s)

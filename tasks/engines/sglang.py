@@ -65,7 +65,11 @@ class SGLangAdapter(EngineAdapter):
         e2e="sglang:e2e_request_latency_seconds",
         spec_accept_length="sglang:spec_accept_length",
         spec_accept_rate="sglang:spec_accept_rate",
-        absent_until_first=("sglang:num_retracted_requests_total",),  # 0.5.18: none before the first retraction
+        # 0.5.18 (labelled prometheus_client metrics): no retractions before the first; no ITL histogram before a
+        # request's second token (its startup warm-up generates one), nor TTFT/E2E/queue ones with that warm-up skipped.
+        absent_until_first=("sglang:num_retracted_requests_total", "sglang:inter_token_latency_seconds",
+                            "sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds",
+                            "sglang:queue_time_seconds"),
     )
     reasoning_fields: ClassVar[tuple[str, ...]] = ("reasoning_content", "reasoning")
     # --speculative-algorithm EAGLE, EAGLE3, NEXTN (MTP), STANDALONE, NGRAM (python/sglang/srt/server_args.py).

@@ -319,7 +319,9 @@ def engine_round_row(
         if name is None:
             not_exposed[figure] = f"{adapter.dialect} has no such histogram"
         elif published:
-            mean, count = histogram_mean(name, b, a)
+            # A labelled histogram absent before its first observation (SGLang's ITL on a fresh server) counts from 0.
+            absent = name in names.absent_until_first and b and f"{name}_count" in a and f"{name}_count" not in b
+            mean, count = histogram_mean(name, {f"{name}_sum": 0.0, f"{name}_count": 0.0, **b} if absent else b, a)
             if count is None:
                 not_exposed[figure] = f"{name} not exposed"
         row[f"{figure}_mean_s"] = mean

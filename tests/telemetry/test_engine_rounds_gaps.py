@@ -69,3 +69,30 @@ def test_the_engines_count_against_the_clients_requests():
     row = row_for({"requests_ok": 6, "requests_failed": 0, "ttft_mean_s": 0.09, "itl_mean_s": 0.05})
     assert row["ttft_gap_s"] is None and row["itl_gap_s"] is None and row["ttft_gap_finding"] is None
     assert row["timing_gap_unpublished"].startswith("the engine timed 8 first tokens in the round's window")
+
+
+def sglang_text(ttft: tuple[float, float], itl: tuple[float, float] | None) -> str:
+    """SGLang 0.5.18's labelled timing histograms; `itl` None: no series yet, as on a fresh server whose start-up
+    warm-up generated one token (observed on the real engine: tests/realengine/test_sglang_engine.py)."""
+    lines = []
+    for name, figures in (("sglang:time_to_first_token_seconds", ttft), ("sglang:inter_token_latency_seconds", itl)):
+        lines.append(f"# TYPE {name} histogram")
+        if figures is not None:
+            count, total = figures
+            lines += [f'{name}_bucket{{le="0.5",model_name="m"}} {count}', f'{name}_bucket{{le="+Inf",model_name="m"}} '
+                      f'{count}', f'{name}_sum{{model_name="m"}} {total}', f'{name}_count{{model_name="m"}} {count}']
+    return "\n".join(lines) + "\n"
+
+
+def test_sglangs_itl_histogram_absent_before_the_first_round_counts_from_zero():
+    before = parse_scrape(sglang_text((2, 0.5), None))
+    after = parse_scrape(sglang_text((10, 0.5 + 8 * 13.4), (120, 26.4288)))
+    client = {"requests_ok": 8, "requests_failed": 0, "ttft_mean_s": 13.415, "itl_mean_s": 0.2209}
+    row = engine_round_row(adapter_for("sglang"), KEYS, before, after, GaugeStats(), client)
+    assert row["server_itl_mean_s"] == pytest.approx(26.4288 / 120) and "server_itl" not in (row["not_exposed"] or {})
+    assert row["itl_gap_s"] == pytest.approx(0.2209 - 26.4288 / 120) and row["timing_gap_unpublished"] is None
+    assert row["server_itl_p50_s"] is not None
+    # Absent after the round too: the engine exposes no such histogram, said so, no number.
+    none = engine_round_row(adapter_for("sglang"), KEYS, before, before, GaugeStats(), client)
+    assert none["server_itl_mean_s"] is None and none["itl_gap_s"] is None
+    assert "server_itl" in none["not_exposed"]

@@ -366,8 +366,6 @@ def _cache_trials(rows: list[dict[str, Any]], ttft_published: bool) -> list[Cach
 
 # Why a measured round of these scenarios has no engine_rounds row: its scenario reads no figures per round.
 _UNWATCHED_SCENARIOS = {
-    "trace": "the trace replay scrapes /metrics around a round for its prefix-cache hit rate only (the trace "
-             "section); it keeps no engine histograms per round",
     "sessions": "a sessions level is timed turn by turn, with no /metrics scrape around it",
 }
 _ROUND_KEY = ("scenario", "input_tokens", "output_tokens", "concurrency", "rate_rps", "round")

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tasks.engines.context import EngineContext
+from tasks.telemetry import metrics as server_metrics
 from tasks.telemetry.engine_metrics import RoundWatch
 from tasks.telemetry.window import Window, hit_rate_over
 from tasks.config.traffic import BEHIND_FIX
@@ -65,6 +66,19 @@ def run_trace(ectx: EngineContext, s3: Callable[[], Any] | None) -> dict[str, An
             "behind": bool(late), "lateness_p99_max_s": t.lateness_p99_max_s,
             "client_processes": shards.processes, "client_processes_reason": shards.reason,
             "left_out": [left_out_reason(r["round"], r["lateness_p99_s"], t.lateness_p99_max_s) for r in late]}
+
+
+def _write_engine_round(ectx: EngineContext, keys: dict[str, Any], watch: RoundWatch, client_row: dict[str, Any],
+                        partition: str) -> None:
+    """The round's engine_rounds row and the raw scrapes it came from (server_metrics), as a performance round's."""
+    engine = ectx.endpoint.engine
+    with ectx.run_dir.rows("engine_rounds", engine, partition) as out:
+        out.write(watch.row(keys, client_row))
+    with ectx.run_dir.rows("server_metrics", engine, partition) as out:
+        for phase, scrape in (("before_round", watch.before), ("after_round", watch.after)):
+            if scrape is not None:
+                for r in server_metrics.sample_rows(keys, phase, scrape.samples, scrape.ts):
+                    out.write(r)
 
 
 def left_out_reason(round_: int, lateness_p99_s: float, limit_s: float) -> str:
@@ -148,6 +162,8 @@ async def _round(ectx: EngineContext, s3: Callable[[], Any] | None, n: int, rate
            "warmup": False, **figures.figures()}
     with ectx.run_dir.rows("rounds", ep.engine, partition=f"{TRACE_SCENARIO}-r{n}") as rounds_out:
         rounds_out.write(row)
+    if watch.active:  # the engine's own histograms over the round, beside the client's figures (engine_rounds)
+        await asyncio.to_thread(_write_engine_round, ectx, keys, watch, row, f"{TRACE_SCENARIO}-r{n}")
     round_keys = {**keys, "concurrency": None, "rate_rps": rate_rps, "input_tokens": None, "output_tokens": None,
                   "warmup": False}
     with ectx.run_dir.rows("client_shards", ep.engine, partition=f"{TRACE_SCENARIO}-r{n}") as shards_out:

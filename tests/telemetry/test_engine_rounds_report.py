@@ -56,7 +56,7 @@ def test_client_ttft_and_the_gap_are_withheld_where_ttft_is_unreliable(tmp_path)
 
 
 def _timed_run(root: Path) -> tuple[RunDir, object]:
-    """An SGLang round with both means beside the engine's, a trace round (no engine_rounds row) and an
+    """An SGLang round with both means beside the engine's, a sessions round (no engine_rounds row) and an
     engine of the plain OpenAI dialect (no /metrics at all)."""
     cfg = parse_run_config({"run_id": "rep", "engines": [{"name": "eng", "dialect": "sglang"},
                                                          {"name": "api", "dialect": "openai"}]})
@@ -72,12 +72,12 @@ def _timed_run(root: Path) -> tuple[RunDir, object]:
                    "client_ttft_mean_s": 0.0444, "ttft_gap_s": 0.0032, "server_itl_mean_s": 0.0310,
                    "client_itl_mean_s": 0.0410, "itl_gap_s": 0.0100, "itl_gap_finding": "client ITL mean 41.00 ms vs "
                    "the engine's own 31.00 ms (+32%): the client read the tokens late", "not_exposed": None})
-    for engine, scenario in (("eng", "short"), ("eng", "trace"), ("api", "short")):
+    for engine, scenario in (("eng", "short"), ("eng", "sessions"), ("api", "short")):
         with run_dir.rows("rounds", engine, scenario) as out:
             for n in (1, 2) if (engine, scenario) == ("eng", "short") else (1,):
                 out.write({**level, "engine": engine, "scenario": scenario, "round": n, "status": "ok",
                            **({"input_tokens": None, "output_tokens": None, "concurrency": None, "rate_rps": 2.0}
-                              if scenario == "trace" else {})})
+                              if scenario == "sessions" else {})})
     return run_dir, cfg
 
 
@@ -86,9 +86,9 @@ def test_the_client_against_the_server_per_round_with_the_gaps_in_ms(tmp_path, m
                         lambda run_dir, engine: {"reliable": True, "reason": "ok"})
     summary = build_summary(*_timed_run(tmp_path))
     rounds = summary.engines["eng"].engine_rounds
-    assert [(r.scenario, r.round) for r in rounds] == [("short", 1), ("short", 2), ("trace", 1)]
-    assert rounds[0].itl_gap_s == pytest.approx(0.00003) and rounds[0].client_itl_mean_s == pytest.approx(0.03108)
-    assert "prefix-cache hit rate only" in rounds[2].no_engine_figures
+    assert [(r.scenario, r.round) for r in rounds] == [("sessions", 1), ("short", 1), ("short", 2)]
+    assert rounds[1].itl_gap_s == pytest.approx(0.00003) and rounds[1].client_itl_mean_s == pytest.approx(0.03108)
+    assert "turn by turn, with no /metrics scrape" in rounds[0].no_engine_figures
     api = summary.engines["api"].engine_rounds
     assert len(api) == 1 and api[0].no_engine_figures.startswith("not_exposed: openai serves no /metrics")
     page = render_html(summary, charts={})
@@ -98,12 +98,12 @@ def test_the_client_against_the_server_per_round_with_the_gaps_in_ms(tmp_path, m
     assert cells in page
     assert "<td class='num'>31.08 ms</td><td class='num'>31.05 ms</td><td class='num'>+0.03 ms</td>" in page
     assert "client ITL mean 41.00 ms vs the engine&#39;s own 31.00 ms" in page
-    assert "prefix-cache hit rate only" in page and "openai serves no /metrics" in page
+    assert "turn by turn, with no /metrics scrape" in page and "openai serves no /metrics" in page
 
 
 def test_the_clients_itl_is_withheld_with_its_ttft_where_stream_timing_is_unreliable(tmp_path):
     summary = build_summary(*_timed_run(tmp_path))
-    r = summary.engines["eng"].engine_rounds[0]
+    r = summary.engines["eng"].engine_rounds[1]
     assert (r.client_itl_mean_s, r.itl_gap_s, r.client_ttft_mean_s, r.ttft_gap_s) == (None, None, None, None)
     assert r.server_itl_mean_s == pytest.approx(0.03105)
     assert "31.08 ms" not in render_html(summary, charts={})

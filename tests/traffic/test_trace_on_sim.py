@@ -69,3 +69,9 @@ def test_the_simulator_logs_the_trace_arrivals_and_hits_its_shared_prefixes(tmp_
     assert rnd["server_hits_delta"] == sum(expected)
     assert rnd["server_queries_delta"] == sum(t.input_tokens for t in trace)
     assert rnd["expected_reuse"] is not None and 0 < rnd["expected_reuse"] <= rnd["server_hit_rate"]
+    # The engine's own TTFT and ITL histograms over the round stand beside the client's (engine_rounds).
+    (engine_round,) = ectx.run_dir.read_rows("engine_rounds", "sim")
+    assert (engine_round["scenario"], engine_round["round"]) == ("trace", 1)
+    assert engine_round["server_requests"] == len(trace) and engine_round["timing_gap_unpublished"] is None
+    assert engine_round["client_ttft_mean_s"] is not None and engine_round["server_itl_mean_s"] is not None
+    assert engine_round["ttft_gap_s"] is not None and engine_round["itl_gap_s"] is not None

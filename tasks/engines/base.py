@@ -52,8 +52,9 @@ class RoundMetrics:
     # ... or as last-value gauges (SGLang): mean accepted length (bonus token included), acceptance rate.
     spec_accept_length: str | None = None
     spec_accept_rate: str | None = None
-    # Counters absent from the exposition until their first increment (a labelled prometheus_client counter:
-    # SGLang's retractions): absent from a scrape that holds the engine's other metrics means 0.
+    # Counters and histograms absent from the exposition until their first observation (labelled prometheus_client
+    # metrics: SGLang's retractions, its ITL histogram): absent from a scrape that holds the engine's other metrics
+    # means 0.
     absent_until_first: tuple[str, ...] = ()
 
     @property

@@ -206,3 +206,16 @@ def test_every_simulated_metric_is_a_family_of_the_real_exposition(sim):
     missing = {name: kind for name, kind in mine.items()
                if real.get(name, real.get(name.removesuffix("_total"))) != kind}
     assert not missing, f"the simulator exposes families the real {sim.dialect} has not (or of another type): {missing}"
+
+
+def test_a_fresh_simulated_sglang_exposes_no_family_a_fresh_real_one_lacks():
+    """SGLang 0.5.18's labelled metrics appear with their first observation: before any traffic, no cache hits, no
+    retractions and no ITL histogram (its warm-up generates one token), which a reader must take as zero."""
+    real = families((WIRE / VERSIONS["sglang"] / "metrics_before_traffic.txt").read_text(encoding="utf-8"))
+    with start_sim("sglang", {"model": MODEL, "context_limit": 8192, "itl_s": 0.0005, "ttft_base_s": 0.001}) as s:
+        fresh = families(httpx.get(s.url + "/metrics", timeout=10).text)
+        sim_lines(s, "/v1/completions", {"model": MODEL, "prompt": "a b c", "max_tokens": 4, "stream": True})
+        after = families(httpx.get(s.url + "/metrics", timeout=10).text)
+    extra = {name: kind for name, kind in fresh.items() if real.get(name, real.get(name.removesuffix("_total"))) != kind}
+    assert not extra, f"a fresh simulated SGLang exposes families a fresh real one has not: {extra}"
+    assert "sglang:inter_token_latency_seconds" in after  # a request's second token makes it

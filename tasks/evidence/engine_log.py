@@ -61,9 +61,9 @@ def _with_a_last_memory_reading(ctx: Any, dep: Any, text: str) -> str:
     and not at all where the log carries no reading (no loop, no nvidia-smi, a local engine)."""
     from tasks.telemetry.hardware import memory_readings
 
-    interval = ctx.config.kubernetes.gpu_memory_interval_s if ctx.config.target == "kubernetes" else None
-    readings = memory_readings(text)[0] if interval else []
-    if not readings:
+    readings = memory_readings(text)[0]  # first: a log without them (a local engine's) needs nothing else
+    interval = ctx.config.kubernetes.gpu_memory_interval_s if readings and ctx.config.target == "kubernetes" else None
+    if not interval:
         return text
     # the loop's period as it ran: the setting plus each nvidia-smi call's own time
     period = max([float(interval)] + [b[0] - a[0] for a, b in zip(readings[-4:], readings[-3:])])

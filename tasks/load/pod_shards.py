@@ -331,14 +331,7 @@ class PodShards:
 
         own = measure_share(jobs[0][0], start_unix, jobs[0][1], deliver)
         per_pod = await asyncio.gather(own, *(asyncio.to_thread(collect, k) for k in range(1, n)))
-        reports, first = [], 0
-        for k, pod_reports in enumerate(per_pod):
-            offset, uncertainty = (clocks[k].offset_s, clocks[k].uncertainty_s) if k else (0.0, 0.0)
-            for r in pod_reports:
-                reports.append(replace(r, shard=first + r.shard, offset_s=offset + r.offset_s,
-                                       uncertainty_s=uncertainty + r.uncertainty_s, pod=k, pods=n,
-                                       pod_cores=self.cores))
-            first += len(pod_reports)
+        reports = self._on_leader_clock(per_pod, clocks)
         return [by_id[s.request_id] for s in specs if s.request_id in by_id], reports
 
     async def measure_streamed(self, pods: int, base_url: str, schedule: Iterable[Due], adapter: EngineAdapter,
@@ -442,16 +435,23 @@ class PodShards:
         if dealt:
             raise dealt[0]
         run, per_pod = results[0], [results[0].reports, *results[1:]]
-        reports, first = [], 0
+        reports = self._on_leader_clock(per_pod, clocks)
+        return StreamedRun(run.sent + sum(r.requests or 0 for r in reports if r.pod), run.peak_in_flight,
+                           reports, run.priorities)
+
+    def _on_leader_clock(self, per_pod: Sequence[list[ShardReport]],
+                         clocks: dict[int, ShardReport]) -> list[ShardReport]:
+        """Every pod's client processes as one list of shards, numbered on, each clock offset taken to pod 0's."""
+        reports: list[ShardReport] = []
+        first = 0
         for k, pod_reports in enumerate(per_pod):
             offset, uncertainty = (clocks[k].offset_s, clocks[k].uncertainty_s) if k else (0.0, 0.0)
             for r in pod_reports:
                 reports.append(replace(r, shard=first + r.shard, offset_s=offset + r.offset_s,
-                                       uncertainty_s=uncertainty + r.uncertainty_s, pod=k, pods=n,
+                                       uncertainty_s=uncertainty + r.uncertainty_s, pod=k, pods=len(per_pod),
                                        pod_cores=self.cores))
             first += len(pod_reports)
-        return StreamedRun(run.sent + sum(r.requests or 0 for r in reports if r.pod), run.peak_in_flight,
-                           reports, run.priorities)
+        return reports
 
     def _ask_clock(self, k: int) -> float:
         send(self.peers[k], Ping())

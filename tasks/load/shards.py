@@ -315,15 +315,24 @@ async def run_sharded(
 
         codes = await asyncio.gather(*(asyncio.to_thread(collect, k, p) for k, p in enumerate(procs)))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        _reap(procs)
+    _check_exits(codes)
+    reports = [replace(c, requests=len(shares[c.shard]), **usage.get(c.shard, {})) for c in clocks]
+    return [by_id[s.request_id] for s in specs if s.request_id in by_id], reports
+
+
+def _reap(procs: Sequence[subprocess.Popen]) -> None:
+    """Kill the client processes still running (a send raised, the round was cancelled)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+def _check_exits(codes: Sequence[int]) -> None:
     failed = [k for k, code in enumerate(codes) if code != 0]
     if failed:
         raise RuntimeError(f"load shard(s) {failed} exited with {[codes[k] for k in failed]}")
-    reports = [replace(c, requests=len(shares[c.shard]), **usage.get(c.shard, {})) for c in clocks]
-    return [by_id[s.request_id] for s in specs if s.request_id in by_id], reports
 
 
 def _send(pipe: IO[bytes] | None, obj: Any) -> None:
@@ -549,13 +558,8 @@ async def run_streamed(
         codes = await asyncio.gather(*(asyncio.to_thread(collect, k, p) for k, p in enumerate(procs)))
         await asyncio.to_thread(feeder.join)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    failed = [k for k, code in enumerate(codes) if code != 0]
-    if failed:
-        raise RuntimeError(f"load shard(s) {failed} exited with {[codes[k] for k in failed]}")
+        _reap(procs)
+    _check_exits(codes)
     if fed:
         raise fed[0]
     reports = [replace(c, requests=sent[c.shard], **usage.get(c.shard, {})) for c in clocks]

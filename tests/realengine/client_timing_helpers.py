@@ -59,3 +59,16 @@ def described(row: dict[str, Any]) -> str:
           for k in ("client_ttft_mean_s", "server_ttft_mean_s", "ttft_gap_s", "client_itl_mean_s", "server_itl_mean_s",
                     "itl_gap_s", "client_tpot_mean_s", "tpot_gap_s")}
     return f"{ms} ms; server_requests {row.get('server_requests')}; {row.get('timing_gap_unpublished')}"
+
+
+def assert_client_stands_within_bounds(engine: RunningEngine, root: Path) -> None:
+    """A real round through DayOne's client (SHAPE, REQUESTS): the engine timed exactly the client's requests, and
+    the client's TTFT and ITL means stand within the bounds above of the engine's own histograms, no finding."""
+    outcome, row = client_against_server(engine, root)
+    assert row["server_requests"] == REQUESTS and row["timing_gap_unpublished"] is None, described(row)
+    assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]
+    assert -TTFT_BELOW_S <= row["ttft_gap_s"] < TTFT_GAP_MAX_S, described(row)
+    assert abs(row["itl_gap_s"]) < ITL_GAP_MAX_S, described(row)
+    assert row["ttft_gap_finding"] is None and row["itl_gap_finding"] is None, described(row)
+    assert row["server_itl_p50_s"] is not None and row["server_ttft_p99_s"] is not None
+    print(described(row), f"round {outcome.row['duration_s']:.1f} s")  # the measured figures (pytest -rP)

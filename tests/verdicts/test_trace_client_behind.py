@@ -131,18 +131,24 @@ def test_a_client_that_fell_behind_does_not_drop_its_engine_in_the_choice(run_ro
     assert "round 2: lateness p99" in page and "load.client_processes" in page
 
 
-def test_a_night_whose_client_fell_behind_is_not_red(s3_server, run_root, tmp_path):
-    s3, bucket = s3_server.client(), f"behind-{time.time_ns()}"
-    trace = write_trace(tmp_path / "trace.jsonl")
+def _two_nights(s3, run_root, trace, bucket: str, stalled: int):  # noqa: ANN001, ANN202
+    """Two nights against the same server, the client stopped on night `stalled`; the first archived, the second
+    measured and returned (its run dir and config) for the nightly to compare."""
     nights = []
-    for n, stall in ((1, False), (2, True)):  # the same server both nights; tonight the client was stopped
+    for n in (1, 2):
         with TailServer(slow_tail=False, first_s=0.02) as server:
             cfg = _config(f"night-{n}", {"eng": server}, trace, bucket)
             run_dir = night_dir(run_root, f"night-{n}", 1000.0 * n, cfg, ["eng"])
-            _measure(cfg, run_dir, "eng", server, stall)
+            _measure(cfg, run_dir, "eng", server, n == stalled)
         nights.append((run_dir, cfg))
     archive(*nights[0], s3)
-    night2, cfg2 = nights[1]
+    return nights[1]
+
+
+def test_a_night_whose_client_fell_behind_is_not_red(s3_server, run_root, tmp_path):
+    s3, bucket = s3_server.client(), f"behind-{time.time_ns()}"
+    trace = write_trace(tmp_path / "trace.jsonl")
+    night2, cfg2 = _two_nights(s3, run_root, trace, bucket, stalled=2)  # tonight the client was stopped
     compare_run(night2, cfg2, s3)  # no regression raised: tonight's measured rounds are the client's, not the trace's
     rows = {r["metric"]: r for r in night2.read_rows("regressions", "eng") if r["scenario"] == "trace"}
     behind = next(r for m, r in rows.items() if m.startswith("client_behind"))
@@ -157,15 +163,7 @@ def test_a_late_baseline_round_is_named_as_the_baselines(s3_server, run_root, tm
     out of the comparison and named as the baseline's."""
     s3, bucket = s3_server.client(), f"behind-base-{time.time_ns()}"
     trace = write_trace(tmp_path / "trace.jsonl")
-    nights = []
-    for n, stall in ((1, True), (2, False)):
-        with TailServer(slow_tail=False, first_s=0.02) as server:
-            cfg = _config(f"night-{n}", {"eng": server}, trace, bucket)
-            run_dir = night_dir(run_root, f"night-{n}", 1000.0 * n, cfg, ["eng"])
-            _measure(cfg, run_dir, "eng", server, stall)
-        nights.append((run_dir, cfg))
-    archive(*nights[0], s3)
-    night2, cfg2 = nights[1]
+    night2, cfg2 = _two_nights(s3, run_root, trace, bucket, stalled=1)
     try:
         compare_run(night2, cfg2, s3)
     except RegressionFound as exc:  # a steady night against a baseline whose rounds were the client's

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 
 import httpx
 import pytest
@@ -57,16 +58,8 @@ def test_vllm_reset_prefix_cache_only_in_dev_mode(sims):
 
 def test_sglang_flush_refused_while_requests_run(sims):
     sim = sims("sglang", {"itl_s": 0.02})
-    body = {"prompt": "long running", "max_tokens": 50, "ignore_eos": True}
-    t = threading.Thread(target=lambda: httpx.post(sim.url + "/v1/completions", json=body, timeout=30))
-    t.start()
-    try:
-        for _ in range(100):
-            if httpx.get(sim.url + "/sim/state").json()["running"]:
-                break
-        assert httpx.post(sim.url + "/flush_cache").status_code == 400
-    finally:
-        t.join()
+    busy = _while_one_request_runs(sim, lambda: httpx.post(sim.url + "/flush_cache"))
+    assert busy.status_code == 400
     assert httpx.post(sim.url + "/flush_cache").status_code == 200
 
 
@@ -84,14 +77,18 @@ def test_capacity_evicts_least_recently_used_and_switch_off(sims):
 
 
 def _while_one_request_runs(sim, action):
-    """Run `action()` while a long completion is running on `sim`; return what it returned."""
+    """Run `action()` while a long completion is running on `sim`; return what it returned.
+
+    Waits on the clock, not a count of polls: on a loaded machine the request can take
+    a while to reach the simulator, and acting before it runs tests nothing."""
     body = {"prompt": "long running", "max_tokens": 50, "ignore_eos": True}
     t = threading.Thread(target=lambda: httpx.post(sim.url + "/v1/completions", json=body, timeout=30))
     t.start()
     try:
-        for _ in range(200):
-            if httpx.get(sim.url + "/sim/state").json()["running"]:
-                break
+        deadline = time.monotonic() + 20
+        while not httpx.get(sim.url + "/sim/state").json()["running"]:
+            assert time.monotonic() < deadline, "the long request never started running on the simulator"
+            time.sleep(0.005)
         return action()
     finally:
         t.join()

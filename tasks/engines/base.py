@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import httpx
@@ -125,6 +126,7 @@ class StartupMemory:
     max_concurrency: float | None = None  # requests of context_tokens the KV cache holds at once
     max_concurrency_logged: bool = False  # the engine logged it (vLLM); else kv_tokens / context_tokens
     lines: tuple[str, ...] = ()  # the log lines each figure was read from
+    unread: Mapping[str, str] = field(default_factory=dict)  # a figure left None on purpose: why, where known
 
     def with_concurrency(self) -> StartupMemory:
         """max_concurrency from kv_tokens / context_tokens where the engine did not log it."""

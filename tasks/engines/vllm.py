@@ -131,8 +131,16 @@ class VLLMAdapter(EngineAdapter):
         """vLLM logs the KV cache in tokens and its maximum concurrency at --max-model-len itself."""
         tokens, conc, kv, weights = (r.search(text) for r in (KV_TOKENS, MAX_CONCURRENCY, KV_MEMORY, WEIGHTS))
         given = NON_DEFAULT_ARGS.search(text)
-        if weights is None and not (given and re.search(r"'(?:dtype|quantization)':", given["args"])):
-            weights = CHECKPOINT.search(text)  # the CPU build, the checkpoint's own dtype served
+        unread: dict[str, str] = {}
+        checkpoint = CHECKPOINT.search(text) if weights is None else None
+        if checkpoint is not None:
+            recast = re.search(r"'(?:dtype|quantization)':", given["args"]) if given else None
+            if recast is None:
+                weights = checkpoint  # the CPU build, the checkpoint's own dtype served
+            else:
+                unread["weights_gib"] = (f"the CPU build logs the checkpoint's size only ({checkpoint['gib']} GiB, at "
+                                         f"the checkpoint's dtype), and --{recast.group(0)[1:-2]} changes what the "
+                                         "weights take in memory")
         return StartupMemory(
             kv_tokens=int(number(tokens["tokens"])) if tokens else None,
             kv_cache_gib=float(kv["gib"] or kv["cpu_gib"]) if kv else None,
@@ -141,6 +149,7 @@ class VLLMAdapter(EngineAdapter):
             max_concurrency=float(conc["times"]) if conc else None,
             max_concurrency_logged=conc is not None,
             lines=tuple(dict.fromkeys(m.group(0) for m in (weights, kv, tokens, conc) if m)),
+            unread=unread,
         ).with_concurrency()
 
     def _serve_flags(self, engine: Any, model: Any, port: int, host: str) -> list[str]:

@@ -42,7 +42,7 @@ def kv_capacity_row(keys: Mapping[str, Any], adapter: EngineAdapter, startup_log
     """The engine's `kv_capacity` row from its startup log."""
     memory = adapter.startup_memory(startup_log)
     fits, why = fits_context(memory, configured_context_tokens)
-    missing = {f: "not in the startup log" for f in FIGURES if getattr(memory, f) is None}
+    missing = {f: memory.unread.get(f, "not in the startup log") for f in FIGURES if getattr(memory, f) is None}
     if adapter.dialect == "openai":
         missing = {f: "a generic OpenAI-compatible server states none of it" for f in FIGURES}
     return {

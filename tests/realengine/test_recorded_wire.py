@@ -33,6 +33,16 @@ def test_vllm_cpu_startup_log_gives_the_kv_cache_its_memory_and_the_weights():
     assert memory.kv_tokens == server_info["kv_cache_size_tokens"] == server_info["num_gpu_blocks"] * 128
 
 
+def test_vllm_cpu_checkpoint_size_is_no_weights_figure_once_dtype_recasts_them():
+    """The checkpoint line gives the weights at the checkpoint's dtype: with --dtype float32 (the demo, on a CPU
+    without native bf16) the weights take twice that, so the figure is left out, and the reason says so."""
+    recast = text(VLLM / "startup_log.txt").replace("'enforce_eager':", "'dtype': 'float32', 'enforce_eager':", 1)
+    memory = adapter_for("vllm").startup_memory(recast)
+    assert memory.weights_gib is None and memory.kv_tokens == 46_592
+    assert "checkpoint's size only (0.25 GiB" in memory.unread["weights_gib"]
+    assert "--dtype" in memory.unread["weights_gib"]
+
+
 def test_vllm_enforce_eager_log_reports_no_compiling_and_the_runner_fallback():
     findings = adapter_for("vllm").scan_startup_log(text(VLLM / "startup_log.txt"))
     assert not [f for f in findings if f["finding"] == "autotune_jit"], findings  # "disabling torch.compile"

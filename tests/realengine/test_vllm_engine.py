@@ -36,7 +36,8 @@ def test_the_cpu_startup_log_gives_kv_capacity_and_memory(real_vllm):
     assert cache["block_size"] == 128  # the CPU build's block, by design (a GPU build's default is 16)
     assert memory.kv_tokens == cache["kv_cache_size_tokens"]  # "CPU KV cache size: N tokens"
     assert memory.kv_cache_gib == 1.0  # "Explicitly set (1.0/T) GiB for KV cache" (VLLM_CPU_KVCACHE_SPACE=1)
-    assert memory.weights_gib is not None and 0.2 < memory.weights_gib < 0.3  # 135M parameters in bf16
+    # The demo serves the bf16 checkpoint as float32 (--dtype): the CPU build logs the checkpoint's size only
+    assert memory.weights_gib is None and "--dtype" in memory.unread["weights_gib"]
     assert memory.context_tokens == 2048 and memory.max_concurrency_logged
 
 

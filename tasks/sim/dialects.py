@@ -34,13 +34,23 @@ class StreamShape:
 @dataclass(frozen=True)
 class Dialect:
     name: str
-    # Before ready: "503" (listening, health 503) or "closed" (port not bound yet, like vLLM).
+    # Before ready: "503" (listening, health 503) or "closed" (port not bound yet, like vLLM and SGLang).
     starting: str
     health_paths: tuple[str, ...]
     reasoning_field: str | None
     tokenize: bool
     cache_clear: tuple[str, str] | None  # (method, path)
     metrics: bool
+    # A "closed" dialect's port binds this share of the startup before it is ready, health 503 meanwhile:
+    # SGLang's HTTP server binds once its scheduler has loaded the weights and KV pool, then runs its own warm-up
+    # generation (10-15 s of a 45-140 s start, docs/engine-facts-sglang.md). vLLM binds when ready: 0.
+    warming_share: float = 0.0
+    models_before_ready: bool = False  # /v1/models answers 200 while /health is 503 (both engines do)
+    bound_line: str = ""  # logged when a warming dialect binds its port (the last startup line says ready)
+    detokenize_field: str = "prompt"  # /detokenize's answer: {"prompt": text} (vLLM) or {"text": text} (SGLang)
+    # SGLang's /flush_cache bodies (plain text), idle and while requests are pending (then a 400)
+    flushed_body: str = ""
+    flush_refused_body: str = ""
     # Prometheus names: role -> name. Roles: queries, hits, prompt, generation, running, waiting,
     # requests, ttft, e2e, itl; what the engine spends: preemptions (counter), kv_usage (gauge),
     # queue (histogram), spec_drafts / spec_draft_tokens / spec_accepted (counters, vLLM) or
@@ -59,11 +69,17 @@ class Dialect:
 
 SGLANG = Dialect(
     name="sglang",
-    starting="503",
+    starting="closed",
+    warming_share=0.25,
+    models_before_ready=True,
     health_paths=("/health", "/health_generate", "/ping"),
     reasoning_field="reasoning_content",
     tokenize=True,
     cache_clear=("POST", "/flush_cache"),
+    detokenize_field="text",
+    flushed_body="Cache flushed.\nPlease check backend logs for more details. (When there are running or waiting "
+                 "requests, the operation will not be performed.)\n",
+    flush_refused_body="Flush cache failed.\n",
     metrics=True,
     metric_names={
         "prompt": "sglang:prompt_tokens_total",
@@ -106,19 +122,21 @@ SGLANG = Dialect(
         "WARNING Using default W8A8 Block FP8 kernel config. Performance might be sub-optimal! "
         "Config file not found at configs/N=4096,K=7168,device_name=NVIDIA_H20.json",
         "INFO Load weight end. elapsed=41.20 s, type=SimForCausalLM, avail mem=52.10 GB, mem usage=87.18 GB.",
-        "INFO KV Cache is allocated. #tokens: {kv_tokens}, K size: {k_gib:.2f} GB, V size: {v_gib:.2f} GB",
+        "INFO KV Cache is allocated. dtype: torch.bfloat16, #tokens: {kv_tokens}, K size: {k_gib:.2f} GB, V size: {v_gib:.2f} GB",
         "INFO max_total_num_tokens={kv_tokens}, chunked_prefill_size=8192, max_prefill_tokens=16384, "
         "max_running_requests={slots}, context_len={context_tokens}, available_gpu_mem=11.62 GB",
         "INFO DeepGEMM JIT compiling kernels and FlashInfer autotuning, this may take a while ...",
         "INFO Capture target decode CUDA graph begin. backend=full, bs=[1, 2, 4, 8, 16, 32, 64], avail mem=52.04 GB",
         "INFO Capture target decode CUDA graph end. elapsed=3.21 s, mem usage=0.79 GB, avail mem=51.25 GB.",
-        "INFO Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
+        "INFO The server is fired up and ready to roll!",
     ),
+    bound_line="INFO Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)",
 )
 
 VLLM = Dialect(
     name="vllm",
     starting="closed",
+    models_before_ready=True,  # seen only under faults.never_ready: the port binds when ready
     health_paths=("/health", "/ping"),
     reasoning_field="reasoning",
     tokenize=True,

@@ -82,7 +82,7 @@ def _kind(status: int) -> str:
 # ---- plain endpoints ----------------------------------------------------------------------------
 async def models(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    if not engine.ready and engine.dialect.name != "vllm":
+    if not engine.ready and not engine.dialect.models_before_ready:
         return error_response(engine.dialect, 503, "The server is starting; the model is not loaded yet.", _kind(503))
     p = engine.profile
     card = {"id": p.model, "object": "model", "created": int(engine.started_ts), "owned_by": engine.dialect.name,
@@ -145,7 +145,7 @@ async def detokenize(request: web.Request) -> web.Response:
     ids = body.get("tokens")
     if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
         return error_response(engine.dialect, 400, "tokens: expected a list of token ids", _kind(400))
-    return web.json_response({"prompt": decode(ids)})
+    return web.json_response({engine.dialect.detokenize_field: decode(ids)})
 
 
 async def clear_cache(request: web.Request) -> web.Response:
@@ -153,7 +153,7 @@ async def clear_cache(request: web.Request) -> web.Response:
     if engine.dialect.name == "vllm" and not engine.profile.dev_mode:
         return web.Response(status=404, text="Not Found")
     if engine.dialect.name == "sglang" and engine.running:
-        return web.Response(status=400, text="Cache not flushed because there are pending requests.")
+        return web.Response(status=400, text=engine.dialect.flush_refused_body)
     if engine.dialect.name == "vllm":
         # Running requests hold blocks: vLLM clears nothing, and says so only in the body.
         cleared = not engine.running
@@ -165,7 +165,7 @@ async def clear_cache(request: web.Request) -> web.Response:
         return web.json_response({"success": cleared})
     engine.cache.clear()
     log(f"INFO prefix cache cleared via {request.path}")
-    return web.Response(status=200, text="Cache flushed.")
+    return web.Response(status=200, text=engine.dialect.flushed_body)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -547,7 +547,12 @@ async def serve(dialect_name: str, profile: Profile, host: str, port: int, resta
     ready_line = lines.pop() if lines else "INFO ready"
     lines += profile.startup_log_lines
     step = profile.startup_delay_s / max(1, len(lines))
-    for line in lines:
+    binds_at = len(lines) * (1 - dialect.warming_share) if dialect.warming_share else None
+    for i, line in enumerate(lines):
+        if binds_at is not None and not listening and i >= binds_at:
+            await site.start()  # the HTTP server is up, its own warm-up still running: health 503
+            listening = True
+            log(dialect.bound_line.format(**startup_values(profile, host, port)))
         log(line)
         try:
             await asyncio.wait_for(stop.wait(), timeout=step)

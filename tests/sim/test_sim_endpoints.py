@@ -211,7 +211,7 @@ def test_dialect_extras_detokenize_model_info_version(sim):
     if sim.dialect == "openai":
         assert httpx.post(sim.url + "/detokenize", json={"tokens": [1, 2]}).status_code == 404
         return
-    text = post(sim, "/detokenize", {"tokens": [0, 1, 2]}).json()["prompt"]
+    text = post(sim, "/detokenize", {"tokens": [0, 1, 2]}).json()[{"sglang": "text", "vllm": "prompt"}[sim.dialect]]
     assert count_tokens(text) == 3 and post(sim, "/tokenize", {"prompt": text}).json()["tokens"] == [0, 1, 2]
     if sim.dialect == "sglang":
         assert httpx.get(sim.url + "/get_model_info").json()["model_path"] == "dayone-sim-model"

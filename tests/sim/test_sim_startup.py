@@ -14,19 +14,27 @@ from tasks.state.storage import RunDir
 from tasks.targets.local import LocalTarget
 
 
-def test_sglang_starts_with_503s_then_serves(sims):
-    # 5 s of startup: the four requests below must all land in it, and once, on a loaded machine, 1.5 s
-    # had passed before the first
-    sim = sims("sglang", {"startup_delay_s": 5.0}, wait_ready=False)
+def test_sglang_port_is_closed_then_health_503_while_models_answers_then_serves(sims):
+    """Real SGLang's start (tests/fixtures/wire/sglang-0.5.18/startup_health*.json): the port refuses while the
+    scheduler loads, then the HTTP server binds and runs its own warm-up, /health 503 while /ping and /v1/models
+    answer 200; then ready. The warm-up is the last quarter of the start: 5 s of 20, for the requests below to
+    land in it on a loaded machine."""
+    sim = sims("sglang", {"startup_delay_s": 20.0}, wait_ready=False)
+    time.sleep(0.5)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(sim.url + "/health", timeout=1)
     sim.wait_listening()
     assert httpx.get(sim.url + "/health").status_code == 503
     assert httpx.get(sim.url + "/health_generate").status_code == 503
     assert httpx.get(sim.url + "/ping").status_code == 200  # the HTTP server alone: DayOne's pod liveness
+    assert httpx.get(sim.url + "/v1/models").status_code == 200  # not a readiness signal
     assert httpx.post(sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 503
-    state = sim.wait_ready(timeout_s=30)
-    assert state["ready_ts"] - state["started_ts"] >= 4.9
+    assert "Uvicorn running on" in sim.log() and "fired up" not in sim.log()
+    state = sim.wait_ready(timeout_s=60)
+    assert state["ready_ts"] - state["started_ts"] >= 19.9
     assert httpx.get(sim.url + "/health").status_code == 200
     assert httpx.post(sim.url + "/v1/completions", json={"prompt": "x", "max_tokens": 1}).status_code == 200
+    assert "The server is fired up and ready to roll!" in sim.log()
 
 
 def test_vllm_port_closed_until_started(sims):

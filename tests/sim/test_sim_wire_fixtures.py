@@ -219,3 +219,28 @@ def test_a_fresh_simulated_sglang_exposes_no_family_a_fresh_real_one_lacks():
     extra = {name: kind for name, kind in fresh.items() if real.get(name, real.get(name.removesuffix("_total"))) != kind}
     assert not extra, f"a fresh simulated SGLang exposes families a fresh real one has not: {extra}"
     assert "sglang:inter_token_latency_seconds" in after  # a request's second token makes it
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "sglang"])
+def test_detokenize_answers_in_the_real_engines_field(dialect):
+    recorded = json.loads((WIRE / VERSIONS[dialect] / {"vllm": "detokenize.json", "sglang": "detokenize_tokens.json"}[
+        dialect]).read_text(encoding="utf-8"))
+    with start_sim(dialect, {"startup_delay_s": 0, "itl_s": 0.001}) as sim:
+        answer = httpx.post(sim.url + "/detokenize", json={"tokens": [0, 1, 2]}).json()
+    assert list(answer) == list(recorded["body"])  # {"prompt"} in vLLM, {"text"} in SGLang
+
+
+def test_sglang_flush_bodies_are_the_real_ones_idle_and_busy():
+    def body(name: str) -> str:
+        doc = json.loads((WIRE / VERSIONS["sglang"] / name).read_text(encoding="utf-8"))
+        return (doc.get("flush") or doc)["body"]
+
+    with start_sim("sglang", {"startup_delay_s": 0, "itl_s": 0.02}) as sim:
+        idle = httpx.post(sim.url + "/flush_cache")
+        request = {"prompt": "long running", "max_tokens": 100, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", sim.url + "/v1/completions", json=request, timeout=30) as stream:
+            lines = stream.iter_lines()  # held: a dropped generator closes the stream
+            next(lines)  # the stream's first output: the request is running
+            busy = httpx.post(sim.url + "/flush_cache")
+    assert (idle.status_code, idle.text) == (200, body("flush_cache_idle_post.json"))
+    assert (busy.status_code, busy.text) == (400, body("flush_cache_during_stream.json"))

@@ -68,7 +68,16 @@ def assert_client_stands_within_bounds(engine: RunningEngine, root: Path) -> Non
     assert row["server_requests"] == REQUESTS and row["timing_gap_unpublished"] is None, described(row)
     assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]
     assert -TTFT_BELOW_S <= row["ttft_gap_s"] < TTFT_GAP_MAX_S, described(row)
-    assert abs(row["itl_gap_s"]) < ITL_GAP_MAX_S, described(row)
-    assert row["ttft_gap_finding"] is None and row["itl_gap_finding"] is None, described(row)
+    assert row["ttft_gap_finding"] is None, described(row)
+    merged = [r.tokens_per_event for r in outcome.results if r.tokens_per_event and max(r.tokens_per_event) > 1]
+    if not merged:
+        assert abs(row["itl_gap_s"]) < ITL_GAP_MAX_S, described(row)
+        assert row["itl_gap_finding"] is None, described(row)
+    else:
+        # Several tokens in an event (the engine's output handler fell behind on a loaded machine): both engines
+        # count ITL per token, the client's ITL is per event, so per token (TPOT) the two must agree, and a
+        # finding on the per-event gap says why it differs (seen once in CI: ITL +9.4 ms, TPOT -0.5 ms).
+        assert abs(row["tpot_gap_s"]) < ITL_GAP_MAX_S, (described(row), merged)
+        assert row["itl_gap_finding"] is None or "several tokens per event" in row["itl_gap_finding"], described(row)
     assert row["server_itl_p50_s"] is not None and row["server_ttft_p99_s"] is not None
     print(described(row), f"round {outcome.row['duration_s']:.1f} s")  # the measured figures (pytest -rP)

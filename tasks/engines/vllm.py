@@ -134,12 +134,12 @@ class VLLMAdapter(EngineAdapter):
         unread: dict[str, str] = {}
         checkpoint = CHECKPOINT.search(text) if weights is None else None
         if checkpoint is not None:
-            recast = re.search(r"'(?:dtype|quantization)':", given["args"]) if given else None
+            recast = re.search(r"'(?P<flag>dtype|quantization)':", given["args"]) if given else None
             if recast is None:
                 weights = checkpoint  # the CPU build, the checkpoint's own dtype served
             else:
                 unread["weights_gib"] = (f"the CPU build logs the checkpoint's size only ({checkpoint['gib']} GiB, at "
-                                         f"the checkpoint's dtype), and --{recast.group(0)[1:-2]} changes what the "
+                                         f"the checkpoint's dtype), and --{recast['flag']} changes what the "
                                          "weights take in memory")
         return StartupMemory(
             kv_tokens=int(number(tokens["tokens"])) if tokens else None,

@@ -152,7 +152,7 @@ async def clear_cache(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     if engine.dialect.name == "vllm" and not engine.profile.dev_mode:
         return web.Response(status=404, text="Not Found")
-    if engine.dialect.name == "sglang" and engine.running:
+    if engine.dialect.flush_refused_body and engine.running:  # SGLang refuses while requests are pending
         return web.Response(status=400, text=engine.dialect.flush_refused_body)
     if engine.dialect.name == "vllm":
         # Running requests hold blocks: vLLM clears nothing, and says so only in the body.
@@ -535,7 +535,8 @@ async def serve(dialect_name: str, profile: Profile, host: str, port: int, resta
     app = build_app(engine)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    lines = [line.format(**startup_values(profile, host, port)) for line in dialect.startup_lines]
+    values = startup_values(profile, host, port)
+    lines = [line.format(**values) for line in dialect.startup_lines]
     log(f"INFO DayOne engine simulator: dialect={dialect.name} model={profile.model} pid={os.getpid()} restarts={restarts} "
         f"launch={engine.launch}")
     site = web.TCPSite(runner, host, port, reuse_address=True, backlog=2048)  # bursts of many streams, like uvicorn
@@ -552,7 +553,7 @@ async def serve(dialect_name: str, profile: Profile, host: str, port: int, resta
         if binds_at is not None and not listening and i >= binds_at:
             await site.start()  # the HTTP server is up, its own warm-up still running: health 503
             listening = True
-            log(dialect.bound_line.format(**startup_values(profile, host, port)))
+            log(dialect.bound_line.format(**values))
         log(line)
         try:
             await asyncio.wait_for(stop.wait(), timeout=step)

@@ -168,8 +168,9 @@ class Profile(_Model):
     )
     slots: int = Field(64, ge=1, description="Requests running at once; the rest queue.")
     decode_knee: int | None = Field(
-        None, ge=1, description="A planted capacity: while more requests than this run, every decode step is "
-        "decode_knee_factor times slower (the batch outgrew the GPU), so TPOT leaves its SLO above this concurrency.")
+        None, ge=0, description="A planted capacity: while more requests than this run, every decode step is "
+        "decode_knee_factor times slower (the batch outgrew the GPU), so TPOT leaves its SLO above this concurrency; "
+        "0 makes every step slow, an engine that meets the SLO at no load.")
     decode_knee_factor: float = Field(3.0, ge=1, description="Slowdown of every output event gap beyond decode_knee.")
     ttft_base_s: float = Field(0.02, ge=0)
     prefill_tokens_per_s: float = Field(50_000.0, gt=0)

@@ -16,9 +16,12 @@ from tasks.sim.process import SimProcess, start_sim
 from tasks.state.storage import RunDir
 
 DIGEST = "sha256:" + "0" * 64
-# Fast requests: 8 output tokens 10 ms apart; the knee's factor 3 makes TPOT 30 ms, the SLO is 20 ms.
+# Fast requests: 32 output tokens 10 ms apart; the knee's factor 3 makes TPOT 30 ms, the SLO is 20 ms.
+# 31 gaps: a client stall must pass 310 ms on a stream's last token to push a good request over the SLO
+# (8 tokens: 70 ms, which a loaded suite's stall reached, failing every request in flight at once).
 FAST = {"ttft_base_s": 0.005, "itl_s": 0.01}
 SLO = {"tpot_s": 0.02}
+OUTPUT_TOKENS = 32
 
 
 @contextmanager
@@ -28,7 +31,8 @@ def capacity_context(root: Path, profile: dict[str, Any], capacity: dict[str, An
         config = parse_run_config({
             "run_id": "capacity-run",
             "engines": [{"name": "sim", "dialect": "sglang"}],
-            "scenarios": {"capacity": {"enabled": True, "input_tokens": 16, "output_tokens": 8, **capacity},
+            "scenarios": {"capacity": {"enabled": True, "input_tokens": 16, "output_tokens": OUTPUT_TOKENS,
+                                       **capacity},
                           "warmup": warmup},
             "slo": SLO if slo is None else slo,
             "request_timeout_s": 30,

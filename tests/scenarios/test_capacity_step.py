@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from capacity_helpers import FAST, SLO
+from capacity_helpers import FAST, OUTPUT_TOKENS, SLO
 from tasks.state import documents as run_documents
 from tasks.report import write_report
 from tasks.steps.context import RunContext
@@ -17,7 +17,7 @@ CONFIG = {
     "scenarios": {
         **{name: {"enabled": False} for name in ("functional", "short", "prefill", "decode", "rate", "long_context",
                                                  "boundary", "prefix_cache")},
-        "capacity": {"enabled": True, "input_tokens": 16, "output_tokens": 8, "start": 2, "max": 16, "rounds": 2,
+        "capacity": {"enabled": True, "input_tokens": 16, "output_tokens": OUTPUT_TOKENS, "start": 2, "max": 16, "rounds": 2,
                      "requests_per_round": 24},
     },
     "slo": SLO,

@@ -54,9 +54,10 @@ def test_server_ttft_queue_and_kv_usage_match_the_simulator(sims, tmp_path, dial
     assert row["queue_time_mean_s"] == pytest.approx(sum(r["queue_wait_s"] for r in truth) / REQUESTS, abs=1e-9)
     assert row["queue_time_mean_s"] > 0.05  # two requests always wait for a slot
     assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]
-    # Loopback: the client sees the first token within a few ms of the engine, so no finding (the gap
-    # bound leaves a busy suite room: 10.1 ms once, still well under a quarter of the server's TTFT).
-    assert 0 <= row["ttft_gap_s"] < 0.030 and row["ttft_gap_finding"] is None
+    # Loopback: the client sees the first token within a few ms of the engine, so no finding. The bound
+    # leaves a busy suite room: a 100 ms stall of the simulator as a wave of 4 arrives stamps their
+    # arrival late, a third of that on the mean of 12 (10.1 ms seen); a quarter of the queued TTFT is more.
+    assert 0 <= row["ttft_gap_s"] < 0.060 and row["ttft_gap_finding"] is None
     assert row["gauge_samples"] >= 3
     # Two running requests hold 128 + their tokens so far of 4,096: between 6% and 8%.
     assert 2 * 128 / 4096 <= row["kv_usage_peak"] <= 2 * (128 + 32) / 4096 + 1e-9
@@ -123,7 +124,7 @@ def test_the_clients_ttft_and_itl_stand_beside_the_engines_histograms_over_the_s
     # Loopback: a token reaches the client a fraction of a ms after the engine stamped it, every token alike,
     # so the gaps between them agree far closer than the 10 ms steps (2 ms: a loaded suite's stall).
     assert abs(row["itl_gap_s"]) < 0.002 and row["itl_gap_finding"] is None
-    assert -0.001 <= row["ttft_gap_s"] < 0.030
+    assert -0.001 <= row["ttft_gap_s"] < 0.060  # a simulator stall as a wave arrives: a third of it (above)
     # 10 ms steps: the median and the tail fall in the histogram's (0.005, 0.01] or (0.01, 0.015] bucket.
     assert 0.005 <= row["server_itl_p50_s"] <= 0.015 and row["server_itl_p50_s"] <= row["server_itl_p99_s"] <= 0.025
 
@@ -153,7 +154,8 @@ def test_every_shared_prefix_round_has_the_client_against_the_server(sims, tmp_p
     # A traffic scenario's rounds go through the same RoundWatch as a performance round's: each has its row.
     sim = sims("vllm", BASE)
     settings = {"enabled": True, "groups": 2, "prefix_tokens": 64, "suffix_tokens": 16, "requests_per_group": 2,
-                "output_tokens": 8, "concurrency": [2], "rounds": 2}
+                "output_tokens": 32, "concurrency": [2], "rounds": 2}  # 124 gaps a round: a 2 ms mean
+    # holds a quarter second of a loaded client's late reads at the streams' ends (8 tokens held 56 ms)
     cfg = parse_run_config({"run_id": "engine-metrics", "engines": [{"name": "eng", "dialect": "vllm"}],
                             "scenarios": {"shared_prefix": settings, "warmup": False}})
     ctx = EngineContext(cfg, endpoint_for(cfg, "eng", sim.url, "sha256:" + "0" * 64), RunDir("engine-metrics",

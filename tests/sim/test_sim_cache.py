@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 import time
 
 import httpx
@@ -80,18 +79,21 @@ def _while_one_request_runs(sim, action):
     """Run `action()` while a long completion is running on `sim`; return what it returned.
 
     Waits on the clock, not a count of polls: on a loaded machine the request can take
-    a while to reach the simulator, and acting before it runs tests nothing."""
-    body = {"prompt": "long running", "max_tokens": 50, "ignore_eos": True}
-    t = threading.Thread(target=lambda: httpx.post(sim.url + "/v1/completions", json=body, timeout=30))
-    t.start()
-    try:
+    a while to reach the simulator, and acting before it runs tests nothing. The request
+    streams for 10 s, so that a stall of a second cannot end it before the action; it is
+    closed after the action, and the simulator left idle."""
+    body = {"prompt": "long running", "max_tokens": 500, "ignore_eos": True, "stream": True}  # 500 x 20 ms
+    with httpx.stream("POST", sim.url + "/v1/completions", json=body, timeout=30):
         deadline = time.monotonic() + 20
         while not httpx.get(sim.url + "/sim/state").json()["running"]:
             assert time.monotonic() < deadline, "the long request never started running on the simulator"
             time.sleep(0.005)
-        return action()
-    finally:
-        t.join()
+        result = action()
+    deadline = time.monotonic() + 20  # the simulator sees the client gone at its next event
+    while httpx.get(sim.url + "/sim/state").json()["running"]:
+        assert time.monotonic() < deadline, "the closed request never stopped running on the simulator"
+        time.sleep(0.005)
+    return result
 
 
 @pytest.mark.parametrize("reply", ["success_flag", "empty"])

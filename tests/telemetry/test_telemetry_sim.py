@@ -6,6 +6,7 @@ reset voids the energy; and a run config without a DCGM endpoint is refused."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import httpx
@@ -52,21 +53,16 @@ def test_the_simulators_dcgm_exporter_follows_its_load(sims):
     assert len(idle.gpus) == 2 and all(u.startswith("GPU-") for u in idle.gpus)
     assert idle.mean(telemetry.GPU_UTIL) == 0 and idle.total(telemetry.POWER_USAGE) == 200.0
     assert idle.total(telemetry.FB_USED) == 2000.0
-    with httpx.Client(timeout=30) as client:
-        import threading
-        body = {"model": "dayone-sim-model", "prompt": "x", "max_tokens": 40, "ignore_eos": True, "stream": False}
-        threads = [threading.Thread(target=client.post, args=(sim.url + "/v1/completions",), kwargs={"json": body})
-                   for _ in range(4)]
-        for t in threads:
-            t.start()
-        busy = None
-        for _ in range(100):  # four of eight slots held: 50%
-            busy = reading(sim)
-            if busy.mean(telemetry.GPU_UTIL) == 50.0:
-                break
-        for t in threads:
-            t.join()
-    assert busy is not None and busy.mean(telemetry.GPU_UTIL) == 50.0
+    # Four streams of 10 s each (200 x 50 ms), all held open until the reading is taken, then closed: the
+    # four run together however late one starts. Looked for on the clock, not a count of reads.
+    body = {"model": "dayone-sim-model", "prompt": "x", "max_tokens": 200, "ignore_eos": True, "stream": True}
+    with contextlib.ExitStack() as streams:
+        for _ in range(4):
+            streams.enter_context(httpx.stream("POST", sim.url + "/v1/completions", json=body, timeout=30))
+        deadline = time.monotonic() + 20
+        while (busy := reading(sim)).mean(telemetry.GPU_UTIL) != 50.0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # four of eight slots held: 50%
+    assert busy.mean(telemetry.GPU_UTIL) == 50.0
     assert busy.total(telemetry.POWER_USAGE) == pytest.approx(2 * (100 + (BUSY_W - 100) * 0.5))
     assert busy.total(telemetry.FB_USED) > 2000.0  # KV held by the running requests
     time.sleep(2 * REFRESH_S)

@@ -128,10 +128,12 @@ def test_two_runner_pods_measure_one_round_together(apiserver, kube_conn, s3_ser
     table = render_html(summary, charts={}).split("The CPU the load client got")[1].split("</table>")[0]
     assert "2 of 1 core" in table and "c=8 round 1: 2 runner pods of 1 core" in table
 
-    # the common start: the first wave of both pods (8 streams) within a few ms; never more than 8 in flight
+    # the common start: the first wave of both pods (8 streams) together, a few ms apart here (printed) and within
+    # 0.3 s where a loaded machine stalls one pod's process; pods that did not start together are seconds apart.
+    # Never more than 8 in flight.
     truth = ground_truth(reference, {r["request_id"] for r in rows})
     arrivals = sorted(g["arrival_ts"] for g in truth.values())
-    assert arrivals[CONCURRENCY - 1] - arrivals[0] < 0.05, arrivals[:CONCURRENCY]
+    assert arrivals[CONCURRENCY - 1] - arrivals[0] < 0.3, arrivals[:CONCURRENCY]
     print(f"first wave of {CONCURRENCY} over both pods arrived within {1e3 * (arrivals[CONCURRENCY - 1] - arrivals[0]):.3f} ms")
     spans = [(r["send_ts"], r["send_ts"] + r["e2e_s"]) for r in rows]
     assert max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans) <= CONCURRENCY

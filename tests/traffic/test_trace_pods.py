@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 GROUP, OFFSET_S = "trace-sim", 5.0
 FAST = {"ttft_base_s": 0.002, "itl_s": 0.0005, "slots": 256, "cache_block_tokens": 16}
 SYNTH = {"seed": 3, "requests": 40, "rate_rps": 20.0, "max_input_tokens": 1200, "max_output_tokens": 4}
-TOLERANCE_S = 0.100  # the simulator stamps an arrival when its loop takes the request: late on a loaded 2-core machine
+# The simulator stamps an arrival when its loop takes the request: a stall on a loaded 2-core machine makes one
+# late by up to this, never early; an offset misapplied shows as 5 s on the peer's rows.
+TOLERANCE_S = 0.300
 PEER = """
 import sys, time
 _wall = time.time
@@ -69,9 +71,15 @@ def test_two_runner_pods_replay_one_trace_round_each_row_once_on_shard_0s_clock(
     assert [(s["pod"], s["pods"], s["requests"]) for s in shards] == [(0, 2, 20), (1, 2, 20)], shards
     assert shards[0]["shards_reason"].startswith("40 streams over 2 runner pods")
     # The peer pod's clock is 5 s ahead, its client process's (a fresh Python) is not: the two offsets measured
-    # compose to the process's own against shard 0, about 0.
-    assert abs(shards[1]["offset_s"]) < 0.05, shards[1]
+    # compose to the process's own against shard 0, about 0: within the two pings' uncertainty (half their round
+    # trips, summed), which a stalled exchange widens.
+    assert abs(shards[1]["offset_s"]) <= shards[1]["uncertainty_s"] + 0.005, shards[1]
+    # A send stamp is taken once the request is written: its arrival is never earlier than the offsets'
+    # uncertainty allows; a stall only makes it later.
+    early_s = max(s["uncertainty_s"] for s in shards) + 0.005
     arrivals = {s["request_id"]: s["arrival_ts"] for s in served}
-    assert all(abs(arrivals[r["request_id"]] - r["send_ts"]) <= TOLERANCE_S for r in rows), rows
+    assert all(-early_s <= arrivals[r["request_id"]] - r["send_ts"] <= TOLERANCE_S for r in rows), rows
     (rnd,) = result["rounds"]
-    assert rnd["requests"] == SYNTH["requests"] and -0.01 < rnd["lateness_p99_s"] < TOLERANCE_S, rnd
+    assert rnd["requests"] == SYNTH["requests"], rnd
+    # most rows on time; a stall makes the few sent in its burst late
+    assert -0.01 < rnd["lateness_p50_s"] < 0.1 and -0.01 < rnd["lateness_p99_s"] < TOLERANCE_S, rnd

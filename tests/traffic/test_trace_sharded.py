@@ -19,7 +19,9 @@ from tasks.state.storage import RunDir
 FAST = {"ttft_base_s": 0.002, "itl_s": 0.0005, "slots": 256, "cache_block_tokens": 16}
 SYNTH = {"seed": 7, "requests": 60, "rate_rps": 30.0, "max_input_tokens": 1500, "max_output_tokens": 4}
 SKEW_S = 0.5
-TOLERANCE_S = 0.100  # the simulator stamps an arrival when its loop takes the request: late on a loaded 2-core machine
+# The simulator stamps an arrival when its loop takes the request: a stall on a loaded 2-core machine makes one
+# late by up to this, never early; an offset left unapplied shows as 0.5 s on every row.
+TOLERANCE_S = 0.300
 
 SKEWED_CLOCK = '''
 import sys, time
@@ -54,13 +56,19 @@ def test_a_trace_replayed_over_two_client_processes_sends_each_row_once_on_the_s
     assert sorted(ids) == sorted(r["request_id"] for r in rows) and len(set(ids)) == len(ids) == SYNTH["requests"]
     # Two processes, the rows dealt between them; each one's clock measured half a second ahead.
     assert [s["shard"] for s in shards] == [0, 1] and [s["requests"] for s in shards] == [30, 30], shards
-    assert all(abs(s["offset_s"] - SKEW_S) < 0.02 for s in shards), shards
+    # within the ping's own uncertainty (half its round trip), which a stalled exchange widens
+    assert all(abs(s["offset_s"] - SKEW_S) <= s["uncertainty_s"] + 0.005 for s in shards), shards
     assert all(s["shards_reason"] == "2 as the run config asks (load.client_processes)" for s in shards)
     (rnd,) = result["rounds"]
     assert rnd["client_processes"] == 2 and rnd["requests"] == SYNTH["requests"]
     # Send stamps on the step's clock: the simulator's own arrival stamps agree, and so lateness is small.
+    # A send stamp is taken once the request is written, so its arrival is never earlier than the offset's
+    # uncertainty allows; a stall only makes it later.
+    early_s = max(s["uncertainty_s"] for s in shards) + 0.005
     arrivals = {s["request_id"]: s["arrival_ts"] for s in served}
     for r in rows:
-        assert abs(arrivals[r["request_id"]] - r["send_ts"]) <= TOLERANCE_S, r
+        assert -early_s <= arrivals[r["request_id"]] - r["send_ts"] <= TOLERANCE_S, r
         assert r["lateness_s"] == r["send_ts"] - r["due_ts"]
-    assert rnd["lateness_p99_s"] is not None and -0.01 < rnd["lateness_p99_s"] < TOLERANCE_S, rnd
+    # most rows on time; a stall makes the few sent in its burst late
+    assert rnd["lateness_p50_s"] is not None and -0.01 < rnd["lateness_p50_s"] < 0.1, rnd
+    assert -0.01 < rnd["lateness_p99_s"] < TOLERANCE_S, rnd

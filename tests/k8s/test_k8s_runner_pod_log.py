@@ -22,8 +22,9 @@ from tasks.steps.runner_pods import runner_step_pod
 NS = "bench"
 RUNNER = {"image": "registry.example.org/dayone-runner@sha256:" + "3" * 64, "s3_secret": {"name": "dayone-s3"},
           "log_interval_s": 1, "poll_interval_s": 0.2}
-# a step that says where it is, then measures for a while
-MEASURING = [sys.executable, "-c", "import time; print('round 1 of 3 measured', flush=True); time.sleep(4); "
+# a step that says where it is, then measures for a while: 6 s, so that the line read at the next 1 s log
+# interval is still seconds ahead of the end when the trigger waits a second or two for a core
+MEASURING = [sys.executable, "-c", "import time; print('round 1 of 3 measured', flush=True); time.sleep(6); "
              "print('step done', flush=True)"]
 
 
@@ -60,7 +61,8 @@ def test_the_pods_log_reaches_the_task_log_while_the_pod_runs(apiserver, kube_co
     trigger = deferred.value.trigger
 
     ended = []
-    threading.Thread(target=lambda: ended.append((process.wait(), time.time())), daemon=True).start()
+    waiter = threading.Thread(target=lambda: ended.append((process.wait(), time.time())), daemon=True)
+    waiter.start()
 
     async def first_event():
         async for event in trigger.run():
@@ -69,6 +71,7 @@ def test_the_pods_log_reaches_the_task_log_while_the_pod_runs(apiserver, kube_co
     event = asyncio.run(asyncio.wait_for(first_event(), 30))
 
     assert event.payload["status"] == "success", event.payload
+    waiter.join(10)  # the process has ended; the thread that saw it may not have run since
     [(code, ended_at)] = ended
     # the task's log line (its own time first), against when the pod's process ended
     [logged] = [line for line in capfd.readouterr().out.splitlines() if "[base] round 1 of 3 measured" in line]

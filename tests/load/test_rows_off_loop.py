@@ -8,13 +8,17 @@ written by a writer process (tasks/state/partitions.py QueuedRows).
 The round's partition file is opened through a stand-in whose first two flushes stall 0.3 s (a
 disk that stalls), and JSON encoding in this process is watched: the old code did both on the
 loop, for every completion, and the loop stalled 0.7 s; now neither happens on the loop, and a
-5 ms timer on it is never late by 150 ms while 200 completions land (20-30 ms on this busy box).
+5 ms timer on it is never late by 150 ms while 200 completions land (20-30 ms on this busy box),
+not counting the time the loop's thread waited for a core (a loaded CI machine deschedules a process
+for up to a second; the kernel counts that wait in /proc/thread-self/schedstat, and a loop held up by
+its own work, or by another thread holding the GIL, is not waiting for a core).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 import time
 from types import SimpleNamespace
@@ -28,7 +32,7 @@ from tasks.load.rounds import RoundPlan, run_round
 from tasks.state.storage import RunDir
 
 STALL_S, STALLS = 0.3, 2  # the partition's first two flushes take 0.3 s each: a disk that stalls
-MAX_LOOP_STALL_S = 0.15  # a loaded machine delays the loop by tens of ms, not 150
+MAX_LOOP_STALL_S = 0.15  # a loaded machine delays the loop by tens of ms, not 150, its waits for a core taken out
 
 
 def _on_event_loop() -> bool:
@@ -85,14 +89,19 @@ def test_completions_neither_encode_nor_write_on_the_timing_loop(ref_server, mak
     plan = RoundPlan(scenario="short", shape=Shape(32, 16, 50), round=1, requests=200, first_encounter=False)
 
     async def go():
-        lags: list[tuple[float, float]] = []  # (tick start, Unix time; how late)
+        lags: list[tuple[float, float, float]] = []  # (tick start, Unix time; how late; of it, waiting for a core)
         done = asyncio.Event()
 
         async def probe() -> None:  # how late the loop runs a 5 ms timer, throughout the round
-            while not done.is_set():
-                wall, t = time.time(), time.perf_counter()
-                await asyncio.sleep(0.005)
-                lags.append((wall, time.perf_counter() - t - 0.005))
+            schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY)  # the loop's thread's
+            try:
+                while not done.is_set():
+                    wall, t, waited = time.time(), time.perf_counter(), _runqueue_wait_s(schedstat)
+                    await asyncio.sleep(0.005)
+                    lag = time.perf_counter() - t - 0.005
+                    lags.append((wall, lag, _runqueue_wait_s(schedstat) - waited))
+            finally:
+                os.close(schedstat)
 
         async with new_session() as session:
             task = asyncio.create_task(probe())
@@ -110,13 +119,21 @@ def test_completions_neither_encode_nor_write_on_the_timing_loop(ref_server, mak
     # stream ended (the round's end waits for the writer's last, maybe stalled, flush)
     first_send = min(r.send_ts for r in outcome.results)
     last_event = max(r.send_ts + r.e2e_s for r in outcome.results)
-    lags = [lag for start, lag in ticks if first_send <= start and start + 0.005 + lag <= last_event]
+    timed = [(lag, waited) for start, lag, waited in ticks if first_send <= start and start + 0.005 + lag <= last_event]
+    raw_lags = [lag for lag, _ in timed]
+    lags = [lag - waited for lag, waited in timed]  # held up by the loop's process, not by the machine
     assert len(ctx.run_dir.read_rows("requests", "sim")) == 201
     assert ("write", True) in calls[io_calls:] and encoded_on_loop[encodings:] == [True]  # the watch works
     assert not any(on_loop for _, on_loop in calls[:io_calls]), f"file I/O on the timing loop: {calls[:5]}"
     assert not any(encoded_on_loop[:encodings]), "rows JSON-encoded on the timing loop"
-    print(f"loop lag over {len(lags)} ticks: max {1e3 * max(lags):.1f} ms")
+    print(f"loop lag over {len(lags)} ticks: max {1e3 * max(lags):.1f} ms besides waits for a core "
+          f"(max {1e3 * max(raw_lags):.1f} ms in all)")
     assert max(lags) < MAX_LOOP_STALL_S, f"the loop stalled {max(lags):.3f} s while the disk stalled"
+
+
+def _runqueue_wait_s(schedstat: int) -> float:
+    """Seconds the thread of the open /proc/thread-self/schedstat has waited for a core (runnable, not running)."""
+    return int(os.pread(schedstat, 100, 0).split()[1]) / 1e9
 
 
 def _lines(path) -> list[dict]:

@@ -4,6 +4,8 @@ low load on the independent reference server: the merged tables are the same."""
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,7 @@ from tasks.stats.figures import percentile
 SAME = ("request_id", "status", "http_status", "output_events", "completion_tokens", "prompt_tokens",
         "tokens_per_event", "length_deviation", "concurrency", "rate_rps", "scenario", "round")
 TIMED = ("ttft_s", "first_event_s", "e2e_s", "tpot_s")
+ATTEMPTS, LOADED = 3, 0.15  # round pairs at most, and the share of a run waiting for a core that calls for another
 
 
 def _round(ctx, shards: int, partition: str, rate_rps: float | None = None):
@@ -33,31 +36,64 @@ def _round(ctx, shards: int, partition: str, rate_rps: float | None = None):
     return outcome, sorted((json.loads(line) for line in path.read_text().splitlines()), key=lambda r: r["request_id"])
 
 
+def _cpu_pressure_s() -> float | None:
+    """Seconds in which some task of the machine waited for a core (Linux PSI), or None without it."""
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        return int(some.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _timing_misses(ref_server, one, one_rows, two, two_rows) -> list:
+    """Where the sharded round's timing does not agree with the one process's."""
+    misses = []
+    for k in TIMED:  # the server's timing is fixed: 20 ms to the first token, then 10 ms each
+        apart = sorted(abs(a[k] - b[k]) for a, b in zip(one_rows, two_rows))
+        # a client descheduled for a moment (19 ms seen; up to a second on a loaded CI machine) reads every
+        # stream then ending late: a few rows apart, by at most the stall; the rows as a whole agree
+        if percentile(apart, 50) >= 0.005 or sum(d > 0.03 for d in apart) > len(apart) // 4 or apart[-1] >= 1.0:
+            misses.append((k, [round(d, 4) for d in apart]))
+    if abs(two.row["ttft_p50_s"] - one.row["ttft_p50_s"]) > 0.01:
+        misses.append(("ttft_p50_s", one.row["ttft_p50_s"], two.row["ttft_p50_s"]))
+    # each send stamp against the server's kernel arrival (its record of the latest round): a shard stamps
+    # like one process
+    log = ref_server.log()
+    err = [abs(r["send_ts"] - log[r["request_id"]]["arrival_ts"]) for r in two_rows]
+    if percentile(err, 50) >= 0.0005:
+        misses.append(("send - arrival", percentile(err, 50)))
+    return misses
+
+
 @pytest.mark.parametrize("rate_rps", [None, 40.0], ids=["closed", "open"])
 def test_a_sharded_round_has_the_tables_of_one_process(ref_server, make_ctx, short, rate_rps):
+    """Two rounds, one process and two, timed alike: a pair of rounds whose timing disagreed on a loaded
+    machine (a client, or any task, the server's too, waited for a core more than LOADED of the time) is
+    run again, up to ATTEMPTS in all, and the last is judged. A shard that times unlike one process does
+    so in every pair."""
     ctx = make_ctx(ref_server.url, "vllm", scenarios=short([6], rounds=1, requests=24, output=16))
-    one, one_rows = _round(ctx, 1, "one", rate_rps)
-    two, two_rows = _round(ctx, 2, "two", rate_rps)
-    assert len(one_rows) == len(two_rows) == 24
+    for attempt in range(ATTEMPTS):
+        pressure0, t0 = _cpu_pressure_s(), time.monotonic()
+        one, one_rows = _round(ctx, 1, f"one{attempt}", rate_rps)
+        two, two_rows = _round(ctx, 2, f"two{attempt}", rate_rps)
+        pressure = 0.0 if pressure0 is None else (_cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
+        assert len(one_rows) == len(two_rows) == 24
+        misses = _timing_misses(ref_server, one, one_rows, two, two_rows)
+        waited = max(c.waited_share or 0.0 for c in (*one.shards, *two.shards))
+        print(f"attempt {attempt + 1}: a client waited for a core {100 * waited:.0f}% of its run, some task "
+              f"{100 * pressure:.0f}% of the time; {misses}")
+        if not misses or max(waited, pressure) < LOADED:
+            break
+    assert not misses, misses
     for a, b in zip(one_rows, two_rows):
         assert {k: a[k] for k in SAME} == {k: b[k] for k in SAME}
-        for k in TIMED:  # the server's timing is fixed: 20 ms to the first token, then 10 ms each
-            # a row apart by a core taken for a moment (19 ms seen on a loaded machine); the rows as a whole agree
-            assert b[k] == pytest.approx(a[k], abs=0.03), (k, a[k], b[k])
         assert len(a["itl_s"]) == len(b["itl_s"]) == 15
-    for k in TIMED:
-        assert percentile([abs(a[k] - b[k]) for a, b in zip(one_rows, two_rows)], 50) < 0.005, k
     for k in ("requests_ok", "requests_failed", "status", "length_deviations"):
         assert one.row[k] == two.row[k], k
-    assert two.row["ttft_p50_s"] == pytest.approx(one.row["ttft_p50_s"], abs=0.01)
     assert [c.shard for c in two.shards] == [0, 1] and [(c.shard, c.offset_s) for c in one.shards] == [(0, 0.0)]
     # one host, one clock: an offset is within the ping's own uncertainty
     assert all(abs(c.offset_s) <= c.uncertainty_s + 0.002 for c in two.shards), two.shards
     assert all(c.wall_s > 0.1 and c.cpu_s > 0 for c in two.shards), two.shards
-    # each send stamp against the server's kernel arrival: a shard stamps like one process
-    log = ref_server.log()
-    err = [abs(r["send_ts"] - log[r["request_id"]]["arrival_ts"]) for r in two_rows]
-    assert percentile(err, 50) < 0.0005
 
 
 def test_sharded_closed_loop_keeps_the_concurrency_and_starts_together(ref_server, make_ctx, short):
@@ -65,7 +101,9 @@ def test_sharded_closed_loop_keeps_the_concurrency_and_starts_together(ref_serve
     outcome, rows = _round(ctx, 3, "three")
     spans = sorted((r["send_ts"], r["send_ts"] + r["e2e_s"]) for r in rows)
     first_wave = [s for s, _ in spans[:6]]
-    assert max(first_wave) - min(first_wave) < 0.05  # the shards' common start
+    # the shards' common start: within a few ms when each has a core, but a loaded machine may hold one off
+    # for a while; shards run one after another would be apart by a shard's run (4 requests a stream, ~0.7 s)
+    assert max(first_wave) - min(first_wave) < 0.3, first_wave
     in_flight = [sum(1 for s, e in spans if s <= t < e) for t, _ in spans]
     assert max(in_flight) <= 6
 

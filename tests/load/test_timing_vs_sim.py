@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from tasks.stats.figures import median
@@ -11,9 +14,25 @@ from tasks.sim.process import start_sim
 from tasks.state.tables import REQUESTS, ROUNDS, to_frame
 
 # A client timestamp may never precede the server's, and the typical (median) error stays near a
-# millisecond. One request may trail by tens of ms when the suite's other worker holds the core
-# (74 ms against 51 once): the per-request bound allows that, the medians below do not.
-SLACK_S = 0.05
+# millisecond. A request may trail by as long as the client was off a core (74 ms once; a loaded CI
+# machine deschedules a process for up to a second): a stall only makes a client time later, so the
+# lower bound is tight, the per-request upper bound allows the stall, the medians below do not.
+STALL_S = 1.0
+ATTEMPTS, LOADED = 3, 0.15  # rounds at most, and the share of a round some task waits for a core that calls for another
+
+
+def _runqueue_wait_s() -> float:
+    """Seconds this thread has waited for a core (runnable, not running) since it started."""
+    return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+
+
+def _cpu_pressure_s() -> float | None:
+    """Seconds in which some task of the machine waited for a core (Linux PSI), or None without it."""
+    try:
+        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
+        return int(some.rsplit("total=", 1)[1]) / 1e6
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 @pytest.fixture(scope="module")
@@ -23,12 +42,31 @@ def sim():
 
 
 def test_measured_latencies_match_the_ground_truth(sim, make_ctx, short):
+    """A round whose medians missed while the machine was loaded (some task, the simulator's or the
+    client's, waited for a core more than LOADED of the time) is run again, up to ATTEMPTS in all, and
+    the last is judged; the per-request bounds hold in every one. A stamp taken at the wrong moment
+    misses in every round."""
+    for attempt in range(ATTEMPTS):
+        sim.clear_requests()  # the request ids repeat: the ground truth is this round's
+        pressure0, t0 = _cpu_pressure_s(), time.monotonic()
+        ttft_err, itl_err = _one_round(sim, make_ctx, short)
+        pressure = 0.0 if pressure0 is None else (_cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
+        print(f"attempt {attempt + 1}: some task waited for a core {100 * pressure:.0f}% of the time; median "
+              f"errors ITL {1e3 * median(itl_err):.2f} ms, TTFT {1e3 * median(ttft_err):.2f} ms")
+        if (median(itl_err) < 0.002 and median(ttft_err) < 0.005) or pressure < LOADED:
+            break
+    assert median(itl_err) < 0.002
+    assert median(ttft_err) < 0.005
+
+
+def _one_round(sim, make_ctx, short) -> tuple[list[float], list[float]]:
+    """One round of 6 against the ground truth, each request within its bounds; the TTFT and ITL errors."""
     ctx = make_ctx(sim.url, "vllm", scenarios=short([2], rounds=1, requests=6))
     reset_shapes(ctx.run_dir, "sim")
     run_perf(ctx, "short")
     rows = ctx.run_dir.read_rows("requests", "sim")
     assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
-    ttft_err, itl_err = [], []
+    ttft_err, e2e_err, itl_err = [], [], []
     for row in rows:
         truth = sim.requests(row["request_id"])[0]
         out_ts = [t for t, k in zip(truth["event_ts"], truth["event_kinds"]) if k == "output"]
@@ -36,19 +74,21 @@ def test_measured_latencies_match_the_ground_truth(sim, make_ctx, short):
         sim_e2e = out_ts[-1] - truth["arrival_ts"]
         sim_gaps = [b - a for a, b in zip(out_ts, out_ts[1:])]
         # The client's send precedes the server's arrival: its TTFT and E2E are never shorter.
-        assert sim_ttft - 0.001 <= row["ttft_s"] <= sim_ttft + SLACK_S
-        assert sim_e2e - 0.001 <= row["e2e_s"] <= sim_e2e + SLACK_S
+        assert sim_ttft - 0.001 <= row["ttft_s"] <= sim_ttft + STALL_S
+        assert sim_e2e - 0.001 <= row["e2e_s"] <= sim_e2e + STALL_S
         assert row["first_event_s"] <= row["ttft_s"]
         assert len(row["itl_s"]) == len(sim_gaps) == 15
         itl_err += [abs(a - b) for a, b in zip(row["itl_s"], sim_gaps)]
         ttft_err.append(row["ttft_s"] - sim_ttft)
+        e2e_err.append(row["e2e_s"] - sim_e2e)
         assert row["completion_tokens"] == truth["completion_tokens"] == 16
         assert row["tokens_per_event"] == [1] * 16
         sim_tpot = (sim_e2e - sim_ttft) / 15
-        assert row["tpot_s"] == pytest.approx(sim_tpot, abs=0.002)
+        # TPOT is off by no more than this row's own TTFT and E2E errors spread over its 15 gaps: a
+        # stalled row may be off, a TPOT of another definition (E2E over 16 tokens) is off by milliseconds
+        assert abs(row["tpot_s"] - sim_tpot) <= (abs(ttft_err[-1]) + abs(e2e_err[-1])) / 15 + 0.001
         assert row["length_deviation"] is False
-    assert median(itl_err) < 0.002
-    assert median(ttft_err) < 0.005
+    return ttft_err, itl_err
 
 
 def test_rows_have_exactly_the_schema_columns(sim, make_ctx, short):
@@ -92,10 +132,15 @@ def test_a_ramp_starts_the_streams_apart(sim):
         async with new_session() as session:
             return await run_closed_loop(session, sim.url, specs, 3, adapter, 30, ramp_s=0.3)
 
+    waited0, t0 = _runqueue_wait_s(), time.time()
     sends = sorted(r.send_ts for r in run_async(go()))
-    gaps = [b - a for a, b in zip(sends, sends[1:])]
-    # each request takes about 0.36 s, longer than the ramp: every worker sends one, 0.1 s apart
-    assert all(0.07 <= g <= 0.2 for g in gaps), gaps
+    waited = _runqueue_wait_s() - waited0
+    after = [s - t0 for s in sends]
+    # each request takes about 0.36 s, longer than the ramp: every worker sends one, 0.1 s apart. A
+    # stall only makes a send later: the k-th is never before k * 0.1 s (without the ramp all leave at
+    # once); it is later by at most the time this thread waited for a core, and a little
+    assert all(a >= 0.1 * k - 0.005 for k, a in enumerate(after)), after
+    assert all(a <= 0.1 * k + 0.1 + waited for k, a in enumerate(after)), (after, waited)
 
 
 @pytest.mark.parametrize("keep_alive", [True, False])

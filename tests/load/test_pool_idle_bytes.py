@@ -15,8 +15,10 @@ SSE = b'data: {"choices":[{"text":"t"}],"usage":{"completion_tokens":1}}\n\ndata
 RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s" % (len(SSE), SSE)
 
 
-def _serve(listener: socket.socket, stray: bytes, connections: list[int]) -> None:
-    """Each connection: answer every request; after the first answer, send `stray` 50 ms later."""
+def _serve(listener: socket.socket, stray: bytes, connections: list[int], idle: threading.Event,
+           sent: threading.Event) -> None:
+    """Each connection: answer every request; after the first answer, once the client says the connection is
+    idle in its pool, send `stray` (then say so)."""
     while True:
         try:
             conn, _ = listener.accept()
@@ -41,8 +43,9 @@ def _serve(listener: socket.socket, stray: bytes, connections: list[int]) -> Non
                         body += conn.recv(65536)
                     conn.sendall(RESPONSE)
                     if first and stray:
-                        time.sleep(0.05)
+                        idle.wait(10)
                         conn.sendall(stray)
+                        sent.set()
                     first = False
 
         threading.Thread(target=handle, daemon=True).start()
@@ -51,7 +54,8 @@ def _serve(listener: socket.socket, stray: bytes, connections: list[int]) -> Non
 def _two_requests(stray: bytes) -> tuple[list[str], list[int], int]:
     listener = socket.create_server(("127.0.0.1", 0))
     connections: list[int] = []
-    threading.Thread(target=_serve, args=(listener, stray, connections), daemon=True).start()
+    idle, sent = threading.Event(), threading.Event()
+    threading.Thread(target=_serve, args=(listener, stray, connections, idle, sent), daemon=True).start()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
     body = json.dumps({"prompt": "x", "max_tokens": 1, "stream": True}).encode()
 
@@ -60,7 +64,15 @@ def _two_requests(stray: bytes) -> tuple[list[str], list[int], int]:
 
         async with new_session() as session:
             first = await send_request(session, url, RequestSpec("a", "/v1/completions", body), adapter_for("vllm"), 10)
-            await asyncio.sleep(0.2)  # the stray bytes arrive while the connection is idle in the pool
+            idle.set()  # the stray bytes arrive while the connection is idle in the pool, not with a response
+            if stray:  # the pool drops the connection when its loop reads them: a deadline, not a guess
+                deadline = time.monotonic() + 5
+                while not sent.is_set() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+                while session.connections() and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
+            else:
+                await asyncio.sleep(0.05)  # nothing comes: the quiet connection stays
             open_idle = len(session.connections())
             second = await send_request(session, url, RequestSpec("b", "/v1/completions", body), adapter_for("vllm"), 10)
             return [first.status, second.status], open_idle

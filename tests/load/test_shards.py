@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 
+from cpu_wait import cpu_pressure_s
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
@@ -34,15 +34,6 @@ def _round(ctx, shards: int, partition: str, rate_rps: float | None = None):
     outcome = run_async(go())
     path = ctx.run_dir.path / "tables" / "requests" / "sim" / f"{partition}.jsonl"
     return outcome, sorted((json.loads(line) for line in path.read_text().splitlines()), key=lambda r: r["request_id"])
-
-
-def _cpu_pressure_s() -> float | None:
-    """Seconds in which some task of the machine waited for a core (Linux PSI), or None without it."""
-    try:
-        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-        return int(some.rsplit("total=", 1)[1]) / 1e6
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _timing_misses(ref_server, one, one_rows, two, two_rows) -> list:
@@ -73,10 +64,10 @@ def test_a_sharded_round_has_the_tables_of_one_process(ref_server, make_ctx, sho
     so in every pair."""
     ctx = make_ctx(ref_server.url, "vllm", scenarios=short([6], rounds=1, requests=24, output=16))
     for attempt in range(ATTEMPTS):
-        pressure0, t0 = _cpu_pressure_s(), time.monotonic()
+        pressure0, t0 = cpu_pressure_s(), time.monotonic()
         one, one_rows = _round(ctx, 1, f"one{attempt}", rate_rps)
         two, two_rows = _round(ctx, 2, f"two{attempt}", rate_rps)
-        pressure = 0.0 if pressure0 is None else (_cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
+        pressure = 0.0 if pressure0 is None else (cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
         assert len(one_rows) == len(two_rows) == 24
         misses = _timing_misses(ref_server, one, one_rows, two, two_rows)
         waited = max(c.waited_share or 0.0 for c in (*one.shards, *two.shards))

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import json
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from cpu_wait import runqueue_wait_s
 from tasks.engines import adapter_for
 from tasks.load.client import RequestSpec, new_session, run_async, run_closed_loop, send_request
 from tasks.stats.figures import percentile
@@ -78,19 +77,12 @@ def _one_run(ref, prefix: str, start: str) -> tuple[list, float]:
         async with new_session() as session:
             return await run_closed_loop(session, ref.url, specs, STREAMS, adapter_for("vllm"), 30, ramp_s=ramp_s)
 
-    waited0, t0 = _runqueue_wait_s(), time.monotonic()
+    waited0, t0 = runqueue_wait_s(), time.monotonic()
     results = run_async(go())
-    waited = 0.0 if waited0 is None else (_runqueue_wait_s() - waited0) / (time.monotonic() - t0)
+    waited = 0.0 if waited0 is None else (runqueue_wait_s() - waited0) / (time.monotonic() - t0)
     log = ref.log()
     assert len(results) == REQUESTS and all(r.status == "ok" for r in results), [r.error for r in results][:3]
     return [(r, log[r.request_id]) for r in results], waited
-
-
-def _runqueue_wait_s() -> float | None:
-    try:
-        return int(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 STARTS = pytest.mark.parametrize("start", ["burst", "ramped"])

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
+from cpu_wait import cpu_pressure_s, runqueue_wait_s
 from tasks.stats.figures import median
 from tasks.scenarios.perf import run_perf
 from tasks.scenarios.warmup import reset_shapes
@@ -19,20 +19,6 @@ from tasks.state.tables import REQUESTS, ROUNDS, to_frame
 # lower bound is tight, the per-request upper bound allows the stall, the medians below do not.
 STALL_S = 1.0
 ATTEMPTS, LOADED = 3, 0.15  # rounds at most, and the share of a round some task waits for a core that calls for another
-
-
-def _runqueue_wait_s() -> float:
-    """Seconds this thread has waited for a core (runnable, not running) since it started."""
-    return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
-
-
-def _cpu_pressure_s() -> float | None:
-    """Seconds in which some task of the machine waited for a core (Linux PSI), or None without it."""
-    try:
-        some = Path("/proc/pressure/cpu").read_text().splitlines()[0]
-        return int(some.rsplit("total=", 1)[1]) / 1e6
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +34,9 @@ def test_measured_latencies_match_the_ground_truth(sim, make_ctx, short):
     misses in every round."""
     for attempt in range(ATTEMPTS):
         sim.clear_requests()  # the request ids repeat: the ground truth is this round's
-        pressure0, t0 = _cpu_pressure_s(), time.monotonic()
+        pressure0, t0 = cpu_pressure_s(), time.monotonic()
         ttft_err, itl_err = _one_round(sim, make_ctx, short)
-        pressure = 0.0 if pressure0 is None else (_cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
+        pressure = 0.0 if pressure0 is None else (cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
         print(f"attempt {attempt + 1}: some task waited for a core {100 * pressure:.0f}% of the time; median "
               f"errors ITL {1e3 * median(itl_err):.2f} ms, TTFT {1e3 * median(ttft_err):.2f} ms")
         if (median(itl_err) < 0.002 and median(ttft_err) < 0.005) or pressure < LOADED:
@@ -132,9 +118,9 @@ def test_a_ramp_starts_the_streams_apart(sim):
         async with new_session() as session:
             return await run_closed_loop(session, sim.url, specs, 3, adapter, 30, ramp_s=0.3)
 
-    waited0, t0 = _runqueue_wait_s(), time.time()
+    waited0, t0 = runqueue_wait_s(), time.time()
     sends = sorted(r.send_ts for r in run_async(go()))
-    waited = _runqueue_wait_s() - waited0
+    waited = runqueue_wait_s() - waited0
     after = [s - t0 for s in sends]
     # each request takes about 0.36 s, longer than the ramp: every worker sends one, 0.1 s apart. A
     # stall only makes a send later: the k-th is never before k * 0.1 s (without the ramp all leave at

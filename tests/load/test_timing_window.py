@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from pathlib import Path
 
+from cpu_wait import runqueue_wait_s
 from tasks.load.client import run_async, timing_window
 from tasks.stats.figures import median
 
@@ -28,12 +28,12 @@ def _lateness_ms(inside_window: bool) -> tuple[list[float], float]:
 
     async def probe() -> tuple[list[float], float]:
         late = []
-        waited0, t0 = _runqueue_wait_s(), time.perf_counter()
+        waited0, t0 = runqueue_wait_s(), time.perf_counter()
         for _ in range(200):
             t = time.perf_counter()
             await asyncio.sleep(0.001)
             late.append((time.perf_counter() - t - 0.001) * 1e3)
-        return late, (_runqueue_wait_s() - waited0) / (time.perf_counter() - t0)
+        return late, (runqueue_wait_s() - waited0) / (time.perf_counter() - t0)
 
     async def main() -> tuple[list[float], float]:
         if inside_window:
@@ -48,10 +48,6 @@ def _lateness_ms(inside_window: bool) -> tuple[list[float], float]:
     finally:
         stop.set()
         thread.join()
-
-
-def _runqueue_wait_s() -> float:
-    return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
 
 
 def test_a_busy_thread_holds_the_timing_loop_off_for_at_most_a_fraction_of_a_millisecond():

@@ -51,6 +51,15 @@ class Dialect:
     # SGLang's /flush_cache bodies (plain text), idle and while requests are pending (then a 400)
     flushed_body: str = ""
     flush_refused_body: str = ""
+    # vLLM's /reset_prefix_cache: served only with VLLM_SERVER_DEV_MODE=1 (404 otherwise); it answers
+    # {"success": bool} and clears nothing while requests hold blocks
+    clear_needs_dev_mode: bool = False
+    clear_answers_success: bool = False
+    # Health paths that answer 200 before the engine is ready: SGLang's /ping comes from its HTTP server
+    # alone; vLLM binds its port only when ready, so every health path it serves says 200 (never_ready faults)
+    health_while_starting: tuple[str, ...] = ()
+    preempted_line: str = ""  # logged when a request is preempted ({request_id})
+    echo_prompt_logprobs: bool = False  # /v1/completions with echo and logprobs scores the prompt (vLLM)
     # Prometheus names: role -> name. Roles: queries, hits, prompt, generation, running, waiting,
     # requests, ttft, e2e, itl; what the engine spends: preemptions (counter), kv_usage (gauge),
     # queue (histogram), spec_drafts / spec_draft_tokens / spec_accepted (counters, vLLM) or
@@ -65,6 +74,10 @@ class Dialect:
     # 400 with param input_tokens; one that fits with max_tokens over it is cut to the room left), "sglang" (a
     # 400 either way, in its words) or "plain" (the OpenAI API's 400).
     context_check: str = "plain"
+    # How usage reports cached prompt tokens (tasks/sim/wire.py usage_of): "vllm" (prompt_tokens_details in every
+    # usage, chat adds created_cache_tokens), "sglang" (details only where tokens were cached, then
+    # reasoning_tokens) or "plain" (the OpenAI API's three counts).
+    usage_shape: str = "plain"
 
 
 SGLANG = Dialect(
@@ -73,6 +86,8 @@ SGLANG = Dialect(
     warming_share=0.25,
     models_before_ready=True,
     health_paths=("/health", "/health_generate", "/ping"),
+    health_while_starting=("/ping",),
+    preempted_line="WARNING KV cache pool is full. Retract requests. #retracted_reqs: 1",
     reasoning_field="reasoning_content",
     tokenize=True,
     cache_clear=("POST", "/flush_cache"),
@@ -102,6 +117,7 @@ SGLANG = Dialect(
     error_wrapped=False,
     unknown_model_404=False,
     context_check="sglang",
+    usage_shape="sglang",
     # SGLang 0.5.18: every chat delta opens with "reasoning_content": null; the finish comes in an event of its own
     # (chat), on the last text (completions, whose every event has "usage": null).
     stream=StreamShape(
@@ -138,9 +154,14 @@ VLLM = Dialect(
     starting="closed",
     models_before_ready=True,  # seen only under faults.never_ready: the port binds when ready
     health_paths=("/health", "/ping"),
+    health_while_starting=("/health", "/ping"),
+    preempted_line="WARNING Sequence group {request_id} is preempted by PreemptionMode.RECOMPUTE",
+    echo_prompt_logprobs=True,
     reasoning_field="reasoning",
     tokenize=True,
     cache_clear=("POST", "/reset_prefix_cache"),
+    clear_needs_dev_mode=True,
+    clear_answers_success=True,
     metrics=True,
     metric_names={
         "queries": "vllm:prefix_cache_queries_total",
@@ -162,6 +183,7 @@ VLLM = Dialect(
     },
     renamed={"queries": "vllm:gpu_prefix_cache_queries_total", "hits": "vllm:gpu_prefix_cache_hits_total"},
     context_check="vllm",
+    usage_shape="vllm",
     # vLLM 0.32: the role event adds prompt_token_ids and prompt_text; "stop" and "tool_calls" finish in an empty
     # event of their own, "length" on the last output; the stream's last event before [DONE] has the
     # system_fingerprint; the tool-call header has no "arguments".

@@ -92,8 +92,7 @@ async def models(request: web.Request) -> web.Response:
 
 async def health(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    # /ping (SGLang's SageMaker route) answers from the HTTP server alone, ready or not.
-    if engine.ready or request.path == "/ping" or (engine.dialect.name == "vllm" and request.path != "/health_generate"):
+    if engine.ready or request.path in engine.dialect.health_while_starting:
         return web.Response(status=200)
     return web.Response(status=503)
 
@@ -150,11 +149,11 @@ async def detokenize(request: web.Request) -> web.Response:
 
 async def clear_cache(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
-    if engine.dialect.name == "vllm" and not engine.profile.dev_mode:
+    if engine.dialect.clear_needs_dev_mode and not engine.profile.dev_mode:
         return web.Response(status=404, text="Not Found")
     if engine.dialect.flush_refused_body and engine.running:  # SGLang refuses while requests are pending
         return web.Response(status=400, text=engine.dialect.flush_refused_body)
-    if engine.dialect.name == "vllm":
+    if engine.dialect.clear_answers_success:
         # Running requests hold blocks: vLLM clears nothing, and says so only in the body.
         cleared = not engine.running
         if cleared:
@@ -196,7 +195,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def completions(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE]
-    if engine.dialect.name == "vllm" and engine.ready:
+    if engine.dialect.echo_prompt_logprobs and engine.ready:
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -376,9 +375,8 @@ def _write_on_schedule(engine: Engine, record: Record, transport: asyncio.Transp
                     due += recompute_s
                     engine.counters["preemptions"] += 1
                     record.faults.append("preempted")
-                    log("WARNING KV cache pool is full. Retract requests. #retracted_reqs: 1"
-                        if engine.dialect.name == "sglang" else
-                        f"WARNING Sequence group {record.request_id} is preempted by PreemptionMode.RECOMPUTE")
+                    if engine.dialect.preempted_line:
+                        log(engine.dialect.preempted_line.format(request_id=record.request_id))
                 if due < engine.blocked_until:
                     due = engine.blocked_until
                 if due > mono() + 20e-6:

@@ -27,11 +27,11 @@ def usage_of(engine: Engine, record: Record, answer: Answer, chat: bool = False,
         "total_tokens": record.prompt_tokens + answer.completion_tokens,
         "completion_tokens": answer.completion_tokens,
     }
-    name = engine.dialect.name
-    if name == "vllm":
+    shape = engine.dialect.usage_shape
+    if shape == "vllm":
         usage["prompt_tokens_details"] = {"cached_tokens": record.cached_tokens} | (
             {"created_cache_tokens": 0} if chat else {})
-    elif name == "sglang":
+    elif shape == "sglang":
         if record.cached_tokens or not streamed:
             usage["prompt_tokens_details"] = {"cached_tokens": record.cached_tokens} if record.cached_tokens else None
         usage["reasoning_tokens"] = len(answer.reasoning)

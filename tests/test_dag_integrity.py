@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -26,10 +27,19 @@ print(json.dumps({
 """
 
 
+@functools.cache  # one fresh interpreter's parse serves the checks that read it (each took 20-60 s on a loaded CI)
 def _dagbag() -> dict:
     out = subprocess.run([sys.executable, "-c", _PROBE, str(REPO / "dags")], capture_output=True, text=True,
                          env=os.environ.copy(), timeout=300, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@functools.cache
+def _bag_here():
+    """The DAG folder parsed in this process (the checks read it, none changes it)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(REPO / "dags"))
 
 
 def test_dags_import_without_errors_or_heavy_imports():
@@ -59,12 +69,11 @@ def test_eval_dag_has_every_stage_in_order():
 
 def test_the_graph_follows_the_step_registry():
     """Step names, their order and their retries come from tasks/steps/registry.py; the nightly cleans up first."""
-    from airflow.dag_processing.dagbag import DagBag
 
     from dayone_airflow.pipeline import task_id
     from tasks.steps.registry import SCENARIO_STEPS, STEPS
 
-    bag = DagBag(dag_folder=str(REPO / "dags"))
+    bag = _bag_here()
     step_of = {task_id(s): s for s in (*SCENARIO_STEPS, "teardown")}
     for dag_id in ("dayone_eval", "dayone_nightly"):
         dag = bag.dags[dag_id]
@@ -89,11 +98,10 @@ def test_the_graph_follows_the_step_registry():
 def test_the_run_level_tasks_follow_the_registrys_order():
     """Before and after the engine positions, each DAG chains the registry's run-level steps in its
     order; dayone_eval leaves out the steps the registry runs in the nightly alone."""
-    from airflow.dag_processing.dagbag import DagBag
 
     from tasks.steps.registry import AFTER_ENGINES, BEFORE_ENGINES, STEPS
 
-    bag = DagBag(dag_folder=str(REPO / "dags"))
+    bag = _bag_here()
     for dag_id, nightly in (("dayone_eval", False), ("dayone_nightly", True)):
         dag = bag.dags[dag_id]
         before, after = ([s for s in steps if nightly or not STEPS[s].nightly_only]
@@ -111,11 +119,10 @@ def test_serialized_dags_stay_small_with_the_params_on_the_dag_alone():
     per parse). The run config's params live on the DAG only, and a task still receives them."""
     import json as _json
 
-    from airflow.dag_processing.dagbag import DagBag
     from airflow.sdk.definitions.param import process_params
     from airflow.serialization.serialized_objects import DagSerialization
 
-    bag = DagBag(dag_folder=str(REPO / "dags"))
+    bag = _bag_here()
     for dag_id in ("dayone_eval", "dayone_nightly"):
         dag = bag.dags[dag_id]
         size_kb = len(_json.dumps(DagSerialization.to_dict(dag))) / 1024
@@ -131,12 +138,11 @@ def test_the_engines_are_one_group_mapped_over_the_run_and_named_by_engine():
     """No engine positions: one task group over the plan's engines, each instance named by its engine,
     every task after readiness running whatever became of the one before (all_done), so each engine's
     steps record an outcome and a failed scenario stops no other."""
-    from airflow.dag_processing.dagbag import DagBag
 
     from dayone_airflow.pipeline import ENGINES, MEASURING, NAMED_BY_ARGUMENT, NAMED_BY_ENGINE, TURN, task_id
     from tasks.steps.registry import ENGINE_STEPS
 
-    for dag_id, dag in DagBag(dag_folder=str(REPO / "dags")).dags.items():
+    for dag_id, dag in _bag_here().dags.items():
         engine_tasks = [t for t in dag.tasks if t.task_id.startswith(f"{ENGINES}.")]
         assert {t.task_id for t in engine_tasks} == {task_id(s) for s in (TURN, *ENGINE_STEPS)}, dag_id
         assert not any(t.task_id.startswith("engines_") for t in dag.tasks), dag_id

@@ -95,7 +95,7 @@ def test_a_factor_the_engine_ignores_leaves_an_interval_around_1(workdir):
     assert c["paired"] and c["ratio"] is not None
     # one launch (measurement.launches: 1): the rounds are the replicates, and the interval says so
     assert c["launches"] == 1 and c["covers"] == "round-to-round noise within one deployment of each engine", c
-    # within 5% of no change; on a machine busy enough (a stall in a ~1 s round) that the run could not detect
-    # 5%, the interval (widened by that noise) must cover no change instead
-    assert 0.95 <= c["ratio"] <= 1.05 or (c["detectable"] > 0.05 and c["low"] <= 1 <= c["high"]), c
+    # within 5% of no change, or on a machine busy enough (a stall in a ~1 s round) that the run could not
+    # detect 5%, within the change it could detect (tests/independent/test_experiment_plain.py says why)
+    assert abs(c["ratio"] - 1) <= max(0.05, c["detectable"]) or c["low"] <= 1 <= c["high"], c
     assert c["low"] <= 1.03 and c["high"] >= 0.97, c  # within 3% of no change, whatever the verdict

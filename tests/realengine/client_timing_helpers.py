@@ -69,7 +69,10 @@ def assert_client_stands_within_bounds(engine: RunningEngine, root: Path) -> Non
     assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]
     assert -TTFT_BELOW_S <= row["ttft_gap_s"] < TTFT_GAP_MAX_S, described(row)
     assert row["ttft_gap_finding"] is None, described(row)
-    merged = [r.tokens_per_event for r in outcome.results if r.tokens_per_event and max(r.tokens_per_event) > 1]
+    # Fewer output events than tokens: some event carried several. vLLM's stream says which only with continuous
+    # usage (tokens_per_event); the count says that it happened (a CI run: ITL +17.4 ms, TPOT -3.4 ms).
+    merged = [(r.output_events, r.completion_tokens, r.tokens_per_event) for r in outcome.results
+              if r.completion_tokens and r.output_events < r.completion_tokens]
     if not merged:
         assert abs(row["itl_gap_s"]) < ITL_GAP_MAX_S, described(row)
         assert row["itl_gap_finding"] is None, described(row)

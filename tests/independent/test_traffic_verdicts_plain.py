@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
+from cpu_wait import cpu_pressure_s
 from multiturn_server import MultiTurnServer
 from plain_pipeline import external, scenarios
 from plain_server import MODEL, PlainServer
@@ -25,7 +26,8 @@ from tasks.state.storage import RunDir
 
 ENGINE = "eng"
 DIGEST = "sha256:" + "a" * 64
-FAST, SLOW = 0.002, 0.006  # seconds per token
+FAST, SLOW = 0.006, 0.018  # seconds per token (a fast round of sessions lasts about 0.3 s)
+ATTEMPTS, LOADED = 3, 0.15  # runs at most, and the share of a run some task waits for a core that calls for another
 # Round 1 is a first encounter, kept apart: four steady rounds a side keep the interval narrow on a loaded machine
 ROUNDS = 5
 
@@ -171,14 +173,24 @@ def test_a_baseline_that_replayed_another_trace_window_is_skipped(s3_server, run
 def test_a_slower_engine_is_worse_in_the_runs_own_comparison(scenario, run_root, tmp_path):
     from tasks.report import build_summary
 
+    """A stall of a second in one fast round of a fraction of one (a loaded CI machine) widens four rounds'
+    interval past 1: a run that decided nothing while some task waited for a core more than LOADED of the
+    time runs again, up to ATTEMPTS in all, and the last is judged. An engine not called worse is so in every run."""
     settings = _settings(scenario, tmp_path, rounds=5)  # round 1 is a first encounter: 4 steady rounds a side
-    with _server(scenario, FAST) as fast, _server(scenario, SLOW) as slow:
-        cfg = _config("unused", "two-engines", {"fast": fast.url, "slow": slow.url}, scenario, settings)
-        run_dir = RunDir("two-engines", run_root)
-        for name, server in (("fast", fast), ("slow", slow)):
-            RUN[scenario](EngineContext(cfg, endpoint_for(cfg, name, server.url, DIGEST), run_dir))
-    summary = build_summary(run_dir, cfg)
-    found = {(c.figure, c.engine): c for c in summary.comparisons if c.scenario == scenario}
-    tps = found[("output_tps", "slow")]
+    for attempt in range(ATTEMPTS):
+        pressure0, t0 = cpu_pressure_s(), time.monotonic()
+        with _server(scenario, FAST) as fast, _server(scenario, SLOW) as slow:
+            run_id = f"two-engines-{attempt}"
+            cfg = _config("unused", run_id, {"fast": fast.url, "slow": slow.url}, scenario, settings)
+            run_dir = RunDir(run_id, run_root)
+            for name, server in (("fast", fast), ("slow", slow)):
+                RUN[scenario](EngineContext(cfg, endpoint_for(cfg, name, server.url, DIGEST), run_dir))
+        pressure = 0.0 if pressure0 is None else (cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
+        summary = build_summary(run_dir, cfg)
+        found = {(c.figure, c.engine): c for c in summary.comparisons if c.scenario == scenario}
+        tps = found[("output_tps", "slow")]
+        print(f"attempt {attempt + 1}: some task waited for a core {100 * pressure:.0f}% of the time; {tps.verdict}")
+        if tps.verdict == "worse" or pressure < LOADED:
+            break
     assert tps.base == "fast" and tps.verdict == "worse" and tps.high < 1, tps
     assert any(scenario in line.text and "slow" in line.text for line in summary.decision), summary.decision

@@ -325,6 +325,10 @@ ENGINE_ROUNDS = Table(
                "timing_gap_unpublished."),
         Column("tpot_gap_s", "float", description="client_tpot_mean_s - server_itl_mean_s; null with "
                "timing_gap_unpublished."),
+        _secs("client_e2e_mean_s", description="DayOne's E2E mean for the same round (rounds.e2e_mean_s)."),
+        Column("e2e_gap_s", "float", description="client_e2e_mean_s - server_e2e_mean_s: the client's whole "
+               "stream against the engine's, on the clock of the TTFT gap (vLLM stamps its ITL in the engine core, its "
+               "TTFT and E2E in the frontend); null with timing_gap_unpublished."),
         Column("timing_gap_unpublished", "str", description="Why a gap is null: the window's deltas void, the engine "
                "timed other requests than the client's, or not_exposed (the engine has no such histogram)."),
         Column("ttft_gap_finding", "str", description="Set when the gap is large: both numbers, in words."),

@@ -132,13 +132,21 @@ def ttft_gap_finding(client_mean_s: float | None, server_mean_s: float | None) -
             "a queue in front of the engine)")
 
 
-def itl_gap_finding(client_mean_s: float | None, server_mean_s: float | None) -> str | None:
+def itl_gap_finding(client_mean_s: float | None, server_mean_s: float | None,
+                    span_gap_s: float | None = None) -> str | None:
     """A sentence with both numbers when the client's mean gap between streamed tokens differs from the
-    engine's ITL by at least ITL_GAP_MIN_S and ITL_GAP_MIN_SHARE of it, either way; None otherwise."""
+    engine's ITL by at least ITL_GAP_MIN_S and ITL_GAP_MIN_SHARE of it, either way; None otherwise.
+
+    `span_gap_s` (E2E gap - TTFT gap: the client's streams against the engine's, on the clock the engine
+    stamps TTFT and E2E with) clears a short client gap: the client's streams were no shorter than the
+    engine served them, past what a first token's delivery may add (TTFT_GAP_MIN_S), so the engine's ITL
+    was stamped elsewhere (vLLM's engine core, ahead of a lagging frontend)."""
     if client_mean_s is None or server_mean_s is None or server_mean_s <= 0:
         return None
     gap = client_mean_s - server_mean_s
     if abs(gap) < ITL_GAP_MIN_S or abs(gap) < ITL_GAP_MIN_SHARE * server_mean_s:
+        return None
+    if gap < 0 and span_gap_s is not None and span_gap_s > -TTFT_GAP_MIN_S:
         return None
     why = ("the client read the tokens late (its loop waited for a core) or the stream carried several "
            "tokens per event" if gap > 0 else "the client's gaps are shorter than the engine's own")
@@ -368,7 +376,11 @@ def client_against_server(row: Mapping[str, Any], client_row: Mapping[str, Any],
     per new token (observe_inter_token_latency), a mean per token. Both stream one event per step and
     token (no speculation; SGLang's stream_interval 1), so the two count the same intervals; the client's
     TPOT mean (per request, then averaged) stands beside it for streams that carry several tokens per
-    event. Gaps are client - server, null with `timing_gap_unpublished` saying why.
+    event. vLLM stamps its ITL in the engine core (EngineCoreOutputs.timestamp) but its TTFT and E2E in
+    the frontend's output processor (IterationStats.iteration_timestamp), so where the frontend fell behind
+    on a request's first token its ITL sum exceeds what the frontend served; the E2E gap, on the same
+    clock as the TTFT gap, holds the client's whole stream. Gaps are client - server, null with
+    `timing_gap_unpublished` saying why.
     """
     client = {
         "client_ttft_mean_s": client_row.get("ttft_mean_s"),
@@ -378,12 +390,13 @@ def client_against_server(row: Mapping[str, Any], client_row: Mapping[str, Any],
         "client_itl_p50_s": client_row.get("itl_p50_s"),
         "client_itl_p99_s": client_row.get("itl_p99_s"),
         "client_tpot_mean_s": client_row.get("tpot_mean_s"),
+        "client_e2e_mean_s": client_row.get("e2e_mean_s"),
     }
     # Nothing stands beside the client where the window's deltas are void or hold other requests.
     void = row.get("deltas_unpublished") or timing_gap_unpublished(row.get("server_requests"), client_row)
     absent = [f"{figure}: {not_exposed[figure]}" for figure in ("server_ttft", "server_itl") if figure in not_exposed]
     why = void or (f"not_exposed ({'; '.join(absent)})" if absent else None)
-    server_ttft, server_itl = row.get("server_ttft_mean_s"), row.get("server_itl_mean_s")
+    server_ttft, server_itl, server_e2e = (row.get(f"server_{f}_mean_s") for f in ("ttft", "itl", "e2e"))
 
     def gap(client_s: float | None, server_s: float | None) -> float | None:
         return None if void or client_s is None or server_s is None else client_s - server_s
@@ -391,7 +404,8 @@ def client_against_server(row: Mapping[str, Any], client_row: Mapping[str, Any],
     out = {**client, "timing_gap_unpublished": why,
            "ttft_gap_s": gap(client["client_ttft_mean_s"], server_ttft),
            "itl_gap_s": gap(client["client_itl_mean_s"], server_itl),
-           "tpot_gap_s": gap(client["client_tpot_mean_s"], server_itl)}
+           "tpot_gap_s": gap(client["client_tpot_mean_s"], server_itl),
+           "e2e_gap_s": gap(client["client_e2e_mean_s"], server_e2e)}
     findings: dict[str, str | None] = {"ttft": None, "itl": None}
     if not void:
         findings["ttft"] = ttft_gap_finding(client["client_ttft_mean_s"], server_ttft)
@@ -399,7 +413,9 @@ def client_against_server(row: Mapping[str, Any], client_row: Mapping[str, Any],
             findings["ttft"] = (f"client TTFT mean {client['client_ttft_mean_s'] * 1e3:.1f} ms below the engine's own "
                                 f"{server_ttft * 1e3:.1f} ms: the two did not time the same requests; the client's "
                                 "timing is not trustworthy in this round")
-        findings["itl"] = itl_gap_finding(client["client_itl_mean_s"], server_itl)
+        span_gap = (None if out["e2e_gap_s"] is None or out["ttft_gap_s"] is None
+                    else out["e2e_gap_s"] - out["ttft_gap_s"])
+        findings["itl"] = itl_gap_finding(client["client_itl_mean_s"], server_itl, span_gap)
     out["ttft_gap_finding"], out["itl_gap_finding"] = findings["ttft"], findings["itl"]
     return out
 

@@ -12,11 +12,12 @@ from tasks.telemetry.engine_metrics import (GaugeStats, engine_round_row, itl_ga
 KEYS = {"run_id": "r", "engine": "e", "image_digest": None, "scenario": "short", "round": 1}
 
 
-def vllm_text(requests: float, ttft_sum: float, itl_gaps: float, itl_sum: float) -> str:
-    """vLLM's two timing histograms (one bucket and +Inf each), as its exposition writes them."""
+def vllm_text(requests: float, ttft_sum: float, itl_gaps: float, itl_sum: float, e2e_sum: float | None = None) -> str:
+    """vLLM's timing histograms (one bucket and +Inf each), as its exposition writes them."""
     lines = []
+    e2e = [] if e2e_sum is None else [("vllm:e2e_request_latency_seconds", requests, e2e_sum)]
     for name, count, total in (("vllm:time_to_first_token_seconds", requests, ttft_sum),
-                               ("vllm:inter_token_latency_seconds", itl_gaps, itl_sum)):
+                               ("vllm:inter_token_latency_seconds", itl_gaps, itl_sum), *e2e):
         lines += [f"# TYPE {name} histogram",
                   f'{name}_bucket{{engine="0",le="0.05",model_name="m"}} {count}',
                   f'{name}_bucket{{engine="0",le="+Inf",model_name="m"}} {count}',
@@ -53,6 +54,28 @@ def test_the_gaps_over_a_window_that_holds_the_clients_requests_only():
     assert row["server_itl_p50_s"] == pytest.approx(0.025)  # half of 248 gaps, interpolated in (0, 0.05]
     assert row["timing_gap_unpublished"] is None
     assert row["ttft_gap_finding"] is None and row["itl_gap_finding"] is None
+
+
+def test_a_client_gap_shorter_than_vllms_core_stamped_itl_is_no_finding_where_its_streams_match_the_e2e():
+    """vLLM stamps ITL in its engine core, TTFT and E2E in its frontend (a CI run on a loaded machine: the
+    frontend's spans 133 ms per request shorter than the core's over 15 gaps; here 510 ms, a gap past the
+    finding's tenth). The client's streams match the frontend's, so its shorter token gaps are the engine's
+    clocks, not the client's timing."""
+    before = parse_scrape(vllm_text(0, 0.0, 0, 0.0, 0.0))
+    # 8 requests of 16 tokens: TTFT 2.6 s, the core's 15 gaps 258.7 ms, the frontend's span 15 x 224.7 ms.
+    after = parse_scrape(vllm_text(8, 8 * 2.603, 8 * 15, 8 * 15 * 0.2587, 8 * (2.603 + 15 * 0.2247)))
+    client = {"requests_ok": 8, "requests_failed": 0, "ttft_mean_s": 2.616, "itl_mean_s": 0.2247,
+              "tpot_mean_s": 0.2247, "e2e_mean_s": 2.616 + 15 * 0.2247 + 0.004}
+    row = engine_round_row(adapter_for("vllm"), KEYS, before, after, GaugeStats(), client)
+    assert row["itl_gap_s"] == pytest.approx(-0.034) and row["e2e_gap_s"] == pytest.approx(0.017)
+    assert row["client_e2e_mean_s"] == client["e2e_mean_s"]
+    assert row["itl_gap_finding"] is None
+    # The same short gaps with the client's streams shorter than the engine's: the client's timing is at fault.
+    row = engine_round_row(adapter_for("vllm"), KEYS, before, after, GaugeStats(),
+                           {**client, "e2e_mean_s": 2.616 + 15 * 0.2247 - 0.120})
+    assert row["e2e_gap_s"] == pytest.approx(-0.107)
+    assert "shorter than the engine's" in row["itl_gap_finding"]
+    assert itl_gap_finding(0.2247, 0.2587) is not None  # no E2E beside it: the gap alone decides
 
 
 def test_a_client_ttft_below_the_engines_is_a_finding():

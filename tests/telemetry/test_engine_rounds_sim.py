@@ -121,6 +121,9 @@ def test_the_clients_ttft_and_itl_stand_beside_the_engines_histograms_over_the_s
     assert row["ttft_gap_s"] == pytest.approx(row["client_ttft_mean_s"] - row["server_ttft_mean_s"])
     assert row["itl_gap_s"] == pytest.approx(row["client_itl_mean_s"] - row["server_itl_mean_s"])
     assert row["tpot_gap_s"] == pytest.approx(row["client_tpot_mean_s"] - row["server_itl_mean_s"])
+    assert row["client_e2e_mean_s"] == outcome.row["e2e_mean_s"]
+    assert row["e2e_gap_s"] == pytest.approx(row["client_e2e_mean_s"] - row["server_e2e_mean_s"])
+    assert -0.001 <= row["e2e_gap_s"] < 0.060  # the client's whole stream holds the engine's, as its TTFT does
     # Loopback: a token reaches the client a fraction of a ms after the engine stamped it, every token alike,
     # so the gaps between them agree far closer than the 10 ms steps (2 ms: a loaded suite's stall).
     assert abs(row["itl_gap_s"]) < 0.002 and row["itl_gap_finding"] is None

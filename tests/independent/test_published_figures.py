@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from cpu_wait import ATTEMPTS, LOADED, pressure_share
 from plain_pipeline import external, run_pipeline, scenarios
 from plain_server import MODEL, PlainServer
 
@@ -110,12 +111,22 @@ def test_bench_publishes_stream_timing_for_a_plain_streaming_server(tmp_path):
 
 @pytest.mark.parametrize("server_class", [SteadyServer, SlowSecondRound])
 def test_bench_flags_a_figure_whose_rounds_spread_over_a_quarter_of_their_median(server_class, tmp_path):
-    with server_class() as server:
-        proc = _bench(server.url, tmp_path, "--no-warmup", "--rounds", "3")
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    tps = json.loads((tmp_path / "summary.json").read_text())["scenarios"]["short"]["levels"][0]["figures"]["output_tps"]
-    spread = (max(tps["rounds"]) - min(tps["rounds"])) / tps["median"]
+    """A steady server's round slowed by a quarter is a stall of 0.2 s in its 0.7 s (a CI run: 96, 89 and 72
+    tokens/s): a try that missed while the machine was loaded (cpu_wait.LOADED) runs again, up to ATTEMPTS in
+    all, and the last is judged. A flag on steady rounds, or none on a 3x slower one, misses every try."""
     slow = server_class is SlowSecondRound
+    for attempt in range(ATTEMPTS):
+        pressure = pressure_share()
+        with server_class() as server:
+            proc = _bench(server.url, tmp_path / f"try{attempt}", "--no-warmup", "--rounds", "3")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        summary = json.loads((tmp_path / f"try{attempt}" / "summary.json").read_text())
+        tps = summary["scenarios"]["short"]["levels"][0]["figures"]["output_tps"]
+        spread = (max(tps["rounds"]) - min(tps["rounds"])) / tps["median"]
+        loaded = pressure()
+        print(f"attempt {attempt + 1}: some task waited for a core {100 * loaded:.0f}% of the time; {tps}")
+        if (tps["spread"] is slow and (spread > 0.25) is slow) or loaded < LOADED:
+            break
     assert tps["spread"] is slow and (spread > 0.25) is slow, tps
     assert ("SPREAD>25%" in proc.stdout) is slow, proc.stdout[-2000:]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cpu_wait import cpu_pressure_s
+from cpu_wait import ATTEMPTS, LOADED, pressure_share
 from multiturn_server import MultiTurnServer
 from plain_pipeline import external, scenarios
 from plain_server import MODEL, PlainServer
@@ -27,7 +27,6 @@ from tasks.state.storage import RunDir
 ENGINE = "eng"
 DIGEST = "sha256:" + "a" * 64
 FAST, SLOW = 0.006, 0.018  # seconds per token (a fast round of sessions lasts about 0.3 s)
-ATTEMPTS, LOADED = 3, 0.15  # runs at most, and the share of a run some task waits for a core that calls for another
 # Round 1 is a first encounter, kept apart: four steady rounds a side keep the interval narrow on a loaded machine
 ROUNDS = 5
 
@@ -178,19 +177,19 @@ def test_a_slower_engine_is_worse_in_the_runs_own_comparison(scenario, run_root,
     time runs again, up to ATTEMPTS in all, and the last is judged. An engine not called worse is so in every run."""
     settings = _settings(scenario, tmp_path, rounds=5)  # round 1 is a first encounter: 4 steady rounds a side
     for attempt in range(ATTEMPTS):
-        pressure0, t0 = cpu_pressure_s(), time.monotonic()
+        pressure = pressure_share()
         with _server(scenario, FAST) as fast, _server(scenario, SLOW) as slow:
             run_id = f"two-engines-{attempt}"
             cfg = _config("unused", run_id, {"fast": fast.url, "slow": slow.url}, scenario, settings)
             run_dir = RunDir(run_id, run_root)
             for name, server in (("fast", fast), ("slow", slow)):
                 RUN[scenario](EngineContext(cfg, endpoint_for(cfg, name, server.url, DIGEST), run_dir))
-        pressure = 0.0 if pressure0 is None else (cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
         summary = build_summary(run_dir, cfg)
         found = {(c.figure, c.engine): c for c in summary.comparisons if c.scenario == scenario}
         tps = found[("output_tps", "slow")]
-        print(f"attempt {attempt + 1}: some task waited for a core {100 * pressure:.0f}% of the time; {tps.verdict}")
-        if tps.verdict == "worse" or pressure < LOADED:
+        loaded = pressure()
+        print(f"attempt {attempt + 1}: some task waited for a core {100 * loaded:.0f}% of the time; {tps.verdict}")
+        if tps.verdict == "worse" or loaded < LOADED:
             break
     assert tps.base == "fast" and tps.verdict == "worse" and tps.high < 1, tps
     assert any(scenario in line.text and "slow" in line.text for line in summary.decision), summary.decision

@@ -4,11 +4,10 @@ low load on the independent reference server: the merged tables are the same."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from cpu_wait import cpu_pressure_s
+from cpu_wait import ATTEMPTS, LOADED, pressure_share
 from tasks.load.client import new_session, run_async
 from tasks.load.plan import Shape
 from tasks.load.rounds import RoundPlan, run_round
@@ -18,7 +17,6 @@ from tasks.stats.figures import percentile
 SAME = ("request_id", "status", "http_status", "output_events", "completion_tokens", "prompt_tokens",
         "tokens_per_event", "length_deviation", "concurrency", "rate_rps", "scenario", "round")
 TIMED = ("ttft_s", "first_event_s", "e2e_s", "tpot_s")
-ATTEMPTS, LOADED = 3, 0.15  # round pairs at most, and the share of a run waiting for a core that calls for another
 
 
 def _round(ctx, shards: int, partition: str, rate_rps: float | None = None):
@@ -64,10 +62,10 @@ def test_a_sharded_round_has_the_tables_of_one_process(ref_server, make_ctx, sho
     so in every pair."""
     ctx = make_ctx(ref_server.url, "vllm", scenarios=short([6], rounds=1, requests=24, output=16))
     for attempt in range(ATTEMPTS):
-        pressure0, t0 = cpu_pressure_s(), time.monotonic()
+        share = pressure_share()
         one, one_rows = _round(ctx, 1, f"one{attempt}", rate_rps)
         two, two_rows = _round(ctx, 2, f"two{attempt}", rate_rps)
-        pressure = 0.0 if pressure0 is None else (cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
+        pressure = share()
         assert len(one_rows) == len(two_rows) == 24
         misses = _timing_misses(ref_server, one, one_rows, two, two_rows)
         waited = max(c.waited_share or 0.0 for c in (*one.shards, *two.shards))

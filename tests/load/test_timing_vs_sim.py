@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from cpu_wait import cpu_pressure_s, runqueue_wait_s
+from cpu_wait import ATTEMPTS, LOADED, pressure_share, runqueue_wait_s
 from tasks.stats.figures import median
 from tasks.scenarios.perf import run_perf
 from tasks.scenarios.warmup import reset_shapes
@@ -18,7 +18,6 @@ from tasks.state.tables import REQUESTS, ROUNDS, to_frame
 # machine deschedules a process for up to a second): a stall only makes a client time later, so the
 # lower bound is tight, the per-request upper bound allows the stall, the medians below do not.
 STALL_S = 1.0
-ATTEMPTS, LOADED = 3, 0.15  # rounds at most, and the share of a round some task waits for a core that calls for another
 
 
 @pytest.fixture(scope="module")
@@ -34,9 +33,9 @@ def test_measured_latencies_match_the_ground_truth(sim, make_ctx, short):
     misses in every round."""
     for attempt in range(ATTEMPTS):
         sim.clear_requests()  # the request ids repeat: the ground truth is this round's
-        pressure0, t0 = cpu_pressure_s(), time.monotonic()
+        share = pressure_share()
         ttft_err, itl_err = _one_round(sim, make_ctx, short)
-        pressure = 0.0 if pressure0 is None else (cpu_pressure_s() - pressure0) / (time.monotonic() - t0)
+        pressure = share()
         print(f"attempt {attempt + 1}: some task waited for a core {100 * pressure:.0f}% of the time; median "
               f"errors ITL {1e3 * median(itl_err):.2f} ms, TTFT {1e3 * median(ttft_err):.2f} ms")
         if (median(itl_err) < 0.002 and median(ttft_err) < 0.005) or pressure < LOADED:

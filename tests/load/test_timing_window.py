@@ -8,11 +8,10 @@ import asyncio
 import threading
 import time
 
-from cpu_wait import runqueue_wait_s
+from cpu_wait import ATTEMPTS, LOADED, runqueue_wait_s
 from tasks.load.client import run_async, timing_window
 from tasks.stats.figures import median
 
-ATTEMPTS, LOADED = 3, 0.15  # tries at most, and the share of a probe waiting for a core that calls for another
 
 
 def _lateness_ms(inside_window: bool) -> tuple[list[float], float]:

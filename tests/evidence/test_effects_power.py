@@ -8,7 +8,6 @@ one run's rounds covers only round-to-round noise; launch means and `widen` cove
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 import pytest

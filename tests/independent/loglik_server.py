@@ -5,7 +5,6 @@ each token's log-probability from its text; subclasses plant an offset, or one t
 from __future__ import annotations
 
 import zlib
-from typing import Any
 
 from aiohttp import web
 from quality_server import SolvesEverything

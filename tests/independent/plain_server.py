@@ -175,7 +175,9 @@ class PlainServer:
             port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
             self.url = f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{port}"
             ready.set()
-            self._loop.run_forever()
+            loop = self._loop
+            loop.run_forever()
+            loop.close()  # here, not at some later test's garbage collection
 
         self._thread = threading.Thread(target=serve, daemon=True, name=type(self).__name__)
         self._thread.start()

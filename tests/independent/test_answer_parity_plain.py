@@ -12,7 +12,7 @@ from quality_server import MissesProducts, MissesProductsAndThreeSums, SolvesEve
 from tasks.config import parse_run_config
 from tasks.engines.context import EngineContext, endpoint_for
 from tasks.quality.agreement import first_divergence
-from tasks.quality.loglik import fixed_text, nll_findings, run_loglik
+from tasks.quality.loglik import fixed_text, run_loglik
 from tasks.quality.run import run_quality
 from tasks.report.decision import decide
 from tasks.report.summary import build_summary

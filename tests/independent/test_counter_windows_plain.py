@@ -19,7 +19,7 @@ import sys
 import pytest
 from aiohttp import web
 from plain_server import MODEL, PlainServer
-from test_restarts_plain import CACHE_PROMPT_TOKENS, QUERIES, REPEATS, PrefixCacheServer
+from test_restarts_plain import CACHE_PROMPT_TOKENS, REPEATS, PrefixCacheServer
 
 from tasks.config import parse_run_config
 from tasks.engines.context import EngineContext, endpoint_for

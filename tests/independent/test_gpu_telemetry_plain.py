@@ -80,7 +80,7 @@ def test_a_round_shorter_than_ten_refreshes_publishes_no_energy_and_says_why(tmp
     late_s = exporter.longest_read_gap_s()
     assert refresh - late_s - 0.005 <= row["exporter_refresh_s"] <= max(6 * refresh, row["ended_ts"] - row["started_ts"])
     assert row["energy_j"] is None and row["energy_per_output_token_j"] is None, row
-    assert f"of the exporter's refreshes (one every" in row["energy_unpublished"]
+    assert "of the exporter's refreshes (one every" in row["energy_unpublished"]
     published = engine.telemetry_rounds[0]
     assert published.energy_per_output_token_j is None and "energy needs 10" in published.why_missing
     assert published.power_mean_w == pytest.approx(600.0)  # the gauges stand

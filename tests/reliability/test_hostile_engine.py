@@ -50,6 +50,7 @@ class HostileEngine:
         self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # noqa: SLF001
         ready.set()
         self.loop.run_forever()
+        self.loop.close()  # here, not at some later test's garbage collection
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(30)

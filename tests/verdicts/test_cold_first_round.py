@@ -10,7 +10,7 @@ import time
 
 import pytest
 from quality_server import CorruptsHalfTheArithmetic, SolvesEverything
-from verdict_runs import PURPOSES, TailServer, archive, engine_context, measure_trace, night_dir, trace_config, write_trace
+from verdict_runs import TailServer, archive, engine_context, measure_trace, night_dir, trace_config, write_trace
 
 from tasks.compare.nightly import RegressionFound, compare_run
 from tasks.quality.run import run_quality

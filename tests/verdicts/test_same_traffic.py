@@ -10,7 +10,6 @@ import shutil
 import time
 from pathlib import Path
 
-import pytest
 from plain_server import MODEL
 from quality_server import SolvesEverything
 from verdict_runs import TailServer, archive, measure_trace, night_dir, trace_config, write_trace

@@ -142,7 +142,15 @@ def airflow_db() -> Path:
                                env={**os.environ, "AIRFLOW_HOME": str(template)}, timeout=300)
                 (template / ".migrated").touch()
         if template != home:
-            shutil.copyfile(template / "airflow.db", home / "airflow.db")
+            # a new file under the old name, and no pooled connection left on the old one: an earlier test
+            # in this worker that imported Airflow (the glue) may already hold an empty airflow.db open
+            shutil.copyfile(template / "airflow.db", home / "airflow.db.part")
+            os.replace(home / "airflow.db.part", home / "airflow.db")
+            if "airflow.settings" in sys.modules:
+                from airflow import settings
+
+                if settings.engine is not None:
+                    settings.engine.dispose()
         marker.touch()
     _dag_test_without_idle_pauses()
     return home

@@ -67,6 +67,7 @@ def _timed_run(root: Path) -> tuple[RunDir, object]:
         out.write({**level, "engine": "eng", "scenario": "short", "round": 1, "server_ttft_mean_s": 0.0412,
                    "client_ttft_mean_s": 0.0444, "ttft_gap_s": 0.0032, "server_itl_mean_s": 0.03105,
                    "client_itl_mean_s": 0.03108, "itl_gap_s": 0.00003, "client_tpot_mean_s": 0.03107,
+                   "client_e2e_mean_s": 2.0030, "server_e2e_mean_s": 2.0004, "e2e_gap_s": 0.0026,
                    "not_exposed": None})
         out.write({**level, "engine": "eng", "scenario": "short", "round": 2, "server_ttft_mean_s": 0.0412,
                    "client_ttft_mean_s": 0.0444, "ttft_gap_s": 0.0032, "server_itl_mean_s": 0.0310,
@@ -97,6 +98,10 @@ def test_the_client_against_the_server_per_round_with_the_gaps_in_ms(tmp_path, m
     cells = "<td class='num'>44.40 ms</td><td class='num'>41.20 ms</td><td class='num'>+3.20 ms</td>"
     assert cells in page
     assert "<td class='num'>31.08 ms</td><td class='num'>31.05 ms</td><td class='num'>+0.03 ms</td>" in page
+    # the client's whole stream beside the engine's E2E, on the clock of the TTFT gap
+    assert rounds[1].e2e_gap_s == pytest.approx(0.0026)
+    assert "<td class='num'>2003.00 ms</td><td class='num'>2000.40 ms</td><td class='num'>+2.60 ms</td>" in page
+    assert "vLLM stamps its ITL in its engine core but its TTFT and E2E in its frontend" in page
     assert "client ITL mean 41.00 ms vs the engine&#39;s own 31.00 ms" in page
     assert "turn by turn, with no /metrics scrape" in page and "openai serves no /metrics" in page
 

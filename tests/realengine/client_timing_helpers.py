@@ -26,6 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from cpu_wait import ATTEMPTS, LOADED, pressure_share
 from llamacpp_helpers import RunningEngine
 from tasks.engines.context import EngineContext
 from tasks.load.client import new_session, run_async
@@ -70,8 +71,25 @@ def described(row: dict[str, Any]) -> str:
 
 def assert_client_stands_within_bounds(engine: RunningEngine, root: Path) -> None:
     """A real round through DayOne's client (SHAPE, REQUESTS): the engine timed exactly the client's requests, and
-    the client's TTFT and ITL means stand within the bounds above of the engine's own histograms, no finding."""
-    outcome, row = client_against_server(engine, root)
+    the client's TTFT and ITL means stand within the bounds above of the engine's own histograms, no finding.
+
+    A round that missed while the machine was loaded (cpu_wait.LOADED: the client waited for a core, and read a
+    whole stream 150 ms late in a CI-like run at 40 minutes for the suite) runs again, up to ATTEMPTS in all, and
+    the last is judged. A client that misreads the engine misses every try."""
+    for attempt in range(ATTEMPTS):
+        pressure = pressure_share()
+        outcome, row = client_against_server(engine, root / f"try{attempt}")
+        loaded = pressure()
+        try:
+            _hold_to_bounds(outcome, row)
+            return
+        except AssertionError:
+            if loaded < LOADED or attempt == ATTEMPTS - 1:
+                raise
+            print(f"try {attempt + 1} missed while the machine was loaded ({loaded:.0%}): {described(row)}")
+
+
+def _hold_to_bounds(outcome: RoundOutcome, row: dict[str, Any]) -> None:
     assert row["server_requests"] == REQUESTS and row["timing_gap_unpublished"] is None, described(row)
     assert row["client_ttft_mean_s"] == outcome.row["ttft_mean_s"]
     assert -TTFT_BELOW_S <= row["ttft_gap_s"] < TTFT_GAP_MAX_S, described(row)

@@ -65,10 +65,11 @@ def test_an_engine_that_never_fails_reports_at_least_max(capacity_ctx):
 
 
 def test_an_engine_that_never_passes_reports_below_start(capacity_ctx):
-    # Every step 3x slower from the first request on: nothing meets the TPOT SLO. (A knee of 1 let a
-    # request that ran alone for a while, its partner late on a loaded machine, meet it.)
-    # Every gap is slow, so a stall only slows a request further: 8 tokens are enough.
-    with capacity_ctx({"decode_knee": 0, "decode_knee_factor": 3.0}, {"start": 2, "max": 16, "rounds": 2,
+    # Every step 10x slower from the first request on (100 ms gaps): nothing meets the 20 ms TPOT SLO. (A knee
+    # of 1 let a request that ran alone for a while, its partner late on a loaded machine, meet it.) TPOT spans
+    # the first token to the last, so a client that read the first token late shortens it: at 3x (30 ms gaps of
+    # 8 tokens) a 70 ms stall passed one request of 32 in a CI-like run; at 10x a stall must pass 560 ms.
+    with capacity_ctx({"decode_knee": 0, "decode_knee_factor": 10.0}, {"start": 2, "max": 16, "rounds": 2,
                                                                        "requests_per_round": 16,
                                                                        "output_tokens": 8}) as (_, ctx):
         result = run_capacity(ctx)
